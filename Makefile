@@ -1,0 +1,38 @@
+# dressage-replay developer targets. `make` alone lists them.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test lint sample-data clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP) ## Set up the virtual environment and run the main job on sample_data/
+	$(BIN)/python sample_data/generate.py
+	$(BIN)/dressage-replay inspect sample_data/rollouts.jsonl
+	$(BIN)/dressage-replay replay sample_data/rollouts.jsonl --keep-versions 2 --max-preempts 2
+	$(BIN)/dressage-replay replay sample_data/dumps --keep-versions 1 --max-preempts 1 --json
+
+test: $(STAMP) ## Install what the tests need and run them
+	$(BIN)/python -m pytest
+
+lint: $(STAMP) ## ruff check, ruff format --check, mypy on analysis/
+	$(BIN)/ruff check analysis cli tests sample_data
+	$(BIN)/ruff format --check analysis cli tests sample_data
+	$(BIN)/mypy analysis
+
+sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator
+	$(BIN)/python sample_data/generate.py
+
+clean: ## Remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

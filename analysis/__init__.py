@@ -1,0 +1,66 @@
+"""dressage-replay: offline staleness analysis and replay of async RL rollout logs.
+
+Everything the command line does is here as plain functions returning values::
+
+    import analysis
+    table = analysis.load_logs(["runs/alfworld/"])
+    result = analysis.replay(table, analysis.ReplayConfig(keep_versions=2, max_preempts=2))
+    result.summary.to_dict()["groups"]
+"""
+
+from __future__ import annotations
+
+from analysis.errors import (
+    ConfigError,
+    InputNotFoundError,
+    LogFormatError,
+    MissingFieldError,
+    OutputError,
+    ReplayError,
+    UnknownFormatError,
+    UnsafePickleError,
+)
+from analysis.inspect import LogInspection, inspect_log
+from analysis.labels import derive_end_version, real_label, run_length_spans
+from analysis.load import CANONICAL_SCHEMA, FieldMap, LoadReport, load_logs, records_to_table
+from analysis.output import write_canonical, write_decisions, write_frame
+from analysis.replay import (
+    PreparedLog,
+    ReplayConfig,
+    ReplayResult,
+    ReplaySummary,
+    prepare,
+    replay,
+    replay_many,
+)
+
+__all__ = [
+    "CANONICAL_SCHEMA",
+    "ConfigError",
+    "FieldMap",
+    "InputNotFoundError",
+    "LoadReport",
+    "LogFormatError",
+    "LogInspection",
+    "MissingFieldError",
+    "OutputError",
+    "PreparedLog",
+    "ReplayConfig",
+    "ReplayError",
+    "ReplayResult",
+    "ReplaySummary",
+    "UnknownFormatError",
+    "UnsafePickleError",
+    "derive_end_version",
+    "inspect_log",
+    "load_logs",
+    "prepare",
+    "real_label",
+    "records_to_table",
+    "replay",
+    "replay_many",
+    "run_length_spans",
+    "write_canonical",
+    "write_decisions",
+    "write_frame",
+]

@@ -1,0 +1,102 @@
+"""What a log holds and how healthy it is, before any replay."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from analysis.load import LoadReport
+from analysis.replay import prepare
+
+_NUMERIC = re.compile(r"-?\d+")
+
+
+@dataclass(frozen=True)
+class LogInspection:
+    """Counts, versions in observation order, and data-quality findings of one log."""
+
+    formats: tuple[str, ...]
+    sources: int
+    records: int
+    groups: int
+    trajectories: int
+    segments: int
+    trainer_steps: int
+    inferred_batch_groups: int | None
+    versions: tuple[str, ...]
+    quality: dict[str, int]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "formats": list(self.formats),
+            "sources": self.sources,
+            "records": self.records,
+            "groups": self.groups,
+            "trajectories": self.trajectories,
+            "segments": self.segments,
+            "trainer_steps": self.trainer_steps,
+            "inferred_batch_groups": self.inferred_batch_groups,
+            "versions_observed": len(self.versions),
+            "versions": list(self.versions),
+            "quality": dict(self.quality),
+            "warnings": list(self.warnings),
+        }
+
+
+def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogInspection:
+    """Describe a loaded log: sizes, versions as Dressage would observe them, quality counts."""
+    report = report or LoadReport()
+    prepared = prepare(table)
+    versions: dict[str, None] = {}
+    for group_versions in prepared.groups["trajectory_versions"].to_list():
+        versions.update(dict.fromkeys(group_versions))
+    observed = tuple(versions)
+
+    span_end = pl.col("version_spans").list.last().struct.field("end")
+    quality = {
+        "records_without_trajectory_id": table["trajectory_id"].null_count(),
+        "records_without_real_end_version": table["end_version"].null_count(),
+        "records_with_derived_end_version": int(table["end_version_derived"].sum() or 0),
+        "records_without_token_versions": table["version_spans"].null_count(),
+        "token_version_length_mismatches": table.filter(
+            pl.col("token_count").is_not_null()
+            & pl.col("version_spans").is_not_null()
+            & (pl.coalesce(span_end, pl.lit(0)) != pl.col("token_count"))
+        ).height,
+        "records_without_response_tokens": table.filter(
+            pl.col("response_length").is_null() & pl.col("loss_mask_length").is_null()
+        ).height,
+        "aborted_records": table.filter(pl.col("status") == "aborted").height,
+        "numeric_labels_misordered_by_sorting": _misordered_numeric(observed),
+        "records_skipped": sum(report.skipped.values()),
+    }
+    warnings = list(report.warnings)
+    if quality["numeric_labels_misordered_by_sorting"]:
+        warnings.append(
+            "some version labels look numeric and a sort would misorder them; "
+            "dressage-replay orders versions by first observation, never by value"
+        )
+    return LogInspection(
+        formats=tuple(report.formats),
+        sources=len(report.sources),
+        records=table.height,
+        groups=prepared.n_groups,
+        trajectories=prepared.trajectories.height,
+        segments=table.select("group_id", "trajectory_id", "segment_index").unique().height,
+        trainer_steps=table["trainer_step"].drop_nulls().n_unique(),
+        inferred_batch_groups=prepared.inferred_batch_groups,
+        versions=observed,
+        quality=quality,
+        warnings=tuple(warnings),
+    )
+
+
+def _misordered_numeric(observed: tuple[str, ...]) -> int:
+    """How many numeric-looking labels a string sort would put at another rank than observed."""
+    numeric = [label for label in observed if _NUMERIC.fullmatch(label)]
+    by_text = sorted(numeric)
+    return sum(1 for seen, sorted_ in zip(numeric, by_text, strict=True) if seen != sorted_)

@@ -1,0 +1,124 @@
+"""Version labels (SPEC §2): realness, run-length spans, derived end versions.
+
+Labels are opaque strings: never ordered by value. An integer ``3`` and ``"3"`` are
+the same label, ``"03"`` is another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+NOT_REAL = frozenset({"", "-1", "unknown", "none"})
+
+
+def label_text(value: Any) -> str | None:
+    """Return a label as the string it stands for, unstripped; None for null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        # JSON true/false are not version labels; keep them visible rather than guess.
+        return str(value).lower()
+    return value if isinstance(value, str) else str(value)
+
+
+def real_label(value: Any) -> str | None:
+    """Return the stripped label if it is real, else None.
+
+    Examples
+    --------
+    >>> real_label(" weight-current ")
+    'weight-current'
+    >>> real_label(3), real_label("-1"), real_label("Unknown"), real_label(None)
+    ('3', None, None, None)
+    """
+    text = label_text(value)
+    if text is None:
+        return None
+    stripped = text.strip()
+    return None if stripped.lower() in NOT_REAL else stripped
+
+
+Span = tuple[int, int, str]
+"""A run of equal labels: (start inclusive, end exclusive, label as written)."""
+
+
+def run_length_spans(labels: Sequence[Any]) -> list[Span]:
+    """Encode per-token labels as consecutive runs, the form of ``version_spans``.
+
+    Examples
+    --------
+    >>> run_length_spans(["-1", "v0", "v0", -1, "v0"])
+    [(0, 1, '-1'), (1, 3, 'v0'), (3, 4, '-1'), (4, 5, 'v0')]
+    """
+    spans: list[Span] = []
+    start = 0
+    current: str | None = None
+    for position, value in enumerate(labels):
+        text = label_text(value)
+        text = "" if text is None else text
+        if position == 0:
+            current = text
+            continue
+        if text != current:
+            spans.append((start, position, current or ""))
+            start, current = position, text
+    if labels:
+        spans.append((start, len(labels), current or ""))
+    return spans
+
+
+def distinct_real_labels(spans: Sequence[Span]) -> list[str]:
+    """Real labels of a token sequence, each once, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for _, _, label in spans:
+        real = real_label(label)
+        if real is not None and real not in seen:
+            seen[real] = None
+    return list(seen)
+
+
+def derive_end_version(
+    spans: Sequence[Span],
+    *,
+    response_length: int | None,
+    loss_mask: Sequence[Any] | None,
+) -> str | None:
+    """Derive an end version as Dressage does: the last real label among trainable tokens.
+
+    The response is the last ``response_length`` tokens (else the last ``len(loss_mask)``,
+    else the whole sequence); trainable tokens are response tokens whose loss mask is 1.
+    Without a loss mask every response token counts.
+
+    Examples
+    --------
+    >>> spans = run_length_spans(["-1", "v0", "v1", "-1", "v1"])
+    >>> derive_end_version(spans, response_length=5, loss_mask=[0, 1, 1, 0, 1])
+    'v1'
+    >>> derive_end_version(spans, response_length=5, loss_mask=[0, 1, 0, 0, 0])
+    'v0'
+    """
+    if not spans:
+        return None
+    total = spans[-1][1]
+    if response_length is None:
+        response_length = len(loss_mask) if loss_mask is not None else total
+    response_start = max(0, total - response_length)
+    for start, end, label in reversed(spans):
+        if end <= response_start:
+            break
+        real = real_label(label)
+        if real is None:
+            continue
+        if loss_mask is None:
+            return real
+        # The mask is aligned with the response; find a trainable token inside this run.
+        first = max(start, response_start) - response_start
+        last = end - response_start
+        if any(_mask_on(loss_mask, i) for i in range(last - 1, first - 1, -1)):
+            return real
+    return None
+
+
+def _mask_on(loss_mask: Sequence[Any], i: int) -> bool:
+    return 0 <= i < len(loss_mask) and bool(loss_mask[i])

@@ -1,0 +1,92 @@
+"""Writing outputs safely: a temporary file beside the target, renamed when complete."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from analysis.errors import OutputError
+
+if TYPE_CHECKING:
+    from analysis.replay import ReplayResult
+
+
+def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
+    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``."""
+    target = output.resolve()
+    for source in inputs:
+        resolved = Path(source).resolve()
+        if target == resolved or resolved in target.parents:
+            raise OutputError(
+                f"{output}: refusing to write over the input {source}; choose another output path"
+            )
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` only on success."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise OutputError(f"{path}: the folder {directory} does not exist; create it first")
+    try:
+        handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
+    os.close(handle)
+    temp = Path(temp_name)
+    try:
+        yield temp
+        os.replace(temp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def write_frame(frame: pl.DataFrame, path: Path) -> None:
+    """Write a frame as CSV, Parquet, Arrow IPC or JSON, chosen by the path's extension."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    writers = {
+        ".csv": lambda p: frame.write_csv(p),
+        ".parquet": lambda p: frame.write_parquet(p),
+        ".arrow": lambda p: frame.write_ipc(p),
+        ".ipc": lambda p: frame.write_ipc(p),
+        ".feather": lambda p: frame.write_ipc(p),
+        ".json": lambda p: frame.write_json(p),
+        ".jsonl": lambda p: frame.write_ndjson(p),
+        ".ndjson": lambda p: frame.write_ndjson(p),
+    }
+    if suffix not in writers:
+        raise OutputError(
+            f"{path}: unknown output extension {suffix or '(none)'}; "
+            f"use one of {', '.join(sorted(writers))}"
+        )
+    with atomic_path(path) as temp:
+        writers[suffix](temp)
+
+
+DECISION_COLUMNS = ("group_id", "decision", "stage", "batch", "version_index", "version_gap")
+
+
+def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()) -> None:
+    """Write one row per group (CSV or Parquet by extension), the decision columns first."""
+    refuse_overwriting_inputs(Path(path), inputs)
+    frame = result.decisions
+    write_frame(frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS)), path)
+
+
+def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:
+    """Write the canonical table as Parquet or Arrow IPC, for fast loading next time."""
+    path = Path(path)
+    refuse_overwriting_inputs(path, inputs)
+    if path.suffix.lower() not in (".parquet", ".arrow", ".ipc", ".feather"):
+        raise OutputError(f"{path}: convert writes .parquet or .arrow files; change the extension")
+    write_frame(table, path)

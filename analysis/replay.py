@@ -1,0 +1,575 @@
+"""Replay Dressage's two staleness controls over a loaded log (SPEC §2-§6).
+
+The work that does not depend on the setting (arrival order, trajectory versions,
+spans, counts) is done once by :func:`prepare`; :func:`replay` then runs the
+sequential collection loop for one :class:`ReplayConfig` over compact per-group values.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from analysis.errors import ConfigError, MissingFieldError
+from analysis.labels import NOT_REAL
+
+DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """One setting of the two controls and the trainer batch size, validated on construction.
+
+    Examples
+    --------
+    >>> ReplayConfig(keep_versions=2, max_preempts=None, batch_groups=8).keep_versions
+    2
+    >>> ReplayConfig(keep_versions=-1)
+    Traceback (most recent call last):
+    ...
+    analysis.errors.ConfigError: require `keep_versions` >= 0 (found -1); pass --keep-versions 0 to disable the batch-level control
+    """
+
+    keep_versions: int = 0
+    max_preempts: int | None = None
+    batch_groups: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keep_versions, bool) or not isinstance(self.keep_versions, int):
+            raise ConfigError(f"require `keep_versions` to be an integer (found {self.keep_versions!r})")
+        if self.keep_versions < 0:
+            raise ConfigError(
+                f"require `keep_versions` >= 0 (found {self.keep_versions}); "
+                "pass --keep-versions 0 to disable the batch-level control"
+            )
+        if self.max_preempts is not None and (
+            isinstance(self.max_preempts, bool)
+            or not isinstance(self.max_preempts, int)
+            or self.max_preempts < 0
+        ):
+            raise ConfigError(
+                f"require `max_preempts` >= 0 or none (found {self.max_preempts!r}); "
+                "pass --max-preempts none to disable the partial-rollout control"
+            )
+        if self.batch_groups is not None and (
+            isinstance(self.batch_groups, bool)
+            or not isinstance(self.batch_groups, int)
+            or self.batch_groups < 1
+        ):
+            raise ConfigError(
+                f"require `batch_groups` >= 1 (found {self.batch_groups!r}); "
+                "pass --batch-groups with the number of GRPO groups per trainer step"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "keep_versions": self.keep_versions,
+            "max_preempts": self.max_preempts,
+            "batch_groups": self.batch_groups,
+        }
+
+
+@dataclass(frozen=True)
+class PreparedLog:
+    """Setting-independent facts of a log, one row per group (arrival order) and per trajectory."""
+
+    groups: pl.DataFrame
+    trajectories: pl.DataFrame
+    tokens_known: bool
+    inferred_batch_groups: int | None
+
+    @property
+    def n_groups(self) -> int:
+        return self.groups.height
+
+
+def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
+    """Compute per-group and per-trajectory facts that no setting changes.
+
+    ``order_by`` names a column whose per-group maximum (the moment the group was
+    complete) orders arrival instead of first appearance; ties keep first appearance.
+    """
+    if order_by is not None and order_by not in table.columns:
+        raise MissingFieldError(
+            f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
+            "pass --order-by with a field that the log has"
+        )
+    rows = table.with_row_index("row").with_columns(
+        position=pl.int_range(pl.len()).over("group_id"),
+        response_tokens=pl.coalesce("response_length", "loss_mask_length"),
+    )
+    rows = rows.with_columns(
+        traj_key=pl.when(pl.col("trajectory_id").is_null())
+        .then(pl.concat_str(pl.col("group_id"), pl.lit("\x00r"), pl.col("row").cast(pl.String)))
+        .otherwise(pl.concat_str(pl.col("group_id"), pl.lit("\x00t"), pl.col("trajectory_id")))
+    )
+
+    groups = rows.group_by("group_id", maintain_order=True).agg(
+        first_row=pl.col("row").min(),
+        samples=pl.len(),
+        trajectories=pl.col("traj_key").n_unique(),
+        tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
+            pl.col("response_tokens").sum()
+        ),
+        failed=(pl.col("status") == "aborted").any(),
+        **({"order_key": pl.col(order_by).max()} if order_by else {}),
+    )
+    if order_by:
+        groups = groups.sort("order_key", "first_row", nulls_last=True)
+    groups = groups.with_row_index("arrival").with_columns(
+        pl.col("arrival", "samples", "trajectories").cast(pl.Int64)
+    )
+
+    trajectories = _trajectory_facts(rows)
+    per_group = trajectories.group_by("group_id").agg(
+        max_switches=pl.col("switches").max(),
+        checked_trajectories=pl.col("span").is_not_null().sum(),
+    )
+    # One version per versioned trajectory, in order of first appearance (SPEC §2).
+    versioned = (
+        trajectories.filter(pl.col("version").is_not_null())
+        .sort("first_versioned_row")
+        .group_by("group_id", maintain_order=True)
+        .agg(trajectory_versions=pl.col("version"))
+    )
+    groups = (
+        groups.join(per_group, on="group_id", how="left", maintain_order="left")
+        .join(versioned, on="group_id", how="left", maintain_order="left")
+        .with_columns(pl.col("trajectory_versions").fill_null([]))
+    )
+    trajectories = trajectories.join(
+        groups.select("group_id", "arrival"), on="group_id", maintain_order="left"
+    )
+    return PreparedLog(
+        groups=groups,
+        trajectories=trajectories,
+        tokens_known=rows.height == 0 or rows["response_tokens"].null_count() == 0,
+        inferred_batch_groups=_infer_batch_groups(rows),
+    )
+
+
+def _trajectory_facts(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4)."""
+    by_segment = rows.sort("group_id", "traj_key", "segment_index", "position")
+    base = rows.group_by("traj_key", maintain_order=True).agg(
+        group_id=pl.col("group_id").first(),
+        trajectory_id=pl.col("trajectory_id").first(),
+        records=pl.len().cast(pl.Int64),
+        tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
+            pl.col("response_tokens").sum()
+        ),
+        has_token_versions=pl.col("version_spans").is_not_null().any(),
+    )
+    versions = (
+        by_segment.filter(
+            pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null()
+        )
+        .group_by("traj_key")
+        .agg(
+            version=pl.col("end_version").last(),
+            first_versioned_row=pl.col("row").min(),
+        )
+    )
+    labels = (
+        by_segment.filter(pl.col("version_spans").is_not_null())
+        .select("traj_key", pl.col("version_spans").alias("span"))
+        .explode("span")
+        .select("traj_key", label=pl.col("span").struct.field("version").str.strip_chars())
+        .filter(~pl.col("label").str.to_lowercase().is_in(list(NOT_REAL)))
+        .group_by("traj_key", maintain_order=True)
+        .agg(real_span=pl.col("label").unique(maintain_order=True))
+    )
+    return (
+        base.join(versions, on="traj_key", how="left", maintain_order="left")
+        .join(labels, on="traj_key", how="left", maintain_order="left")
+        .with_columns(
+            span_labels=pl.when(pl.col("has_token_versions")).then(
+                pl.col("real_span").fill_null([])
+            ),
+        )
+        .with_columns(span=pl.col("span_labels").list.len().cast(pl.Int64))
+        .with_columns(switches=(pl.col("span") - 1).clip(lower_bound=0))
+        .drop("real_span", "has_token_versions")
+    )
+
+
+def _infer_batch_groups(rows: pl.DataFrame) -> int | None:
+    """Most common number of groups per trainer step (ties: the larger), or None."""
+    steps = rows.filter(pl.col("trainer_step").is_not_null())
+    if steps.height == 0:
+        return None
+    per_step = steps.group_by("trainer_step").agg(n=pl.col("group_id").n_unique())["n"]
+    counts = Counter(per_step.to_list())
+    return max(counts, key=lambda n: (counts[n], n))
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """Figures of one replay (SPEC §6); :meth:`to_dict` gives the ``--json`` shape."""
+
+    config: ReplayConfig
+    counts: dict[str, dict[str, int | None]]
+    batches: dict[str, Any]
+    version_gap: dict[str, float | int | None]
+    version_span: dict[str, dict[str, Any]]
+    versions: tuple[str, ...]
+    unchecked_trajectories: int
+    notes: tuple[str, ...]
+
+    @property
+    def current_version_index(self) -> int | None:
+        return len(self.versions) - 1 if self.versions else None
+
+    @property
+    def cutoff_version_index(self) -> int | None:
+        if not self.versions or self.config.keep_versions == 0:
+            return None
+        return max(0, len(self.versions) - self.config.keep_versions)
+
+    def dressage_metrics(self) -> dict[str, float | int | None]:
+        """The same figures under the names of Dressage's training dashboard."""
+        span = self.version_span["kept"]
+        return {
+            "staleness/dropped_groups": self.counts["groups"]["dropped_stale"],
+            "staleness/version_gap_min": self.version_gap["min"],
+            "staleness/version_gap_max": self.version_gap["max"],
+            "staleness/version_gap_mean": self.version_gap["mean"],
+            "staleness/version_span_mean": span["mean"],
+            "staleness/version_span_max": span["max"],
+            "staleness/version_span_min": span["min"],
+            "staleness/partial_rollout_rejected_groups": self.counts["groups"]["rejected_span"],
+            "staleness/partial_rollout_rejected_samples": self.counts["samples"]["rejected_span"],
+            "staleness/current_version_index": self.current_version_index,
+            "staleness/cutoff_version_index": self.cutoff_version_index,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config.to_dict()}
+        for unit, counts in self.counts.items():
+            total = counts["total"]
+            rates = {
+                key: (None if value is None or not total else value / total)
+                for key, value in counts.items()
+                if key != "total"
+            }
+            out[unit] = {**counts, "rates": rates}
+        out["batches"] = dict(self.batches)
+        out["version_gap"] = dict(self.version_gap)
+        out["version_span"] = {k: dict(v) for k, v in self.version_span.items()}
+        out["version_span"]["unchecked_trajectories"] = self.unchecked_trajectories
+        out["versions_observed"] = len(self.versions)
+        out["versions"] = list(self.versions)
+        out["dressage_metrics"] = self.dressage_metrics()
+        out["notes"] = list(self.notes)
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Everything one replay produced: per-group decisions, emitted batches, summary."""
+
+    config: ReplayConfig
+    decisions: pl.DataFrame
+    batches: pl.DataFrame
+    summary: ReplaySummary
+
+
+def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
+    """Fill in ``batch_groups`` from the log's trainer steps when it was not given (SPEC §5)."""
+    if config.batch_groups is not None:
+        return config
+    if prepared.inferred_batch_groups is None:
+        raise ConfigError(
+            "batch_groups cannot be inferred: the log has no trainer steps "
+            "(rollout_id / metadata.dressage_return_rollout_id); pass --batch-groups B "
+            "(or --field trainer_step=PATH if the steps are under another name)"
+        )
+    return ReplayConfig(
+        keep_versions=config.keep_versions,
+        max_preempts=config.max_preempts,
+        batch_groups=prepared.inferred_batch_groups,
+    )
+
+
+def replay(
+    log: pl.DataFrame | PreparedLog,
+    config: ReplayConfig,
+    *,
+    order_by: str | None = None,
+) -> ReplayResult:
+    """Replay one setting of ``keep_versions``, ``max_preempts`` and ``batch_groups``.
+
+    Examples
+    --------
+    >>> import analysis
+    >>> table = analysis.records_to_table([
+    ...     {"group_index": 0, "metadata": {"parent_traj_id": "a", "dressage_end_token_version": "old"}},
+    ...     {"group_index": 1, "metadata": {"parent_traj_id": "b", "dressage_end_token_version": "new"}},
+    ...     {"group_index": 2, "metadata": {"parent_traj_id": "c", "dressage_end_token_version": "new"}},
+    ... ])
+    >>> result = analysis.replay(table, analysis.ReplayConfig(keep_versions=1, batch_groups=2))
+    >>> result.decisions.select("group_id", "decision", "stage", "batch").rows()
+    [('0', 'dropped_stale', 'pending', None), ('1', 'kept', None, 0), ('2', 'kept', None, 0)]
+    """
+    prepared = log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by)
+    config = resolve_config(prepared, config)
+    loop = _collect(prepared, config)
+    decisions = prepared.groups.select("group_id", "arrival").with_columns(
+        decision=pl.Series(loop.decision, dtype=pl.String),
+        stage=pl.Series(loop.stage, dtype=pl.String),
+        batch=pl.Series(loop.batch, dtype=pl.Int64),
+        version_index=pl.Series(loop.version_index, dtype=pl.Int64),
+        version_gap=pl.Series(loop.version_gap, dtype=pl.Int64),
+    )
+    decisions = decisions.with_columns(
+        prepared.groups.select("samples", "trajectories", "tokens", "failed")
+    ).with_columns(
+        trajectory_gap_sum=pl.Series(loop.gap_sum, dtype=pl.Int64),
+        trajectory_gap_min=pl.Series(loop.gap_min, dtype=pl.Int64),
+        versioned_trajectories=pl.Series(loop.versioned, dtype=pl.Int64),
+    )
+    summary = _summarise(prepared, config, decisions, loop)
+    return ReplayResult(
+        config=config,
+        decisions=decisions.drop("trajectory_gap_sum", "trajectory_gap_min", "failed"),
+        batches=pl.DataFrame(loop.batch_rows, schema=_BATCH_SCHEMA, orient="row"),
+        summary=summary,
+    )
+
+
+_BATCH_SCHEMA = {
+    "batch": pl.Int64,
+    "groups": pl.Int64,
+    "partial": pl.Boolean,
+    "current_version_index": pl.Int64,
+    "cutoff_version_index": pl.Int64,
+    "version_gap_mean": pl.Float64,
+    "version_gap_max": pl.Int64,
+    "dropped_arrival": pl.Int64,
+    "dropped_pending": pl.Int64,
+}
+
+
+@dataclass
+class _Loop:
+    """Per-group outcome lists of the collection loop, indexed by arrival."""
+
+    decision: list[str | None]
+    stage: list[str | None]
+    batch: list[int | None]
+    version_index: list[int | None]
+    version_gap: list[int | None]
+    gap_sum: list[int | None]
+    gap_min: list[int | None]
+    versioned: list[int]
+    versions: list[str]
+    batch_rows: list[tuple[Any, ...]]
+
+
+def _collect(prepared: PreparedLog, config: ReplayConfig) -> _Loop:
+    """The collection loop of SPEC §3-§4, one group at a time, in arrival order."""
+    groups = prepared.groups
+    n = groups.height
+    keep = config.keep_versions
+    limit = config.max_preempts
+    size = config.batch_groups or 1
+    versions_of: list[list[str]] = groups["trajectory_versions"].to_list()
+    max_switches: list[int | None] = groups["max_switches"].to_list()
+    failed: list[bool] = groups["failed"].to_list()
+
+    loop = _Loop(
+        decision=[None] * n,
+        stage=[None] * n,
+        batch=[None] * n,
+        version_index=[None] * n,
+        version_gap=[None] * n,
+        gap_sum=[None] * n,
+        gap_min=[None] * n,
+        versioned=[len(v) for v in versions_of],
+        versions=[],
+        batch_rows=[],
+    )
+    index: dict[str, int] = {}
+    min_index: list[int | None] = [None] * n
+    max_index: list[int] = [0] * n
+    sum_index: list[int] = [0] * n
+    collecting: list[int] = []
+    dropped_arrival = dropped_pending = 0
+
+    def cutoff() -> int:
+        return max(0, len(index) - keep) if keep and index else 0
+
+    def emit(partial: bool) -> None:
+        nonlocal dropped_arrival, dropped_pending
+        current = len(index) - 1
+        gaps_total = gaps_count = 0
+        gap_max: int | None = None
+        for g in collecting:
+            loop.decision[g] = "kept"
+            loop.batch[g] = len(loop.batch_rows)
+            low = min_index[g]
+            if low is not None:
+                loop.version_gap[g] = current - low
+                loop.gap_sum[g] = loop.versioned[g] * current - sum_index[g]
+                loop.gap_min[g] = current - max_index[g]
+                gaps_total += loop.gap_sum[g] or 0
+                gaps_count += loop.versioned[g]
+                gap_max = max(gap_max or 0, current - low)
+        loop.batch_rows.append(
+            (
+                len(loop.batch_rows),
+                len(collecting),
+                partial,
+                current if index else None,
+                cutoff() if keep and index else None,
+                gaps_total / gaps_count if gaps_count else None,
+                gap_max,
+                dropped_arrival,
+                dropped_pending,
+            )
+        )
+        dropped_arrival = dropped_pending = 0
+        collecting.clear()
+
+    for g in range(n):
+        switches = max_switches[g]
+        if limit is not None and switches is not None and switches > limit:
+            loop.decision[g] = "rejected_span"
+            continue
+        before = len(index)
+        for label in versions_of[g]:
+            if label not in index:
+                index[label] = len(index)
+                loop.versions.append(label)
+        if versions_of[g]:
+            positions = [index[label] for label in versions_of[g]]
+            min_index[g] = min(positions)
+            max_index[g] = max(positions)
+            sum_index[g] = sum(positions)
+            loop.version_index[g] = min_index[g]
+        current = len(index) - 1
+        low_cut = cutoff()
+        if keep and len(index) > before and collecting:
+            still: list[int] = []
+            for pending in collecting:
+                low = min_index[pending]
+                if low is not None and low < low_cut:
+                    loop.decision[pending] = "dropped_stale"
+                    loop.stage[pending] = "pending"
+                    loop.version_gap[pending] = current - low
+                    dropped_pending += 1
+                else:
+                    still.append(pending)
+            collecting[:] = still
+        low = min_index[g]
+        if failed[g]:
+            loop.decision[g] = "failed"
+            loop.version_gap[g] = None if low is None else current - low
+            continue
+        if keep and low is not None and low < low_cut:
+            loop.decision[g] = "dropped_stale"
+            loop.stage[g] = "arrival"
+            loop.version_gap[g] = current - low
+            dropped_arrival += 1
+            continue
+        collecting.append(g)
+        if len(collecting) == size:
+            emit(partial=False)
+    if collecting:
+        emit(partial=True)
+    return loop
+
+
+def _summarise(
+    prepared: PreparedLog, config: ReplayConfig, decisions: pl.DataFrame, loop: _Loop
+) -> ReplaySummary:
+    outcome = decisions.with_columns(
+        key=pl.when(pl.col("decision") == "dropped_stale")
+        .then(pl.concat_str(pl.lit("dropped_stale_"), pl.col("stage")))
+        .otherwise(pl.col("decision"))
+    )
+    sums = outcome.group_by("key").agg(
+        groups=pl.len(),
+        samples=pl.col("samples").sum(),
+        trajectories=pl.col("trajectories").sum(),
+        tokens=pl.col("tokens").sum(),
+    )
+    by_key = {row["key"]: row for row in sums.iter_rows(named=True)}
+    keys = ("kept", "dropped_stale_arrival", "dropped_stale_pending", "rejected_span", "failed")
+    counts: dict[str, dict[str, int | None]] = {}
+    for unit in ("groups", "samples", "trajectories", "tokens"):
+        values = {key: int(by_key[key][unit]) if key in by_key else 0 for key in keys}
+        unit_counts: dict[str, int | None] = {
+            "total": sum(values.values()),
+            "kept": values["kept"],
+            "dropped_stale": values["dropped_stale_arrival"] + values["dropped_stale_pending"],
+            "dropped_stale_arrival": values["dropped_stale_arrival"],
+            "dropped_stale_pending": values["dropped_stale_pending"],
+            "rejected_span": values["rejected_span"],
+            "failed": values["failed"],
+        }
+        if unit == "tokens" and not prepared.tokens_known:
+            unit_counts = dict.fromkeys(unit_counts)
+        counts[unit] = unit_counts
+
+    kept = decisions.filter(pl.col("decision") == "kept")
+    gap_count = int(kept["versioned_trajectories"].sum() or 0)
+    version_gap: dict[str, float | int | None] = {
+        "min": kept["trajectory_gap_min"].min() if gap_count else None,  # type: ignore[dict-item]
+        "mean": int(kept["trajectory_gap_sum"].sum()) / gap_count if gap_count else None,
+        "max": kept["version_gap"].max() if gap_count else None,  # type: ignore[dict-item]
+    }
+
+    spans = prepared.trajectories.filter(pl.col("span").is_not_null())
+    kept_spans = spans.join(kept.select("group_id"), on="group_id", how="semi")
+    version_span = {"kept": _span_stats(kept_spans["span"]), "all": _span_stats(spans["span"])}
+
+    notes: list[str] = []
+    rejected = counts["groups"]["rejected_span"] or 0
+    if rejected:
+        notes.append(
+            f"{rejected} rejected group(s) would have been retried by Dressage as a new "
+            "attempt; a log cannot show what the retry would produce, so they count as lost"
+        )
+    if not prepared.tokens_known:
+        notes.append(
+            "some records have neither response_length nor loss_mask, so token figures are null"
+        )
+    emitted = len(loop.batch_rows)
+    return ReplaySummary(
+        config=config,
+        counts=counts,
+        batches={"emitted": emitted, "last_partial": bool(emitted and loop.batch_rows[-1][2])},
+        version_gap=version_gap,
+        version_span=version_span,
+        versions=tuple(loop.versions),
+        unchecked_trajectories=prepared.trajectories.height - spans.height,
+        notes=tuple(notes),
+    )
+
+
+def _span_stats(spans: pl.Series) -> dict[str, Any]:
+    if spans.len() == 0:
+        return {"min": None, "mean": None, "max": None, "histogram": {}}
+    histogram = Counter(spans.to_list())
+    return {
+        "min": int(spans.min()),  # type: ignore[arg-type]
+        "mean": float(spans.mean()),  # type: ignore[arg-type]
+        "max": int(spans.max()),  # type: ignore[arg-type]
+        "histogram": {str(k): histogram[k] for k in sorted(histogram)},
+    }
+
+
+def replay_many(
+    log: pl.DataFrame | PreparedLog,
+    configs: Sequence[ReplayConfig],
+    *,
+    order_by: str | None = None,
+) -> list[ReplayResult]:
+    """Replay several settings over one preparation of the log."""
+    prepared = log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by)
+    return [replay(prepared, config) for config in configs]

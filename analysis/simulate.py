@@ -1,0 +1,279 @@
+"""A small discrete-event model of an async rollout/training pipeline that writes Dressage logs.
+
+Workers keep up to ``max_active_groups`` GRPO groups in flight; a trainer consumes
+``batch_groups`` completed groups (in completion order), trains for
+``train_step_time`` and then publishes a new weight version. With partial rollout on,
+an in-flight trajectory keeps its tokens and continues under the new version, so its
+token versions change mid-trajectory; with it off, the trajectory restarts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from analysis.errors import ConfigError
+from analysis.labels import run_length_spans
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Parameters of the pipeline model; every figure is in simulated seconds or tokens."""
+
+    n_groups: int = 64
+    n_samples_per_prompt: int = 4
+    max_active_groups: int = 16
+    batch_groups: int = 4
+    train_step_time: float = 20.0
+    token_time: float = 0.01
+    """Seconds per generated token of one trajectory (engines generate in parallel)."""
+    median_response_tokens: int = 300
+    tail_sigma: float = 0.9
+    """Spread of the log-normal response length: larger means a heavier long tail."""
+    max_response_tokens: int = 16_000
+    prompt_tokens: int = 64
+    multi_turn_fraction: float = 0.3
+    max_turns: int = 4
+    tool_tokens: int = 24
+    multi_segment_fraction: float = 0.2
+    partial_rollout: bool = True
+    abort_fraction: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive = ("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"require `{name}` >= 1 (found {getattr(self, name)})")
+        for name in ("train_step_time", "token_time", "tail_sigma"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"require `{name}` > 0 (found {getattr(self, name)})")
+        for name in ("multi_turn_fraction", "multi_segment_fraction", "abort_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"require 0 <= `{name}` <= 1 (found {getattr(self, name)})")
+        if self.median_response_tokens < 1 or self.max_turns < 1:
+            raise ConfigError("require `median_response_tokens` >= 1 and `max_turns` >= 1")
+
+
+@dataclass
+class _Trajectory:
+    group: int
+    member: int
+    turns: list[int]
+    """Response tokens generated in each turn; tool tokens come between turns."""
+    start: float = 0.0
+    restarts: int = 0
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(self.turns)
+
+
+def _duration(trajectory: _Trajectory, config: SimulationConfig) -> float:
+    return trajectory.response_tokens * config.token_time
+
+
+def _draw_trajectory(
+    rng: random.Random, group: int, member: int, config: SimulationConfig
+) -> _Trajectory:
+    total = rng.lognormvariate(math.log(config.median_response_tokens), config.tail_sigma)
+    total = int(min(config.max_response_tokens, max(8, total)))
+    turns = 1
+    if rng.random() < config.multi_turn_fraction:
+        turns = rng.randint(2, max(2, config.max_turns))
+    cuts = sorted(rng.sample(range(1, total), turns - 1)) if turns > 1 and total > turns else []
+    bounds = [0, *cuts, total]
+    return _Trajectory(group, member, [b - a for a, b in zip(bounds, bounds[1:], strict=False)])
+
+
+def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
+    """Yield slime-style sample dicts in group completion order, deterministic for a seed."""
+    rng = random.Random(config.seed)
+    update_times: list[float] = []  # update_times[v-1] is when version v was published
+    events: list[tuple[float, int, str, Any]] = []
+    order = 0
+
+    def push(time: float, kind: str, payload: Any) -> None:
+        nonlocal order
+        heapq.heappush(events, (time, order, kind, payload))
+        order += 1
+
+    started = 0
+    active: dict[int, list[_Trajectory]] = {}
+    pending: dict[int, int] = {}  # group -> trajectories still running
+    completed: list[int] = []  # groups waiting for the trainer, in completion order
+    trainer_busy = False
+    step = 0
+    finished_trajectories: dict[int, list[_Trajectory]] = {}
+    generation: dict[tuple[int, int], int] = {}
+    n_completed = 0
+
+    def start_group(now: float) -> None:
+        nonlocal started
+        group = started
+        started += 1
+        members = [
+            _draw_trajectory(rng, group, m, config) for m in range(config.n_samples_per_prompt)
+        ]
+        active[group] = members
+        pending[group] = len(members)
+        for trajectory in members:
+            trajectory.start = now
+            generation[(group, trajectory.member)] = 0
+            push(now + _duration(trajectory, config), "done", (group, trajectory.member, 0))
+
+    def maybe_train(now: float) -> None:
+        nonlocal trainer_busy
+        if not trainer_busy and len(completed) >= config.batch_groups:
+            batch = completed[: config.batch_groups]
+            del completed[: config.batch_groups]
+            trainer_busy = True
+            push(now + config.train_step_time, "trained", batch)
+
+    now = 0.0
+    while started < min(config.max_active_groups, config.n_groups):
+        start_group(now)
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == "done":
+            group, member, gen = payload
+            if generation.get((group, member)) != gen:
+                continue  # superseded by a restart after a weight update
+            trajectory = active[group][member]
+            trajectory.token_times = _token_times(trajectory, config)
+            pending[group] -= 1
+            if pending[group] == 0:
+                finished_trajectories[group] = active.pop(group)
+                completed.append(group)
+                # The trainer takes completed groups in completion order, B at a time.
+                yield from _group_records(
+                    finished_trajectories.pop(group), update_times,
+                    trainer_step=n_completed // config.batch_groups, config=config, rng=rng,
+                )  # fmt: skip
+                n_completed += 1
+                if started < config.n_groups:
+                    start_group(now)
+                maybe_train(now)
+        elif kind == "trained":
+            step += 1
+            update_times.append(now)
+            trainer_busy = False
+            if not config.partial_rollout:
+                for group, members in active.items():
+                    for trajectory in members:
+                        key = (group, trajectory.member)
+                        if _running(trajectory, now, config):
+                            generation[key] += 1
+                            trajectory.start = now
+                            trajectory.restarts += 1
+                            push(now + _duration(trajectory, config), "done", (*key, generation[key]))
+            maybe_train(now)
+
+
+def _running(trajectory: _Trajectory, now: float, config: SimulationConfig) -> bool:
+    return trajectory.start <= now < trajectory.start + _duration(trajectory, config)
+
+
+def _token_times(trajectory: _Trajectory, config: SimulationConfig) -> list[float]:
+    return [
+        trajectory.start + (i + 1) * config.token_time for i in range(trajectory.response_tokens)
+    ]
+
+
+def _version_at(update_times: list[float], time: float) -> int:
+    """Weight version in force at ``time``: how many updates were published before it."""
+    low, high = 0, len(update_times)
+    while low < high:
+        middle = (low + high) // 2
+        if update_times[middle] <= time:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _group_records(
+    members: list[_Trajectory],
+    update_times: list[float],
+    *,
+    trainer_step: int,
+    config: SimulationConfig,
+    rng: random.Random,
+) -> Iterator[dict[str, Any]]:
+    aborted = rng.random() < config.abort_fraction
+    for trajectory in members:
+        versions = [str(_version_at(update_times, t)) for t in trajectory.token_times]
+        segments = _split_segments(trajectory, rng, config)
+        reward = round(rng.random() * (1.0 if trajectory.response_tokens < 2000 else 0.6), 4)
+        for segment_index, turn_range in enumerate(segments):
+            yield _record(
+                trajectory, segment_index, turn_range, versions, config,
+                reward=reward, aborted=aborted and trajectory.member == 0,
+                trainer_step=trainer_step,
+            )  # fmt: skip
+
+
+def _split_segments(
+    trajectory: _Trajectory, rng: random.Random, config: SimulationConfig
+) -> list[range]:
+    """Turn ranges making up each segment record of a trajectory (most have one)."""
+    turns = len(trajectory.turns)
+    if turns > 1 and rng.random() < config.multi_segment_fraction:
+        cut = rng.randint(1, turns - 1)
+        return [range(0, cut), range(cut, turns)]
+    return [range(0, turns)]
+
+
+def _record(
+    trajectory: _Trajectory,
+    segment_index: int,
+    turn_range: range,
+    versions: list[str],
+    config: SimulationConfig,
+    *,
+    reward: float,
+    aborted: bool,
+    trainer_step: int,
+) -> dict[str, Any]:
+    first_token = sum(trajectory.turns[: turn_range.start])
+    labels: list[str] = ["-1"] * config.prompt_tokens
+    loss_mask: list[int] = []
+    position = first_token
+    for turn in turn_range:
+        if turn > turn_range.start:
+            labels += ["-1"] * config.tool_tokens
+            loss_mask += [0] * config.tool_tokens
+        count = trajectory.turns[turn]
+        labels += versions[position : position + count]
+        loss_mask += [1] * count
+        position += count
+    response_length = len(loss_mask)
+    trainable = [v for v, m in zip(labels[-response_length:], loss_mask, strict=True) if m]
+    traj_id = f"g{trajectory.group}-t{trajectory.member}"
+    return {
+        "group_index": trajectory.group,
+        "index": trajectory.group * config.n_samples_per_prompt + trajectory.member,
+        "tokens": [(trajectory.group * 7919 + i) % 32000 for i in range(len(labels))],
+        "response_length": response_length,
+        "loss_mask": loss_mask,
+        "reward": reward,
+        "status": "aborted" if aborted else "completed",
+        "metadata": {
+            "parent_traj_id": traj_id,
+            "instance_id": f"prompt-{trajectory.group}",
+            "segment_index": segment_index,
+            "full_versions": labels,
+            "version_spans": [
+                {"start": s, "end": e, "version": v} for s, e, v in run_length_spans(labels)
+            ],
+            "dressage_start_token_version": trainable[0] if trainable else None,
+            "dressage_end_token_version": trainable[-1] if trainable else None,
+            "dressage_return_rollout_id": trainer_step,
+            "restarts": trajectory.restarts,
+        },
+    }

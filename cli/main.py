@@ -1,0 +1,284 @@
+"""The ``dressage-replay`` command line: parse options, call ``analysis``, render or write."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+import analysis
+from analysis.errors import EXIT_INTERRUPTED, ReplayError
+
+app = typer.Typer(
+    name="dressage-replay",
+    help="Offline staleness analysis and replay of async RL rollout logs (Dressage, slime).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles_errors(command: F) -> F:
+    """Turn library errors into one line on stderr and a documented exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        show_traceback = bool(kwargs.get("traceback_"))
+        try:
+            return command(*args, **kwargs)
+        except ReplayError as error:
+            if show_traceback:
+                traceback.print_exc()
+            typer.echo(f"Error: {error}", err=True)
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("Interrupted; no partial output was left.", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except (typer.Exit, typer.Abort, typer.BadParameter):
+            raise
+        except Exception as error:
+            if show_traceback:
+                traceback.print_exc()
+            typer.echo(
+                f"Error: internal error ({type(error).__name__}: {error}); "
+                "rerun with --traceback and report it",
+                err=True,
+            )
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- shared options
+
+Inputs = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Log files or folders: JSONL (.gz), Dressage artifact folder, slime .pt dumps, "
+        "canonical Parquet/Arrow. Read in the order given.",
+        show_default=False,
+    ),
+]
+FieldOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--field",
+        help="MEANING=PATH: read a meaning from another (dotted) field, e.g. "
+        "group=metadata.prompt_id. Meanings: " + ", ".join(analysis.FieldMap.meanings()) + ".",
+        show_default=False,
+    ),
+]
+
+
+class BadRecordPolicy(str, Enum):
+    fail = "fail"
+    skip = "skip"
+
+
+OnBadRecord = Annotated[
+    BadRecordPolicy,
+    typer.Option(help="fail: stop at the first bad record; skip: skip bad records and report them."),
+]
+TrustPickle = Annotated[
+    bool,
+    typer.Option(
+        "--trust-pickle",
+        help="Fully unpickle .pt/pickle files (runs code from the file: only for files you trust).",
+    ),
+]
+OrderBy = Annotated[
+    str | None,
+    typer.Option(help="Order group arrival by this field (its per-group maximum) instead of input order."),
+]
+Traceback = Annotated[
+    bool, typer.Option("--traceback", help="Show the Python traceback of an error.")
+]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What every command needs to read its inputs."""
+
+    inputs: list[Path]
+    fields: analysis.FieldMap
+    on_bad_record: str
+    trust_pickle: bool
+    order_by: str | None
+
+    def load(self) -> tuple[Any, analysis.LoadReport]:
+        report = analysis.LoadReport()
+        table = analysis.load_logs(
+            self.inputs,
+            fields=self.fields,
+            extra_fields=[self.order_by] if self.order_by else [],
+            on_bad_record=self.on_bad_record,  # type: ignore[arg-type]
+            trust_pickle=self.trust_pickle,
+            report=report,
+        )
+        return table, report
+
+
+def load_options(
+    inputs: list[Path],
+    *,
+    field: list[str] | None,
+    on_bad_record: BadRecordPolicy,
+    trust_pickle: bool,
+    order_by: str | None = None,
+) -> LoadOptions:
+    overrides: dict[str, str] = {}
+    for item in field or []:
+        meaning, sep, path = item.partition("=")
+        if not sep or not path or meaning not in analysis.FieldMap.meanings():
+            raise typer.BadParameter(
+                f"expected MEANING=PATH with MEANING one of {', '.join(analysis.FieldMap.meanings())} "
+                f"(found {item!r})",
+                param_hint="--field",
+            )
+        overrides[meaning] = path
+    fields = analysis.FieldMap().override(**overrides)
+    return LoadOptions(inputs, fields, on_bad_record.value, trust_pickle, order_by)
+
+
+def parse_max_preempts(value: str) -> int | None:
+    """``none`` or a whole number; anything else is a usage error."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(f"expected a whole number or 'none' (found {value!r})") from None
+
+
+def stdout_console() -> Any:
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command()
+@handles_errors
+def replay(
+    inputs: Inputs,
+    keep_versions: Annotated[
+        int, typer.Option("--keep-versions", "-k", help="K: keep groups from the K newest observed versions; 0 disables.")
+    ] = 0,
+    max_preempts: Annotated[
+        str, typer.Option("--max-preempts", "-m", help="M: a trajectory may span at most M+1 versions; 'none' disables.")
+    ] = "none",
+    batch_groups: Annotated[
+        int | None, typer.Option("--batch-groups", "-b", help="B: groups per trainer batch (default: inferred from trainer steps).")
+    ] = None,
+    order_by: OrderBy = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Write one row per group to this CSV or Parquet file.")
+    ] = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Replay both staleness controls for one setting and summarise what they would do."""
+    config = analysis.ReplayConfig(
+        keep_versions=keep_versions,
+        max_preempts=parse_max_preempts(max_preempts),
+        batch_groups=batch_groups,
+    )
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by
+    )
+    table, report = options.load()
+    result = analysis.replay(table, config, order_by=order_by)
+    if decisions is not None:
+        analysis.write_decisions(result, decisions, inputs=inputs)
+    summary = {**result.summary.to_dict(), **report_dict(report)}
+    if json_output:
+        typer.echo(json.dumps(summary))
+    else:
+        from cli.render import print_summary
+
+        print_summary(result.summary, stdout_console())
+    warn(report)
+
+
+@app.command()
+@handles_errors
+def inspect(
+    inputs: Inputs,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the findings as one JSON object.")] = False,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Show what a log holds: format, counts, versions in observation order, data quality."""
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle
+    )
+    table, report = options.load()
+    inspection = analysis.inspect_log(table, report)
+    if json_output:
+        typer.echo(json.dumps({**inspection.to_dict(), **report_dict(report)}))
+    else:
+        from cli.render import print_inspection
+
+        print_inspection(inspection, stdout_console())
+
+
+@app.command()
+@handles_errors
+def convert(
+    inputs: Inputs,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Output file: .parquet (or .arrow) in the canonical layout.")
+    ],
+    order_by: OrderBy = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Write the canonical table (one row per record) so big logs load fast next time."""
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by
+    )
+    table, report = options.load()
+    analysis.write_canonical(table, output, inputs=inputs)
+    typer.echo(f"wrote {table.height:,} records to {output}", err=True)
+    warn(report)
+
+
+def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
+    """The load report's skips as extra JSON keys (only when something was skipped)."""
+    if not report.skipped:
+        return {}
+    return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
+
+
+def warn(report: analysis.LoadReport) -> None:
+    skipped = sum(report.skipped.values())
+    if skipped:
+        typer.echo(f"warning: skipped {skipped} bad record(s): {report.skipped_where[0]}", err=True)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Regenerate sample_data/ from the simulator: one small run written in three formats.
+
+Run as ``python sample_data/generate.py`` (``make sample-data``). Deterministic: the same
+files every time, except that git does not keep the artifact files' modification times,
+which is why ``make demo`` runs this first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+
+from analysis.simulate import SimulationConfig, simulate  # noqa: E402
+from analysis.writers import write_artifacts, write_jsonl, write_pt_dumps  # noqa: E402
+
+CONFIG = SimulationConfig(
+    n_groups=40,
+    n_samples_per_prompt=4,
+    max_active_groups=12,
+    batch_groups=4,
+    train_step_time=4.0,
+    token_time=0.01,
+    median_response_tokens=100,
+    tail_sigma=1.0,
+    max_response_tokens=1600,
+    prompt_tokens=24,
+    multi_turn_fraction=0.3,
+    multi_segment_fraction=0.3,
+    partial_rollout=True,
+    abort_fraction=0.05,
+    seed=7,
+)
+
+
+def main() -> None:
+    records = list(simulate(CONFIG))
+    write_jsonl(records, ROOT / "rollouts.jsonl")
+    for folder in ("artifacts", "dumps"):
+        shutil.rmtree(ROOT / folder, ignore_errors=True)
+    write_artifacts(records, ROOT / "artifacts")
+    write_pt_dumps(records, ROOT / "dumps")
+    print(f"wrote {len(records)} records to {ROOT}/rollouts.jsonl, artifacts/, dumps/")
+
+
+if __name__ == "__main__":
+    main()
