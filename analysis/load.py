@@ -315,7 +315,9 @@ def canonical_row(
 ) -> dict[str, Any]:
     """Map one raw slime/Dressage record to a canonical row (without source columns)."""
     if not isinstance(record, dict):
-        raise LogFormatError(f"{where}: a record must be a JSON object (found {type(record).__name__})")
+        raise LogFormatError(
+            f"{where}: a record must be a JSON object (found {type(record).__name__})"
+        )
     group = _first(record, fields.group)
     if group is None:
         raise MissingFieldError(
@@ -369,9 +371,7 @@ def canonical_row(
         "end_version": end_version,
         "end_version_derived": derived,
         "version_spans": (
-            None
-            if spans is None
-            else [{"start": s, "end": e, "version": v} for s, e, v in spans]
+            None if spans is None else [{"start": s, "end": e, "version": v} for s, e, v in spans]
         ),
         "token_count": None if tokens is None else len(tokens),
         "trainer_step": _as_int(step, "trainer step", where),
@@ -391,20 +391,25 @@ def canonical_row(
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, parsed object or the LogFormatError of an unparsable line)."""
     try:
         with path.open("rb") as probe:
             compressed = probe.read(2) == b"\x1f\x8b"
         opener = gzip.open if compressed else open
-        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+        with opener(path, "rt", encoding="utf-8") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 try:
                     yield number, json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise LogFormatError(
-                        f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
-                    ) from exc
+                    # Yielded, not raised, so that --on-bad-record skip can go on reading.
+                    yield (
+                        number,
+                        LogFormatError(
+                            f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
+                        ),
+                    )
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
@@ -425,7 +430,9 @@ def _dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[A
     obj = load_pickled(path, trust_pickle=trust_pickle)
     if isinstance(obj, dict) and "samples" in obj:
         rollout_id = obj.get("rollout_id")
-        if rollout_id is not None and (isinstance(rollout_id, bool) or not isinstance(rollout_id, int)):
+        if rollout_id is not None and (
+            isinstance(rollout_id, bool) or not isinstance(rollout_id, int)
+        ):
             raise LogFormatError(f"{path}: rollout_id must be an integer (found {rollout_id!r})")
         samples = obj["samples"]
     elif isinstance(obj, list):
@@ -452,9 +459,7 @@ def _plain(value: Any) -> Any:
 def _read_canonical(source: Source, extra: Sequence[str]) -> pl.DataFrame:
     try:
         frame = (
-            pl.read_parquet(source.path)
-            if source.format == "parquet"
-            else pl.read_ipc(source.path, memory_map=False)
+            pl.read_parquet(source.path) if source.format == "parquet" else pl.read_ipc(source.path)
         )
     except Exception as exc:
         raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
@@ -529,6 +534,8 @@ def load_logs(
         rows: list[dict[str, Any]] = []
         for where, number, file_step, record in _raw_records(source, dumps):
             try:
+                if isinstance(record, ReplayError):
+                    raise record
                 row = canonical_row(
                     record, fields=fields, where=where, file_step=file_step, extra=extra_fields
                 )
@@ -559,7 +566,9 @@ def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: s
         try:
             columns[path] = pl.Series(path, [row[path] for row in rows], strict=False)
         except (TypeError, pl.exceptions.PolarsError) as exc:
-            raise LogFormatError(f"{where}: field {path} has values of mixed types ({exc})") from exc
+            raise LogFormatError(
+                f"{where}: field {path} has values of mixed types ({exc})"
+            ) from exc
     return pl.DataFrame(columns)
 
 

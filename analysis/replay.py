@@ -40,7 +40,9 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.keep_versions, bool) or not isinstance(self.keep_versions, int):
-            raise ConfigError(f"require `keep_versions` to be an integer (found {self.keep_versions!r})")
+            raise ConfigError(
+                f"require `keep_versions` to be an integer (found {self.keep_versions!r})"
+            )
         if self.keep_versions < 0:
             raise ConfigError(
                 f"require `keep_versions` >= 0 (found {self.keep_versions}); "

@@ -10,6 +10,7 @@ token versions change mid-trajectory; with it off, the trajectory restarts.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Iterator
@@ -88,7 +89,7 @@ def _draw_trajectory(
         turns = rng.randint(2, max(2, config.max_turns))
     cuts = sorted(rng.sample(range(1, total), turns - 1)) if turns > 1 and total > turns else []
     bounds = [0, *cuts, total]
-    return _Trajectory(group, member, [b - a for a, b in zip(bounds, bounds[1:], strict=False)])
+    return _Trajectory(group, member, [b - a for a, b in itertools.pairwise(bounds)])
 
 
 def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
@@ -171,7 +172,9 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
                             generation[key] += 1
                             trajectory.start = now
                             trajectory.restarts += 1
-                            push(now + _duration(trajectory, config), "done", (*key, generation[key]))
+                            push(
+                                now + _duration(trajectory, config), "done", (*key, generation[key])
+                            )
             maybe_train(now)
 
 

@@ -23,14 +23,16 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
     count = 0
     with atomic_path(Path(path)) as temp:
         opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(temp, "wt", encoding="utf-8") as handle:  # type: ignore[operator]
+        with opener(temp, "wt", encoding="utf-8") as handle:
             for record in records:
                 handle.write(json.dumps(record, separators=(",", ":")) + "\n")
                 count += 1
     return count
 
 
-def write_artifacts(records: Iterable[dict[str, Any]], root: Path, *, start_time: float = 1.7e9) -> int:
+def write_artifacts(
+    records: Iterable[dict[str, Any]], root: Path, *, start_time: float = 1.7e9
+) -> int:
     """Write a Dressage segment-artifact tree, one pretty-printed JSON file per record.
 
     Layout: ``<root>/<instance_id>/<session_id>/samples/<segment_index>.json``. File

@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -80,14 +80,16 @@ FieldOption = Annotated[
 ]
 
 
-class BadRecordPolicy(str, Enum):
+class BadRecordPolicy(StrEnum):
     fail = "fail"
     skip = "skip"
 
 
 OnBadRecord = Annotated[
     BadRecordPolicy,
-    typer.Option(help="fail: stop at the first bad record; skip: skip bad records and report them."),
+    typer.Option(
+        help="fail: stop at the first bad record; skip: skip bad records and report them."
+    ),
 ]
 TrustPickle = Annotated[
     bool,
@@ -98,7 +100,9 @@ TrustPickle = Annotated[
 ]
 OrderBy = Annotated[
     str | None,
-    typer.Option(help="Order group arrival by this field (its per-group maximum) instead of input order."),
+    typer.Option(
+        help="Order group arrival by this field (its per-group maximum) instead of input order."
+    ),
 ]
 Traceback = Annotated[
     bool, typer.Option("--traceback", help="Show the Python traceback of an error.")
@@ -174,16 +178,33 @@ def stdout_console() -> Any:
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
-        int, typer.Option("--keep-versions", "-k", help="K: keep groups from the K newest observed versions; 0 disables.")
+        int,
+        typer.Option(
+            "--keep-versions",
+            "-k",
+            help="K: keep groups from the K newest observed versions; 0 disables.",
+        ),
     ] = 0,
     max_preempts: Annotated[
-        str, typer.Option("--max-preempts", "-m", help="M: a trajectory may span at most M+1 versions; 'none' disables.")
+        str,
+        typer.Option(
+            "--max-preempts",
+            "-m",
+            help="M: a trajectory may span at most M+1 versions; 'none' disables.",
+        ),
     ] = "none",
     batch_groups: Annotated[
-        int | None, typer.Option("--batch-groups", "-b", help="B: groups per trainer batch (default: inferred from trainer steps).")
+        int | None,
+        typer.Option(
+            "--batch-groups",
+            "-b",
+            help="B: groups per trainer batch (default: inferred from trainer steps).",
+        ),
     ] = None,
     order_by: OrderBy = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the summary as one JSON object.")
+    ] = False,
     decisions: Annotated[
         Path | None, typer.Option(help="Write one row per group to this CSV or Parquet file.")
     ] = None,
@@ -199,7 +220,11 @@ def replay(
         batch_groups=batch_groups,
     )
     options = load_options(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by
+        inputs,
+        field=field,
+        on_bad_record=on_bad_record,
+        trust_pickle=trust_pickle,
+        order_by=order_by,
     )
     table, report = options.load()
     result = analysis.replay(table, config, order_by=order_by)
@@ -219,7 +244,9 @@ def replay(
 @handles_errors
 def inspect(
     inputs: Inputs,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the findings as one JSON object.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the findings as one JSON object.")
+    ] = False,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -244,7 +271,10 @@ def inspect(
 def convert(
     inputs: Inputs,
     output: Annotated[
-        Path, typer.Option("--output", "-o", help="Output file: .parquet (or .arrow) in the canonical layout.")
+        Path,
+        typer.Option(
+            "--output", "-o", help="Output file: .parquet (or .arrow) in the canonical layout."
+        ),
     ],
     order_by: OrderBy = None,
     field: FieldOption = None,
@@ -254,7 +284,11 @@ def convert(
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time."""
     options = load_options(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by
+        inputs,
+        field=field,
+        on_bad_record=on_bad_record,
+        trust_pickle=trust_pickle,
+        order_by=order_by,
     )
     table, report = options.load()
     analysis.write_canonical(table, output, inputs=inputs)

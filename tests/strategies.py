@@ -76,7 +76,8 @@ def group_fields(draw: st.DrawFn, *, style: str, number: int) -> dict[str, Any]:
     top: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     if style == "group_index":
-        top["group_index"] = number
+        # Ids compare as strings: a group_index written as "3" is group 3.
+        top["group_index"] = str(number) if draw(st.integers(0, 9)) == 9 else number
         if draw(st.booleans()):
             top["instance_id"] = f"decoy-{draw(st.integers(0, 3))}"
         if draw(st.integers(0, 4)) == 0:

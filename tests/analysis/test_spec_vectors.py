@@ -64,7 +64,11 @@ def test_same_segment_later_record_wins() -> None:
 
 
 def test_late_seen_label_is_newer_whatever_its_sort_order() -> None:
-    result = run([record("fresh", "a", "alpha"), record("newer", "b", "aardvark")], keep_versions=1, batch_groups=2)
+    result = run(
+        [record("fresh", "a", "alpha"), record("newer", "b", "aardvark")],
+        keep_versions=1,
+        batch_groups=2,
+    )
     assert result.summary.versions == ("alpha", "aardvark")
     assert decisions(result) == [
         ("fresh", "dropped_stale", "pending", None),
@@ -84,7 +88,9 @@ def test_group_with_unversioned_record_and_old_trajectory_is_stale() -> None:
 
 
 def test_new_version_drops_pending_old_group() -> None:
-    result = run([record("g-old", "a", "old"), record("g-new", "b", "new")], keep_versions=1, batch_groups=2)
+    result = run(
+        [record("g-old", "a", "old"), record("g-new", "b", "new")], keep_versions=1, batch_groups=2
+    )
     assert result.summary.counts["groups"]["dropped_stale_pending"] == 1
     assert result.summary.counts["groups"]["dropped_stale"] == 1
 
@@ -147,7 +153,9 @@ def test_span_mean_over_trajectories() -> None:
     assert (span["min"], span["mean"], span["max"]) == (1, 1.5, 2)
 
 
-@pytest.mark.parametrize(("max_preempts", "rejected"), [(None, False), (0, True), (1, True), (2, False)])
+@pytest.mark.parametrize(
+    ("max_preempts", "rejected"), [(None, False), (0, True), (1, True), (2, False)]
+)
 def test_span_three_switches_two(max_preempts: int | None, rejected: bool) -> None:
     records = [spans_record(0, "t", ["v1", "v1", "unknown", "v2", "v1", "v3"])]
     result = run(records, max_preempts=max_preempts, batch_groups=1)

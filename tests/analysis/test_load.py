@@ -1,0 +1,228 @@
+"""Loaders: every format gives the same canonical table, and bad input says where and what."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import analysis
+from analysis.errors import (
+    InputNotFoundError,
+    LogFormatError,
+    MissingFieldError,
+    UnknownFormatError,
+    UnsafePickleError,
+)
+from analysis.pickles import dump_pt, load_pickled
+
+CONFIGS = [
+    analysis.ReplayConfig(keep_versions=k, max_preempts=m, batch_groups=b)
+    for k, m, b in [(0, None, 3), (1, 0, 3), (2, 1, 2), (3, 2, 5), (1, None, None)]
+]
+
+
+def replays(table: pl.DataFrame) -> list[tuple[pl.DataFrame, dict]]:
+    return [
+        (result.decisions, result.summary.to_dict())
+        for result in analysis.replay_many(table, CONFIGS)
+    ]
+
+
+def test_every_format_gives_identical_decisions_and_summaries(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    reference = replays(analysis.load_logs([small_logs["jsonl"]]))
+    converted = tmp_path / "run.parquet"
+    analysis.write_canonical(analysis.load_logs([small_logs["jsonl"]]), converted)
+    others = [*(small_logs[k] for k in ("jsonl.gz", "artifacts", "pt")), converted]
+    for source in others:
+        for (decisions, summary), (expected_decisions, expected_summary) in zip(
+            replays(analysis.load_logs([source])), reference, strict=True
+        ):
+            assert_frame_equal(decisions, expected_decisions)
+            assert summary == expected_summary, source
+    # The log is not trivial: the settings above must disagree with each other.
+    assert len({json.dumps(s, sort_keys=True) for _, s in reference}) == len(CONFIGS)
+
+
+def test_canonical_columns_and_spans_only(small_logs: dict[str, Path]) -> None:
+    table = analysis.load_logs([small_logs["jsonl"]])
+    assert list(table.columns) == list(analysis.CANONICAL_SCHEMA)
+    assert "full_versions" not in table.columns
+    first = table.row(0, named=True)
+    assert first["version_spans"][0]["version"] == "-1"
+    assert first["version_spans"][-1]["end"] == first["token_count"]
+
+
+def test_parquet_round_trip_is_exact(small_logs: dict[str, Path], tmp_path: Path) -> None:
+    table = analysis.load_logs([small_logs["pt"]])
+    analysis.write_canonical(table, tmp_path / "log.parquet")
+    analysis.write_canonical(table, tmp_path / "log.arrow")
+    for name in ("log.parquet", "log.arrow"):
+        again = analysis.load_logs([tmp_path / name])
+        assert_frame_equal(again.drop("source"), table.drop("source"))
+
+
+def test_dumps_are_ordered_by_rollout_id_not_name(small_logs: dict[str, Path]) -> None:
+    table = analysis.load_logs([small_logs["pt"]])
+    steps = table["trainer_step"].to_list()
+    assert steps == sorted(steps)
+    assert max(steps) >= 10  # so that name order (rollout_10 before rollout_2) would differ
+
+
+def test_several_inputs_are_read_in_the_order_given(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps({"group_index": 1}) + "\n")
+    second.write_text(json.dumps({"group_index": 2}) + "\n")
+    table = analysis.load_logs([second, first])
+    assert table["group_id"].to_list() == ["2", "1"]
+
+
+def test_flat_keys_and_fallback_fields(tmp_path: Path) -> None:
+    path = tmp_path / "flat.jsonl"
+    rows = [
+        {"instance_id": "p1", "session_id": "s1", "dressage_end_token_version": 5,
+         "segment_index": None},
+        {"metadata": {"dressage_return_async_group_id": "async-1", "instance_id": "x"},
+         "trajectory_id": "t9", "full_versions": ["-1", "7"], "tokens": [0, 1]},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = analysis.load_logs([path])
+    assert table.select("group_id", "trajectory_id", "segment_index", "end_version").rows() == [
+        ("p1", "s1", 0, "5"),
+        ("async-1", "t9", 0, "7"),
+    ]
+    assert table["end_version_derived"].to_list() == [False, True]
+
+
+def test_field_override_replaces_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "custom.jsonl"
+    path.write_text(json.dumps({"group_index": 1, "meta": {"prompt": "p-7"}}) + "\n")
+    fields = analysis.FieldMap().override(group="meta.prompt")
+    assert analysis.load_logs([path], fields=fields)["group_id"].to_list() == ["p-7"]
+
+
+def test_missing_group_names_fields_and_option(tmp_path: Path) -> None:
+    path = tmp_path / "nogroup.jsonl"
+    path.write_text(json.dumps({"index": 3, "metadata": {"parent_traj_id": "t"}}) + "\n")
+    with pytest.raises(
+        MissingFieldError,
+        match=r"nogroup.jsonl:1: no group id .*index, metadata.parent_traj_id.*--field group=PATH",
+    ):
+        analysis.load_logs([path])
+
+
+def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.jsonl"
+    path.write_text(json.dumps({"group_index": 1}) + "\n" + '{"group_index": 2,\n')
+    with pytest.raises(LogFormatError, match=r"broken.jsonl:2: not valid JSON"):
+        analysis.load_logs([path])
+    report = analysis.LoadReport()
+    table = analysis.load_logs([path], on_bad_record="skip", report=report)
+    assert table.height == 1
+    assert sum(report.skipped.values()) == 1
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"group_index": 0, "metadata": {"segment_index": 1.5}}, "segment_index must be an integer"),
+        ({"group_index": 0, "response_length": -2}, "response_length must be >= 0"),
+        ({"group_index": 0, "metadata": {"full_versions": "v1"}}, "full_versions must be a list"),
+        ({"group_index": 0, "metadata": {"version_spans": [{"start": 1, "end": 2, "version": "a"}]}},
+         "consecutive runs from 0"),
+        ([1, 2], "must be a JSON object"),
+    ],
+)  # fmt: skip
+def test_wrong_types_are_bad_records(tmp_path: Path, record: object, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(LogFormatError, match=message):
+        analysis.load_logs([path])
+
+
+def test_missing_path_and_unknown_format(tmp_path: Path) -> None:
+    with pytest.raises(InputNotFoundError, match="no such file"):
+        analysis.load_logs([tmp_path / "absent.jsonl"])
+    odd = tmp_path / "notes.txt"
+    odd.write_text("hello\n")
+    with pytest.raises(UnknownFormatError, match="unknown format"):
+        analysis.load_logs([odd])
+    with pytest.raises(UnknownFormatError, match="no slime dumps"):
+        analysis.load_logs([tmp_path])
+
+
+def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
+    path = tmp_path / "log.data"
+    with gzip.open(path, "wt") as handle:
+        handle.write(json.dumps({"group_index": 4}) + "\n")
+    assert analysis.load_logs([path])["group_id"].to_list() == ["4"]
+
+
+def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Path) -> None:
+    from analysis.writers import write_artifacts
+
+    write_artifacts(small_records[:6], tmp_path / "art")
+    for path in (tmp_path / "art").rglob("*.json"):
+        os.utime(path, (1.8e9, 1.8e9))
+    report = analysis.LoadReport()
+    analysis.load_logs([tmp_path / "art"], report=report)
+    assert any("share a modification time" in w for w in report.warnings)
+
+
+# --------------------------------------------------------------------------- pickles
+
+
+class _RunsCommand:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_not_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    payload = {"rollout_id": 0, "samples": [{"group_index": 0, "evil": _RunsCommand(marker)}]}
+    bare = tmp_path / "evil.pkl"
+    bare.write_bytes(pickle.dumps(payload))
+    archive = tmp_path / "evil.pt"
+    dump_pt(payload, archive)
+    for path in (bare, archive):
+        with pytest.raises(UnsafePickleError, match="--trust-pickle"):
+            analysis.load_logs([path])
+    assert not marker.exists()
+
+
+def test_bare_pickle_of_plain_dicts_reads_safely(tmp_path: Path) -> None:
+    path = tmp_path / "old.pkl"
+    path.write_bytes(pickle.dumps([{"group_index": 1, "metadata": {"parent_traj_id": "t"}}]))
+    assert analysis.load_logs([path])["trajectory_id"].to_list() == ["t"]
+
+
+def test_torch_reads_our_dumps_and_we_read_torch_save(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    ours = tmp_path / "ours.pt"
+    dump_pt({"rollout_id": 3, "samples": [{"group_index": 1, "reward": 0.5}]}, ours)
+    assert torch.load(ours)["samples"][0]["reward"] == 0.5
+
+    theirs = tmp_path / "rollout_7.pt"
+    sample = {
+        "group_index": 2,
+        "rollout_log_probs": torch.tensor([-0.1, -0.2]),
+        "metadata": {"parent_traj_id": "t", "dressage_end_token_version": "v3"},
+    }
+    torch.save({"rollout_id": 7, "samples": [sample]}, theirs)
+    obj = load_pickled(theirs)
+    assert "rollout_log_probs" in obj["samples"][0]  # present but skipped, torch not imported
+    table = analysis.load_logs([theirs])
+    assert table.select("group_id", "trainer_step", "end_version").row(0) == ("2", 7, "v3")
+    trusted = analysis.load_logs([theirs], trust_pickle=True)
+    assert_frame_equal(trusted, table)

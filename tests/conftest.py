@@ -1,0 +1,50 @@
+"""Shared fixtures: small simulated logs written in every supported format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.simulate import SimulationConfig, simulate
+from analysis.writers import write_artifacts, write_jsonl, write_pt_dumps
+
+SMALL_RUN = SimulationConfig(
+    n_groups=36,
+    n_samples_per_prompt=3,
+    max_active_groups=10,
+    batch_groups=3,
+    train_step_time=1.5,
+    median_response_tokens=60,
+    max_response_tokens=600,
+    prompt_tokens=8,
+    tool_tokens=4,
+    multi_turn_fraction=0.4,
+    multi_segment_fraction=0.4,
+    abort_fraction=0.05,
+    seed=11,
+)
+
+
+@pytest.fixture(scope="session")
+def small_records() -> list[dict[str, Any]]:
+    return list(simulate(SMALL_RUN))
+
+
+@pytest.fixture(scope="session")
+def small_logs(
+    tmp_path_factory: pytest.TempPathFactory, small_records: list[dict]
+) -> dict[str, Path]:
+    """The same simulated run as JSONL, gzipped JSONL, artifact folder and .pt dumps."""
+    root = tmp_path_factory.mktemp("small_logs")
+    write_jsonl(small_records, root / "run.jsonl")
+    write_jsonl(small_records, root / "run.jsonl.gz")
+    write_artifacts(small_records, root / "artifacts")
+    write_pt_dumps(small_records, root / "dumps")
+    return {
+        "jsonl": root / "run.jsonl",
+        "jsonl.gz": root / "run.jsonl.gz",
+        "artifacts": root / "artifacts",
+        "pt": root / "dumps",
+    }

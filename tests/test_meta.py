@@ -1,0 +1,47 @@
+"""Project-level promises: every command documented, the library light and quiet."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert len(result.stdout) > 200
+    assert f"`{command} " in (ROOT / "README.md").read_text()
+
+
+def test_readme_starts_with_the_two_setup_commands() -> None:
+    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:15])
+    assert "make demo" in head and "make test" in head
+
+
+def test_import_analysis_leaves_cli_and_plotting_libraries_out() -> None:
+    code = (
+        "import sys, analysis; "
+        "print(sorted(m for m in ('typer', 'rich', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_library_never_prints() -> None:
+    offenders = [
+        path.name
+        for path in (ROOT / "analysis").glob("*.py")
+        if "print(" in path.read_text().replace("# print(", "")
+    ]
+    assert offenders == []
