@@ -33,6 +33,8 @@ from analysis.replay import (
     replay,
     replay_many,
 )
+from analysis.simulate import SimulationConfig, simulate
+from analysis.writers import write_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
@@ -49,6 +51,7 @@ __all__ = [
     "ReplayError",
     "ReplayResult",
     "ReplaySummary",
+    "SimulationConfig",
     "UnknownFormatError",
     "UnsafePickleError",
     "derive_end_version",
@@ -60,7 +63,9 @@ __all__ = [
     "replay",
     "replay_many",
     "run_length_spans",
+    "simulate",
     "write_canonical",
     "write_decisions",
     "write_frame",
+    "write_log",
 ]

@@ -596,11 +596,12 @@ def records_to_table(
     fields: FieldMap | None = None,
     extra_fields: Sequence[str] = (),
     source: str = "<records>",
+    first_record: int = 1,
 ) -> pl.DataFrame:
     """Build the canonical table from raw record dicts already in memory (a notebook's list)."""
     fields = fields or FieldMap()
     rows = []
-    for number, record in enumerate(records, start=1):
+    for number, record in enumerate(records, start=first_record):
         row = canonical_row(
             record, fields=fields, where=f"{source}: record {number}", extra=extra_fields
         )

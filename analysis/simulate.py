@@ -9,12 +9,13 @@ token versions change mid-trajectory; with it off, the trajectory restarts.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from analysis.errors import ConfigError
@@ -68,7 +69,7 @@ class _Trajectory:
     """Response tokens generated in each turn; tool tokens come between turns."""
     start: float = 0.0
     restarts: int = 0
-    token_times: list[float] = field(default_factory=list)
+    finished_at: float = 0.0
 
     @property
     def response_tokens(self) -> int:
@@ -146,7 +147,7 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
             if generation.get((group, member)) != gen:
                 continue  # superseded by a restart after a weight update
             trajectory = active[group][member]
-            trajectory.token_times = _token_times(trajectory, config)
+            trajectory.finished_at = now
             pending[group] -= 1
             if pending[group] == 0:
                 finished_trajectories[group] = active.pop(group)
@@ -182,22 +183,26 @@ def _running(trajectory: _Trajectory, now: float, config: SimulationConfig) -> b
     return trajectory.start <= now < trajectory.start + _duration(trajectory, config)
 
 
-def _token_times(trajectory: _Trajectory, config: SimulationConfig) -> list[float]:
-    return [
-        trajectory.start + (i + 1) * config.token_time for i in range(trajectory.response_tokens)
-    ]
-
-
-def _version_at(update_times: list[float], time: float) -> int:
-    """Weight version in force at ``time``: how many updates were published before it."""
-    low, high = 0, len(update_times)
-    while low < high:
-        middle = (low + high) // 2
-        if update_times[middle] <= time:
-            low = middle + 1
-        else:
-            high = middle
-    return low
+def _response_versions(
+    trajectory: _Trajectory, update_times: list[float], config: SimulationConfig
+) -> list[str]:
+    """Version label of each response token: token i is generated at start + (i+1) * token_time."""
+    total = trajectory.response_tokens
+    version = bisect.bisect_right(update_times, trajectory.start)
+    labels: list[str] = []
+    done = 0
+    for update in update_times[version:]:
+        # Tokens generated before this update keep the version in force until it.
+        before = min(
+            total, max(done, math.ceil((update - trajectory.start) / config.token_time) - 1)
+        )
+        labels += [str(version)] * (before - done)
+        done = before
+        if done >= total:
+            break
+        version += 1
+    labels += [str(version)] * (total - done)
+    return labels
 
 
 def _group_records(
@@ -210,7 +215,7 @@ def _group_records(
 ) -> Iterator[dict[str, Any]]:
     aborted = rng.random() < config.abort_fraction
     for trajectory in members:
-        versions = [str(_version_at(update_times, t)) for t in trajectory.token_times]
+        versions = _response_versions(trajectory, update_times, config)
         segments = _split_segments(trajectory, rng, config)
         reward = round(rng.random() * (1.0 if trajectory.response_tokens < 2000 else 0.6), 4)
         for segment_index, turn_range in enumerate(segments):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,19 +69,84 @@ def write_pt_dumps(records: Iterable[dict[str, Any]], folder: Path) -> int:
     """Write slime rollout dumps, one ``rollout_<id>.pt`` per trainer step.
 
     The step is ``metadata.dressage_return_rollout_id``; the file-level ``rollout_id``
-    carries it, as slime's own dumps do.
+    carries it, as slime's own dumps do. Records of one step must be consecutive (as in
+    completion order), so only one step is held in memory.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    written: set[int] = set()
+    step: int | None = None
+    samples: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if step is None:
+            return
+        with atomic_path(folder / f"rollout_{step}.pt") as temp:
+            dump_pt({"rollout_id": step, "samples": samples}, temp)
+        written.add(step)
+
     count = 0
     for count, record in enumerate(records, start=1):
-        step = record.get("metadata", {}).get("dressage_return_rollout_id")
-        if step is None:
+        record_step = record.get("metadata", {}).get("dressage_return_rollout_id")
+        if record_step is None:
             raise OutputError(f"record {count} has no trainer step; .pt dumps are one per step")
-        by_step[int(step)].append(record)
-    for step, samples in sorted(by_step.items()):
-        target = folder / f"rollout_{step}.pt"
-        with atomic_path(target) as temp:
-            dump_pt({"rollout_id": step, "samples": samples}, temp)
+        if record_step != step:
+            flush()
+            if record_step in written:
+                raise OutputError(f"record {count}: trainer step {record_step} is not consecutive")
+            step, samples = int(record_step), []
+        samples.append(record)
+    flush()
     return count
+
+
+def write_canonical_parquet(
+    records: Iterable[dict[str, Any]], path: Path, *, chunk_records: int = 20_000
+) -> int:
+    """Write records straight to the canonical Parquet layout, a chunk at a time."""
+    import pyarrow.parquet as pq
+
+    from analysis.load import FieldMap, records_to_table
+
+    fields = FieldMap()
+    count = 0
+    writer = None
+    with atomic_path(Path(path)) as temp:
+        try:
+            chunk: list[dict[str, Any]] = []
+            for record in _with_end(records):
+                if record is not None:
+                    chunk.append(record)
+                if chunk and (record is None or len(chunk) >= chunk_records):
+                    table = records_to_table(
+                        chunk, fields=fields, source=str(path), first_record=count + 1
+                    )
+                    arrow = table.to_arrow()
+                    if writer is None:
+                        writer = pq.ParquetWriter(temp, arrow.schema)
+                    writer.write_table(arrow)
+                    count += len(chunk)
+                    chunk = []
+        finally:
+            if writer is not None:
+                writer.close()
+    return count
+
+
+def _with_end(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any] | None]:
+    """The records, then None: the signal to write the last chunk."""
+    yield from records
+    yield None
+
+
+def write_log(records: Iterable[dict[str, Any]], path: Path, log_format: str) -> int:
+    """Write records as ``jsonl`` (``.gz`` compresses), ``parquet``, ``artifacts`` or ``pt``."""
+    writers = {
+        "jsonl": write_jsonl,
+        "parquet": write_canonical_parquet,
+        "artifacts": write_artifacts,
+        "pt": write_pt_dumps,
+    }
+    if log_format not in writers:
+        raise OutputError(f"unknown log format {log_format!r}; use one of {', '.join(writers)}")
+    return writers[log_format](records, Path(path))

@@ -296,6 +296,74 @@ def convert(
     warn(report)
 
 
+class LogFormatChoice(StrEnum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+    artifacts = "artifacts"
+    pt = "pt"
+
+
+@app.command()
+@handles_errors
+def simulate(
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Output file (jsonl, parquet) or folder (artifacts, pt)."
+        ),
+    ],
+    log_format: Annotated[
+        LogFormatChoice, typer.Option("--format", help="What to write.")
+    ] = LogFormatChoice.jsonl,
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same log.")] = 0,
+    groups: Annotated[int, typer.Option(help="GRPO prompt groups to generate.")] = 64,
+    samples_per_prompt: Annotated[int, typer.Option(help="Trajectories per group.")] = 4,
+    max_active_groups: Annotated[int, typer.Option(help="Groups in flight at once.")] = 16,
+    batch_groups: Annotated[int, typer.Option(help="Groups per trainer step.")] = 4,
+    train_step_time: Annotated[
+        float, typer.Option(help="Seconds per trainer step; each step publishes a version.")
+    ] = 20.0,
+    token_time: Annotated[
+        float, typer.Option(help="Seconds per generated token of one trajectory.")
+    ] = 0.01,
+    median_tokens: Annotated[
+        int, typer.Option(help="Median response tokens per trajectory.")
+    ] = 300,
+    tail_sigma: Annotated[
+        float,
+        typer.Option(help="Log-normal spread of response lengths (heavier tail when larger)."),
+    ] = 0.9,
+    max_tokens: Annotated[int, typer.Option(help="Longest response, in tokens.")] = 16_000,
+    multi_turn_fraction: Annotated[
+        float, typer.Option(help="Fraction of multi-turn trajectories.")
+    ] = 0.3,
+    multi_segment_fraction: Annotated[
+        float,
+        typer.Option(help="Fraction of multi-turn trajectories split into two segment records."),
+    ] = 0.2,
+    partial_rollout: Annotated[
+        bool,
+        typer.Option(help="Resume interrupted generation under the new version (else restart)."),
+    ] = True,
+    abort_fraction: Annotated[
+        float, typer.Option(help="Fraction of groups with an aborted sample.")
+    ] = 0.0,
+    traceback_: Traceback = False,
+) -> None:
+    """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
+    config = analysis.SimulationConfig(
+        n_groups=groups, n_samples_per_prompt=samples_per_prompt,
+        max_active_groups=max_active_groups, batch_groups=batch_groups,
+        train_step_time=train_step_time, token_time=token_time,
+        median_response_tokens=median_tokens, tail_sigma=tail_sigma,
+        max_response_tokens=max_tokens, multi_turn_fraction=multi_turn_fraction,
+        multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
+        abort_fraction=abort_fraction, seed=seed,
+    )  # fmt: skip
+    count = analysis.write_log(analysis.simulate(config), output, log_format.value)
+    typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
+
+
 def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     """The load report's skips as extra JSON keys (only when something was skipped)."""
     if not report.skipped:

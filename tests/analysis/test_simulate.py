@@ -1,0 +1,147 @@
+"""The simulator: deterministic, Dressage-shaped records, and the what-ifs users rely on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import analysis
+from analysis.errors import ConfigError
+from analysis.labels import derive_end_version, run_length_spans
+from analysis.simulate import SimulationConfig, simulate
+from cli.main import app
+
+BASE = SimulationConfig(
+    n_groups=60,
+    n_samples_per_prompt=4,
+    max_active_groups=12,
+    batch_groups=4,
+    train_step_time=3.0,
+    median_response_tokens=120,
+    max_response_tokens=2000,
+    prompt_tokens=16,
+    multi_turn_fraction=0.5,
+    multi_segment_fraction=0.5,
+    seed=5,
+)
+
+
+def test_same_seed_same_log_other_seed_other_log() -> None:
+    first = list(simulate(BASE))
+    assert first == list(simulate(BASE))
+    assert first != list(simulate(dataclasses.replace(BASE, seed=6)))
+
+
+def test_records_carry_dressage_fields_with_their_types() -> None:
+    for record in simulate(BASE):
+        assert isinstance(record["group_index"], int)
+        assert isinstance(record["index"], int)
+        assert record["status"] in {"completed", "aborted"}
+        assert isinstance(record["reward"], float)
+        metadata = record["metadata"]
+        assert isinstance(metadata["parent_traj_id"], str)
+        assert isinstance(metadata["segment_index"], int)
+        assert isinstance(metadata["dressage_return_rollout_id"], int)
+        labels = metadata["full_versions"]
+        assert len(labels) == len(record["tokens"])
+        assert len(record["loss_mask"]) == record["response_length"] <= len(labels)
+        assert labels[: BASE.prompt_tokens] == ["-1"] * BASE.prompt_tokens
+        assert all(isinstance(label, str) for label in labels)
+
+
+def test_spans_are_the_run_length_form_and_end_versions_follow_the_loss_mask() -> None:
+    for record in simulate(BASE):
+        metadata = record["metadata"]
+        spans = run_length_spans(metadata["full_versions"])
+        assert [(s["start"], s["end"], s["version"]) for s in metadata["version_spans"]] == spans
+        kwargs = {"response_length": record["response_length"], "loss_mask": record["loss_mask"]}
+        assert derive_end_version(spans, **kwargs) == metadata["dressage_end_token_version"]
+        trainable = [
+            v
+            for v, m in zip(
+                metadata["full_versions"][-record["response_length"] :], record["loss_mask"], strict=True
+            )
+            if m
+        ]
+        assert metadata["dressage_start_token_version"] == trainable[0]
+
+
+def test_multi_segment_trajectories_and_tool_tokens_exist() -> None:
+    records = list(simulate(BASE))
+    assert any(r["metadata"]["segment_index"] == 1 for r in records)
+    assert any(0 in r["loss_mask"] for r in records)
+
+
+def test_written_in_completion_order_with_consecutive_trainer_steps() -> None:
+    steps = [r["metadata"]["dressage_return_rollout_id"] for r in simulate(BASE)]
+    assert steps == sorted(steps)
+    groups_per_step = pl.DataFrame(
+        {"step": steps, "group": [r["group_index"] for r in simulate(BASE)]}
+    ).group_by("step").agg(pl.col("group").n_unique())["group"]
+    assert set(groups_per_step.to_list()) == {BASE.batch_groups}
+
+
+def multi_version_share(config: SimulationConfig) -> float:
+    table = analysis.records_to_table(list(simulate(config)))
+    spans = analysis.prepare(table).trajectories["span"]
+    return float((spans >= 2).mean())  # type: ignore[arg-type]
+
+
+def test_faster_trainer_means_more_trajectories_spanning_versions() -> None:
+    shares = [
+        multi_version_share(dataclasses.replace(BASE, train_step_time=step, n_groups=80))
+        for step in (12.0, 4.0, 1.0)
+    ]
+    assert shares[0] < shares[1] < shares[2]
+
+
+def test_without_partial_rollout_no_trajectory_switches_version() -> None:
+    config = dataclasses.replace(BASE, partial_rollout=False, train_step_time=1.0)
+    assert multi_version_share(config) == 0.0
+    restarts = [r["metadata"]["restarts"] for r in simulate(config)]
+    assert max(restarts) > 0
+
+
+def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> None:
+    config = dataclasses.replace(BASE, train_step_time=1.5, tail_sigma=1.2)
+    table = analysis.records_to_table(list(simulate(config)))
+    free = analysis.replay(table, analysis.ReplayConfig()).summary
+    assert free.version_span["all"]["max"] > 1
+    strict = analysis.replay(table, analysis.ReplayConfig(max_preempts=0)).summary
+    assert strict.counts["groups"]["rejected_span"] > 0
+    stale = analysis.replay(table, analysis.ReplayConfig(keep_versions=1)).summary
+    assert stale.counts["groups"]["dropped_stale"] > 0
+
+
+@pytest.mark.parametrize(
+    "change", [{"n_groups": 0}, {"train_step_time": 0.0}, {"abort_fraction": 1.5}]
+)
+def test_invalid_parameters_are_refused(change: dict) -> None:
+    with pytest.raises(ConfigError, match="require"):
+        dataclasses.replace(BASE, **change)
+
+
+@pytest.mark.parametrize("log_format", ["jsonl", "parquet", "artifacts", "pt"])
+def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) -> None:
+    target = tmp_path / f"sim.{log_format}"
+    args = ["simulate", "-o", str(target), "--format", log_format, "--groups", "20", "--seed", "4"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    table = analysis.load_logs([target])
+    assert table["group_id"].n_unique() == 20
+    reference = analysis.records_to_table(
+        list(simulate(SimulationConfig(n_groups=20, seed=4)))
+    )
+    assert table.drop("source", "record").equals(reference.drop("source", "record"))
+
+
+def test_simulated_jsonl_is_one_object_per_line(tmp_path: Path) -> None:
+    target = tmp_path / "sim.jsonl"
+    CliRunner().invoke(app, ["simulate", "-o", str(target), "--groups", "5"])
+    lines = target.read_text().splitlines()
+    assert all(isinstance(json.loads(line), dict) for line in lines)
