@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -141,7 +141,7 @@ def _with_end(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any] | No
 
 def write_log(records: Iterable[dict[str, Any]], path: Path, log_format: str) -> int:
     """Write records as ``jsonl`` (``.gz`` compresses), ``parquet``, ``artifacts`` or ``pt``."""
-    writers = {
+    writers: dict[str, Callable[[Iterable[dict[str, Any]], Path], int]] = {
         "jsonl": write_jsonl,
         "parquet": write_canonical_parquet,
         "artifacts": write_artifacts,

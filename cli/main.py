@@ -167,7 +167,9 @@ def parse_max_preempts(value: str) -> int | None:
 def stdout_console() -> Any:
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    # Piped or captured output is not cut to 80 columns: tables stay whole in files.
+    width = None if sys.stdout.isatty() else 120
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
 # --------------------------------------------------------------------------- commands

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -11,9 +12,9 @@ from analysis import LogInspection, ReplaySummary
 
 _COLUMNS = (
     ("kept", "kept"),
-    ("dropped_stale_arrival", "stale: arrival"),
-    ("dropped_stale_pending", "stale: pending"),
-    ("rejected_span", "rejected: span"),
+    ("dropped_stale_arrival", "stale, arrival"),
+    ("dropped_stale_pending", "stale, pending"),
+    ("rejected_span", "span rejected"),
     ("failed", "failed"),
 )
 
@@ -23,7 +24,7 @@ def _cell(value: int | None, total: int | None) -> str:
         return "n/a"
     if not total:
         return f"{value:,}"
-    return f"{value:,} ({100 * value / total:.1f}%)"
+    return f"{value:,} {100 * value / total:.1f}%"
 
 
 def _number(value: Any, digits: int = 2) -> str:
@@ -42,6 +43,8 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
             f"batch_groups={config.batch_groups}"
         ),
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
     table.add_column("outcome", no_wrap=True)
     for unit in summary.counts:

@@ -64,7 +64,9 @@ def test_spans_are_the_run_length_form_and_end_versions_follow_the_loss_mask() -
         trainable = [
             v
             for v, m in zip(
-                metadata["full_versions"][-record["response_length"] :], record["loss_mask"], strict=True
+                metadata["full_versions"][-record["response_length"] :],
+                record["loss_mask"],
+                strict=True,
             )
             if m
         ]
@@ -80,9 +82,11 @@ def test_multi_segment_trajectories_and_tool_tokens_exist() -> None:
 def test_written_in_completion_order_with_consecutive_trainer_steps() -> None:
     steps = [r["metadata"]["dressage_return_rollout_id"] for r in simulate(BASE)]
     assert steps == sorted(steps)
-    groups_per_step = pl.DataFrame(
-        {"step": steps, "group": [r["group_index"] for r in simulate(BASE)]}
-    ).group_by("step").agg(pl.col("group").n_unique())["group"]
+    groups_per_step = (
+        pl.DataFrame({"step": steps, "group": [r["group_index"] for r in simulate(BASE)]})
+        .group_by("step")
+        .agg(pl.col("group").n_unique())["group"]
+    )
     assert set(groups_per_step.to_list()) == {BASE.batch_groups}
 
 
@@ -134,9 +138,7 @@ def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) ->
     assert result.exit_code == 0, result.stderr
     table = analysis.load_logs([target])
     assert table["group_id"].n_unique() == 20
-    reference = analysis.records_to_table(
-        list(simulate(SimulationConfig(n_groups=20, seed=4)))
-    )
+    reference = analysis.records_to_table(list(simulate(SimulationConfig(n_groups=20, seed=4))))
     assert table.drop("source", "record").equals(reference.drop("source", "record"))
 
 

@@ -70,7 +70,7 @@ def test_table_output_names_the_setting(small_logs: dict[str, Path]) -> None:
     code, out, _ = invoke("replay", small_logs["jsonl"], "--keep-versions", "1")
     assert code == 0
     assert "keep_versions=1" in out and "max_preempts=none" in out
-    assert "stale: pending" in out and "version gap, kept" in out
+    assert "stale, pending" in out and "version gap, kept" in out
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
