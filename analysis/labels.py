@@ -13,13 +13,23 @@ NOT_REAL = frozenset({"", "-1", "unknown", "none"})
 
 
 def label_text(value: Any) -> str | None:
-    """Return a label as the string it stands for, unstripped; None for null."""
+    """Return a label as the string it stands for, unstripped; None for null.
+
+    Raises ValueError for values that cannot be labels (lists, dicts, booleans).
+    """
     if value is None:
         return None
-    if isinstance(value, bool):
-        # JSON true/false are not version labels; keep them visible rather than guess.
-        return str(value).lower()
-    return value if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"a label must be a string or an integer (found {value!r})")
+    if isinstance(value, float):
+        if value != value:
+            raise ValueError("a label must be a string or an integer (found NaN)")
+        # Integer labels that went through a numeric column with nulls come back as floats.
+        if value.is_integer():
+            return str(int(value))
+    return str(value)
 
 
 def real_label(value: Any) -> str | None:

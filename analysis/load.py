@@ -7,6 +7,7 @@ run-length spans; an end version derived from them is flagged.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import gzip
 import json
 import math
@@ -24,6 +25,7 @@ from analysis.errors import (
     MissingFieldError,
     ReplayError,
     UnknownFormatError,
+    UnsafePickleError,
 )
 from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
 from analysis.pickles import SKIPPED, ZIP_MAGIC, load_pickled
@@ -140,7 +142,10 @@ def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str
     for raw in inputs:
         path = Path(raw)
         if not path.exists():
-            matches = sorted(Path().glob(str(raw))) if any(c in str(raw) for c in "*?[") else []
+            pattern = str(raw)
+            matches = (
+                sorted(map(Path, glob.glob(pattern))) if any(c in pattern for c in "*?[") else []
+            )
             if not matches:
                 raise InputNotFoundError(f"{raw}: no such file or directory; check the path")
             for match in matches:
@@ -198,7 +203,9 @@ def _artifact_sources(files: list[Path]) -> tuple[list[Source], list[str]]:
 
 def _file_format(path: Path) -> Format:
     name = path.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json", ".json.gz")):
+    if name.endswith(".json"):
+        return "artifacts"  # one (pretty-printed) JSON document: an object or a list of them
+    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")):
         return "jsonl"
     if name.endswith(".parquet"):
         return "parquet"
@@ -318,6 +325,24 @@ def canonical_row(
         raise LogFormatError(
             f"{where}: a record must be a JSON object (found {type(record).__name__})"
         )
+    if "metadata" in record and not isinstance(record["metadata"], (dict, type(None))):
+        raise LogFormatError(
+            f"{where}: metadata must be an object (found {type(record['metadata']).__name__})"
+        )
+    try:
+        return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
+    except ValueError as exc:  # a label of the wrong type, from analysis.labels
+        raise LogFormatError(f"{where}: {exc}") from exc
+
+
+def _canonical_row(
+    record: dict[str, Any],
+    *,
+    fields: FieldMap,
+    where: str,
+    file_step: int | None,
+    extra: Sequence[str],
+) -> dict[str, Any]:
     group = _first(record, fields.group)
     if group is None:
         raise MissingFieldError(
@@ -382,6 +407,8 @@ def canonical_row(
         "remove_sample": None if remove is None else bool(remove),
     }
     for path in extra:
+        if path in CANONICAL_SCHEMA:
+            continue  # a canonical column is already there
         value = _lookup(record, path)
         row[path] = None if value is _MISSING or _is_skipped(value) else value
     return row
@@ -407,7 +434,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                     yield (
                         number,
                         LogFormatError(
-                            f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
+                            f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
                         ),
                     )
     except (OSError, EOFError, UnicodeDecodeError) as exc:
@@ -457,6 +484,7 @@ def _plain(value: Any) -> Any:
 
 
 def _read_canonical(source: Source, extra: Sequence[str]) -> pl.DataFrame:
+    extra = [path for path in extra if path not in CANONICAL_SCHEMA]
     try:
         frame = (
             pl.read_parquet(source.path) if source.format == "parquet" else pl.read_ipc(source.path)
@@ -468,6 +496,7 @@ def _read_canonical(source: Source, extra: Sequence[str]) -> pl.DataFrame:
         raise MissingFieldError(
             f"{source.path}: not in the canonical layout: lacks {', '.join(missing)} "
             f"(columns: {', '.join(frame.columns)}); write it with `dressage-replay convert`"
+            + (" --order-by FIELD to keep an ordering field" if extra else "")
         )
     for name, dtype in CANONICAL_SCHEMA.items():
         if name not in frame.columns:
@@ -484,7 +513,12 @@ def _raw_records(
         for number, record in _jsonl_records(source.path):
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
-        yield str(source.path), 1, None, _artifact_record(source.path)
+        document = _artifact_record(source.path)
+        if isinstance(document, list):
+            for number, record in enumerate(document, start=1):
+                yield f"{source.path}: record {number}", number, None, record
+        else:
+            yield str(source.path), 1, None, document
     elif source.format == "pt":
         rollout_id, samples = dumps[source.path]
         for number, record in enumerate(samples, start=1):
@@ -541,6 +575,12 @@ def load_logs(
                 )
             except (LogFormatError, MissingFieldError) as error:
                 if on_bad_record == "fail":
+                    if isinstance(error, LogFormatError) and not isinstance(
+                        error, UnsafePickleError
+                    ):
+                        raise LogFormatError(
+                            f"{error}; fix the record or pass --on-bad-record skip"
+                        ) from error
                     raise
                 report.skip(error)
                 continue
@@ -551,9 +591,22 @@ def load_logs(
     if not frames:
         return _rows_to_frame([], extra_fields, where="")
     try:
-        return pl.concat(frames, how="vertical_relaxed")
+        table = pl.concat(frames, how="vertical_relaxed")
     except pl.exceptions.PolarsError as exc:
         raise LogFormatError(f"inputs disagree on column types ({exc})") from exc
+    for path in extra_fields:
+        missing = table[path].null_count()
+        if table.height and missing == table.height:
+            raise MissingFieldError(
+                f"no record has the field {path!r}; name a field the log has "
+                "(see `dressage-replay inspect`) or drop --order-by"
+            )
+        if missing:
+            report.warnings.append(
+                f"{missing} of {table.height} records lack {path!r}; their groups arrive "
+                "after all others"
+            )
+    return table
 
 
 def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: str) -> pl.DataFrame:
@@ -563,6 +616,8 @@ def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: s
         for name, dtype in schema.items()
     }
     for path in extra:
+        if path in CANONICAL_SCHEMA:
+            continue
         try:
             columns[path] = pl.Series(path, [row[path] for row in rows], strict=False)
         except (TypeError, pl.exceptions.PolarsError) as exc:

@@ -41,6 +41,10 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
     os.close(handle)
     temp = Path(temp_name)
+    # mkstemp creates the file private (0600); give it the permissions a plain open() would.
+    umask = os.umask(0)
+    os.umask(umask)
+    temp.chmod(0o666 & ~umask)
     try:
         yield temp
         os.replace(temp, path)

@@ -117,16 +117,22 @@ def _torch_load(path: Path) -> Any:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def dump_pt(obj: Any, path: Path) -> None:
+def dump_pt(obj: Any, path: Path, *, archive_name: str | None = None) -> None:
     """Write ``obj`` (plain values only) in torch.save's zip layout, without torch.
 
     torch.load reads the result; used to make sample data and test fixtures on machines
-    without torch.
+    without torch. The bytes depend only on ``obj`` and the archive name (fixed
+    timestamps), so regenerated sample data does not change.
     """
-    stem = path.stem or "archive"
+    stem = archive_name or path.stem or "archive"
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        archive.writestr(f"{stem}/data.pkl", pickle.dumps(obj, protocol=2))
-        archive.writestr(f"{stem}/byteorder", "little")
-        archive.writestr(f"{stem}/version", "3\n")
+        for name, data in (
+            ("data.pkl", pickle.dumps(obj, protocol=2)),
+            ("byteorder", b"little"),
+            ("version", b"3\n"),
+        ):
+            archive.writestr(
+                zipfile.ZipInfo(f"{stem}/{name}", date_time=(1980, 1, 1, 0, 0, 0)), data
+            )
     path.write_bytes(buffer.getvalue())

@@ -82,7 +82,7 @@ def write_pt_dumps(records: Iterable[dict[str, Any]], folder: Path) -> int:
         if step is None:
             return
         with atomic_path(folder / f"rollout_{step}.pt") as temp:
-            dump_pt({"rollout_id": step, "samples": samples}, temp)
+            dump_pt({"rollout_id": step, "samples": samples}, temp, archive_name=f"rollout_{step}")
         written.add(step)
 
     count = 0

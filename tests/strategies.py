@@ -142,7 +142,7 @@ def record_bodies(
     elif token_mode == "spans":
         meta["version_spans"] = run_length_spans(full_versions)
 
-    response_field_choices = ("both", "both", "both", "length", "mask")
+    response_field_choices: tuple[str, ...] = ("both", "both", "both", "length", "mask")
     if not tokens_always_known:
         response_field_choices += ("neither",)
     response_fields = draw(st.sampled_from(response_field_choices))

@@ -226,3 +226,85 @@ def test_torch_reads_our_dumps_and_we_read_torch_save(tmp_path: Path) -> None:
     assert table.select("group_id", "trainer_step", "end_version").row(0) == ("2", 7, "v3")
     trusted = analysis.load_logs([theirs], trust_pickle=True)
     assert_frame_equal(trusted, table)
+
+
+# --------------------------------------------------------------------------- review findings
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"dressage_end_token_version": {"x": 1}}, "a label must be a string or an integer"),
+        ({"full_versions": [["-1"], "v"]}, "a label must be a string or an integer"),
+        ({"full_versions": ["-1", True]}, "a label must be a string or an integer"),
+        ({"full_versions": ["-1", float("nan")]}, "NaN"),
+    ],
+)
+def test_labels_of_the_wrong_type_are_bad_records(
+    tmp_path: Path, metadata: dict, message: str
+) -> None:
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"group_index": 0, "tokens": [1, 2], "metadata": metadata}) + "\n")
+    with pytest.raises(LogFormatError, match=message):
+        analysis.load_logs([path])
+
+
+def test_metadata_must_be_an_object(tmp_path: Path) -> None:
+    path = tmp_path / "meta.jsonl"
+    path.write_text(json.dumps({"group_index": 0, "metadata": "oops"}) + "\n")
+    with pytest.raises(LogFormatError, match=r"metadata must be an object.*--on-bad-record skip"):
+        analysis.load_logs([path])
+
+
+def test_integral_float_labels_and_ids_read_as_integers() -> None:
+    table = analysis.records_to_table(
+        [{"group_index": 3.0, "tokens": [0, 1, 2],
+          "metadata": {"parent_traj_id": "t", "full_versions": [-1.0, 3.0, 3]}}]
+    )  # fmt: skip
+    assert table["group_id"].to_list() == ["3"]
+    result = analysis.replay(table, analysis.ReplayConfig(max_preempts=0, batch_groups=1))
+    assert result.decisions["decision"].to_list() == ["kept"]
+
+
+def test_order_by_field_reorders_and_guards(tmp_path: Path) -> None:
+    path = tmp_path / "timed.jsonl"
+    rows = [
+        {"group_index": "late", "done": 5.0, "metadata": {"parent_traj_id": "a", "dressage_end_token_version": "v2"}},
+        {"group_index": "early", "done": 1.0, "metadata": {"parent_traj_id": "b", "dressage_end_token_version": "v1"}},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = analysis.load_logs([path], extra_fields=["done"])
+    result = analysis.replay(table, analysis.ReplayConfig(batch_groups=1), order_by="done")
+    assert result.decisions["group_id"].to_list() == ["early", "late"]
+    assert result.summary.versions == ("v1", "v2")
+    same = analysis.load_logs([path], extra_fields=["group_id"])
+    assert same["group_id"].to_list() == ["late", "early"]  # a canonical column is not overwritten
+    with pytest.raises(MissingFieldError, match="no record has the field 'absent'"):
+        analysis.load_logs([path], extra_fields=["absent"])
+
+
+def test_single_pretty_json_file_and_absolute_glob(tmp_path: Path) -> None:
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"group_index": 1, "metadata": {"parent_traj_id": "t"}}, indent=2))
+    assert analysis.load_logs([one])["trajectory_id"].to_list() == ["t"]
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(json.dumps({"group_index": name}) + "\n")
+    assert analysis.load_logs([str(tmp_path / "*.jsonl")])["group_id"].to_list() == [
+        "a.jsonl",
+        "b.jsonl",
+    ]
+
+
+def test_outputs_get_ordinary_permissions(tmp_path: Path, small_logs: dict[str, Path]) -> None:
+    target = tmp_path / "log.parquet"
+    analysis.write_canonical(analysis.load_logs([small_logs["jsonl"]]), target)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_dumps_are_byte_for_byte_reproducible(tmp_path: Path) -> None:
+    payload = {"rollout_id": 1, "samples": [{"group_index": 0}]}
+    dump_pt(payload, tmp_path / "a.pt", archive_name="rollout_1")
+    dump_pt(payload, tmp_path / "b.pt", archive_name="rollout_1")
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()

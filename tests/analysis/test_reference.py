@@ -385,7 +385,7 @@ def test_arrival_order_is_first_appearance_of_a_group() -> None:
 
 
 def test_group_field_precedence() -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         {"group_index": 7, "instance_id": "x", "metadata": {"dressage_return_async_group_id": "y"}},
         {
             "instance_id": "x",
