@@ -6,6 +6,7 @@ the same label, ``"03"`` is another one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,18 +64,17 @@ def run_length_spans(labels: Sequence[Any]) -> list[Span]:
     """
     spans: list[Span] = []
     start = 0
-    current: str | None = None
-    for position, value in enumerate(labels):
+    # Group equal raw values in C, then name each run once: 3 and "3" are one label, so
+    # adjacent runs whose names agree are merged.
+    for value, run in itertools.groupby(labels):
+        end = start + len(list(run))
         text = label_text(value)
         text = "" if text is None else text
-        if position == 0:
-            current = text
-            continue
-        if text != current:
-            spans.append((start, position, current or ""))
-            start, current = position, text
-    if labels:
-        spans.append((start, len(labels), current or ""))
+        if spans and spans[-1][2] == text:
+            spans[-1] = (spans[-1][0], end, text)
+        else:
+            spans.append((start, end, text))
+        start = end
     return spans
 
 

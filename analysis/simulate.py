@@ -261,12 +261,15 @@ def _record(
         loss_mask += [1] * count
         position += count
     response_length = len(loss_mask)
-    trainable = [v for v, m in zip(labels[-response_length:], loss_mask, strict=True) if m]
+    # Every turn token is trainable and every turn has tokens, so the first and last
+    # trainable labels are those of the segment's first and last generated tokens.
+    start_version, end_version = versions[first_token], versions[position - 1]
+    token_base = (trajectory.group * 7919) % 30_000
     traj_id = f"g{trajectory.group}-t{trajectory.member}"
     return {
         "group_index": trajectory.group,
         "index": trajectory.group * config.n_samples_per_prompt + trajectory.member,
-        "tokens": [(trajectory.group * 7919 + i) % 32000 for i in range(len(labels))],
+        "tokens": list(range(token_base, token_base + len(labels))),
         "response_length": response_length,
         "loss_mask": loss_mask,
         "reward": reward,
@@ -279,8 +282,8 @@ def _record(
             "version_spans": [
                 {"start": s, "end": e, "version": v} for s, e, v in run_length_spans(labels)
             ],
-            "dressage_start_token_version": trainable[0] if trainable else None,
-            "dressage_end_token_version": trainable[-1] if trainable else None,
+            "dressage_start_token_version": start_version,
+            "dressage_end_token_version": end_version,
             "dressage_return_rollout_id": trainer_step,
             "restarts": trajectory.restarts,
         },

@@ -8,7 +8,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from analysis.errors import OutputError
+from analysis.load import FieldMap
 from analysis.output import atomic_path
 from analysis.pickles import dump_pt
 
@@ -22,9 +25,9 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
     count = 0
     with atomic_path(Path(path)) as temp:
         opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(temp, "wt", encoding="utf-8") as handle:
+        with opener(temp, "wb") as handle:
             for record in records:
-                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+                handle.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
                 count += 1
     return count
 
@@ -101,14 +104,18 @@ def write_pt_dumps(records: Iterable[dict[str, Any]], folder: Path) -> int:
 
 
 def write_canonical_parquet(
-    records: Iterable[dict[str, Any]], path: Path, *, chunk_records: int = 20_000
+    records: Iterable[dict[str, Any]],
+    path: Path,
+    *,
+    chunk_records: int = 20_000,
+    fields: FieldMap | None = None,
 ) -> int:
     """Write records straight to the canonical Parquet layout, a chunk at a time."""
     import pyarrow.parquet as pq
 
-    from analysis.load import FieldMap, records_to_table
+    from analysis.load import records_to_table
 
-    fields = FieldMap()
+    fields = fields or FieldMap()
     count = 0
     writer = None
     with atomic_path(Path(path)) as temp:
@@ -139,11 +146,19 @@ def _with_end(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any] | No
     yield None
 
 
+# Simulated records carry both token-version forms, identical by construction; reading
+# the spans skips re-encoding every token.
+SPANS_FIRST = FieldMap(token_versions=())
+
+
 def write_log(records: Iterable[dict[str, Any]], path: Path, log_format: str) -> int:
-    """Write records as ``jsonl`` (``.gz`` compresses), ``parquet``, ``artifacts`` or ``pt``."""
+    """Write records as ``jsonl`` (``.gz`` compresses), ``parquet``, ``artifacts`` or ``pt``.
+
+    ``parquet`` reads token versions from ``version_spans`` (as the simulator writes both).
+    """
     writers: dict[str, Callable[[Iterable[dict[str, Any]], Path], int]] = {
         "jsonl": write_jsonl,
-        "parquet": write_canonical_parquet,
+        "parquet": lambda rows, target: write_canonical_parquet(rows, target, fields=SPANS_FIRST),
         "artifacts": write_artifacts,
         "pt": write_pt_dumps,
     }
