@@ -32,8 +32,10 @@ from analysis.replay import (
     prepare,
     replay,
     replay_many,
+    trajectory_outcomes,
 )
 from analysis.simulate import SimulationConfig, simulate
+from analysis.sweep import SweepResult, parse_keep_versions, parse_max_preempts, sweep
 from analysis.writers import write_log
 
 __all__ = [
@@ -52,11 +54,14 @@ __all__ = [
     "ReplayResult",
     "ReplaySummary",
     "SimulationConfig",
+    "SweepResult",
     "UnknownFormatError",
     "UnsafePickleError",
     "derive_end_version",
     "inspect_log",
     "load_logs",
+    "parse_keep_versions",
+    "parse_max_preempts",
     "prepare",
     "real_label",
     "records_to_table",
@@ -64,6 +69,8 @@ __all__ = [
     "replay_many",
     "run_length_spans",
     "simulate",
+    "sweep",
+    "trajectory_outcomes",
     "write_canonical",
     "write_decisions",
     "write_frame",

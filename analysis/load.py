@@ -52,6 +52,8 @@ CANONICAL_SCHEMA: dict[str, pl.DataType] = {
     "reward": pl.Float64(),
     "status": pl.String(),
     "remove_sample": pl.Boolean(),
+    "log_prob_drift": pl.Float64(),
+    "log_prob_tokens": pl.Int64(),
 }
 """Columns of the canonical table; ``convert`` writes exactly these (plus --order-by fields)."""
 
@@ -93,6 +95,8 @@ class FieldMap:
     reward: tuple[str, ...] = ("reward",)
     status: tuple[str, ...] = ("status",)
     remove_sample: tuple[str, ...] = ("remove_sample",)
+    rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
+    log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
 
     def override(self, **paths: str | None) -> FieldMap:
         """Return a copy where each given meaning is found only at the given path."""
@@ -405,6 +409,7 @@ def _canonical_row(
         "reward": None if reward is None or math.isnan(reward) else float(reward),
         "status": None if status is None else str(status).strip().lower(),
         "remove_sample": None if remove is None else bool(remove),
+        **_log_prob_drift(record, fields, loss_mask, where),
     }
     for path in extra:
         if path in CANONICAL_SCHEMA:
@@ -412,6 +417,32 @@ def _canonical_row(
         value = _lookup(record, path)
         row[path] = None if value is _MISSING or _is_skipped(value) else value
     return row
+
+
+def _log_prob_drift(
+    record: dict[str, Any], fields: FieldMap, loss_mask: list[Any] | None, where: str
+) -> dict[str, Any]:
+    """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
+    rollout = _int_list(_first(record, fields.rollout_log_probs), "rollout_log_probs", where)
+    trainer = _int_list(_first(record, fields.log_probs), "log_probs", where)
+    if rollout is None or trainer is None:
+        return {"log_prob_drift": None, "log_prob_tokens": None}
+    if len(rollout) != len(trainer):
+        raise LogFormatError(
+            f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
+        )
+    mask = loss_mask if loss_mask is not None and len(loss_mask) == len(rollout) else None
+    try:
+        diffs = [
+            abs(float(a) - float(b))
+            for i, (a, b) in enumerate(zip(rollout, trainer, strict=True))
+            if mask is None or mask[i]
+        ]
+    except (TypeError, ValueError) as exc:
+        raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
+    if not diffs:
+        return {"log_prob_drift": None, "log_prob_tokens": 0}
+    return {"log_prob_drift": sum(diffs) / len(diffs), "log_prob_tokens": len(diffs)}
 
 
 # --------------------------------------------------------------------------- readers

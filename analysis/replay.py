@@ -575,3 +575,36 @@ def replay_many(
     """Replay several settings over one preparation of the log."""
     prepared = log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by)
     return [replay(prepared, config) for config in configs]
+
+
+def trajectory_outcomes(prepared: PreparedLog, result: ReplayResult) -> pl.DataFrame:
+    """One row per trajectory: its group's decision, span, version index and version gap.
+
+    The gap of a kept trajectory is the current version index when its batch was emitted
+    minus the index of its own version (SPEC §3); null when it has no version or was not kept.
+    """
+    index = {label: position for position, label in enumerate(result.summary.versions)}
+    decisions = result.decisions.select(
+        "group_id",
+        "decision",
+        "stage",
+        "batch",
+        current=pl.col("version_gap") + pl.col("version_index"),
+    )
+    return (
+        prepared.trajectories.select(
+            "group_id", "trajectory_id", "arrival", "records", "tokens", "span", "version"
+        )
+        .join(decisions, on="group_id", how="left", maintain_order="left")
+        .with_columns(
+            version_index=pl.col("version").replace_strict(
+                index, default=None, return_dtype=pl.Int64
+            )
+        )
+        .with_columns(
+            version_gap=pl.when(pl.col("decision") == "kept").then(
+                pl.col("current") - pl.col("version_index")
+            )
+        )
+        .drop("current")
+    )

@@ -1,0 +1,171 @@
+"""Compare many settings over one preparation of a log: one row per (K, M)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from analysis.errors import ConfigError
+from analysis.replay import PreparedLog, ReplayConfig, ReplayResult, replay, resolve_config
+
+SWEEP_SCHEMA: dict[str, Any] = {
+    "keep_versions": pl.Int64,
+    "max_preempts": pl.Int64,
+    "batch_groups": pl.Int64,
+    "groups_kept_pct": pl.Float64,
+    "samples_kept_pct": pl.Float64,
+    "tokens_kept_pct": pl.Float64,
+    "dropped_stale_pct": pl.Float64,
+    "dropped_arrival_pct": pl.Float64,
+    "dropped_pending_pct": pl.Float64,
+    "rejected_span_pct": pl.Float64,
+    "failed_pct": pl.Float64,
+    "batches_emitted": pl.Int64,
+    "version_gap_mean": pl.Float64,
+    "version_gap_max": pl.Int64,
+    "version_span_mean": pl.Float64,
+    "version_span_max": pl.Int64,
+    "pareto": pl.Boolean,
+}
+
+PARETO_NOTE = (
+    "* Pareto-efficient: no other setting keeps more response tokens (samples when tokens "
+    "are unknown) with a lower or equal mean version gap."
+)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One row per setting (``rows``) and the full replay of each, in the same order."""
+
+    rows: pl.DataFrame
+    results: tuple[ReplayResult, ...]
+
+
+def parse_keep_versions(text: str) -> list[int]:
+    """Parse ``0,1,2`` or ``0..6`` (inclusive) or a mix: ``0..2,4``.
+
+    Examples
+    --------
+    >>> parse_keep_versions("0..3,6")
+    [0, 1, 2, 3, 6]
+    """
+    return [v for v in _parse_values(text, "--keep-versions", allow_none=False) if v is not None]
+
+
+def parse_max_preempts(text: str) -> list[int | None]:
+    """Parse ``none,0,1,2`` or ``none,0..3``.
+
+    Examples
+    --------
+    >>> parse_max_preempts("none,0..2")
+    [None, 0, 1, 2]
+    """
+    return _parse_values(text, "--max-preempts", allow_none=True)
+
+
+def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | None]:
+    values: list[int | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            if allow_none and part.lower() == "none":
+                values.append(None)
+            elif ".." in part:
+                low, high = (int(x) for x in part.split("..", 1))
+                if high < low:
+                    raise ValueError
+                values.extend(range(low, high + 1))
+            else:
+                values.append(int(part))
+        except ValueError:
+            expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
+            raise ConfigError(f"{option}: expected {expected} (found {part!r})") from None
+    if not values:
+        raise ConfigError(f"{option}: give at least one value")
+    return list(dict.fromkeys(values))
+
+
+def sweep(
+    prepared: PreparedLog,
+    *,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    batch_groups: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult:
+    """Replay every (K, M) combination over one prepared log; mark the Pareto front.
+
+    ``progress(done, total)`` is called after each setting (the CLI draws a bar with it).
+    """
+    configs = [
+        resolve_config(
+            prepared, ReplayConfig(keep_versions=k, max_preempts=m, batch_groups=batch_groups)
+        )
+        for m, k in itertools.product(max_preempts, keep_versions)
+    ]
+    results = []
+    for done, config in enumerate(configs, start=1):
+        results.append(replay(prepared, config))
+        if progress is not None:
+            progress(done, len(configs))
+    rows = pl.DataFrame([_row(r) for r in results], schema=SWEEP_SCHEMA, orient="row")
+    rows = rows.with_columns(pareto=pl.Series(_pareto(rows), dtype=pl.Boolean))
+    return SweepResult(rows=rows, results=tuple(results))
+
+
+def _pct(counts: dict[str, int | None], key: str) -> float | None:
+    value, total = counts[key], counts["total"]
+    return None if value is None or not total else 100.0 * value / total
+
+
+def _row(result: ReplayResult) -> tuple[Any, ...]:
+    summary = result.summary
+    config = summary.config
+    groups, samples, tokens = (summary.counts[u] for u in ("groups", "samples", "tokens"))
+    span = summary.version_span["kept"]
+    return (
+        config.keep_versions,
+        config.max_preempts,
+        config.batch_groups,
+        _pct(groups, "kept"),
+        _pct(samples, "kept"),
+        _pct(tokens, "kept"),
+        _pct(groups, "dropped_stale"),
+        _pct(groups, "dropped_stale_arrival"),
+        _pct(groups, "dropped_stale_pending"),
+        _pct(groups, "rejected_span"),
+        _pct(groups, "failed"),
+        summary.batches["emitted"],
+        summary.version_gap["mean"],
+        summary.version_gap["max"],
+        span["mean"],
+        span["max"],
+        False,
+    )
+
+
+def _pareto(rows: pl.DataFrame) -> list[bool]:
+    """A row is efficient when no other keeps at least as much with no larger mean gap, one strictly."""
+    kept_column = (
+        "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
+    )
+    points = list(zip(rows[kept_column].to_list(), rows["version_gap_mean"].to_list(), strict=True))
+    efficient = []
+    for kept, gap in points:
+        if kept is None or gap is None:
+            efficient.append(False)
+            continue
+        dominated = any(
+            other_kept is not None
+            and other_gap is not None
+            and other_kept >= kept
+            and other_gap <= gap
+            and (other_kept > kept or other_gap < gap)
+            for other_kept, other_gap in points
+        )
+        efficient.append(not dominated)
+    return efficient
