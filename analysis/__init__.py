@@ -10,6 +10,7 @@ Everything the command line does is here as plain functions returning values::
 
 from __future__ import annotations
 
+from analysis.bias import BiasReport, who_gets_dropped
 from analysis.errors import (
     ConfigError,
     InputNotFoundError,
@@ -23,7 +24,13 @@ from analysis.errors import (
 from analysis.inspect import LogInspection, inspect_log
 from analysis.labels import derive_end_version, real_label, run_length_spans
 from analysis.load import CANONICAL_SCHEMA, FieldMap, LoadReport, load_logs, records_to_table
-from analysis.output import write_canonical, write_decisions, write_frame
+from analysis.output import (
+    refuse_overwriting_inputs,
+    write_canonical,
+    write_decisions,
+    write_frame,
+    write_frame_to,
+)
 from analysis.replay import (
     PreparedLog,
     ReplayConfig,
@@ -40,6 +47,7 @@ from analysis.writers import write_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
+    "BiasReport",
     "ConfigError",
     "FieldMap",
     "InputNotFoundError",
@@ -65,14 +73,17 @@ __all__ = [
     "prepare",
     "real_label",
     "records_to_table",
+    "refuse_overwriting_inputs",
     "replay",
     "replay_many",
     "run_length_spans",
     "simulate",
     "sweep",
     "trajectory_outcomes",
+    "who_gets_dropped",
     "write_canonical",
     "write_decisions",
     "write_frame",
+    "write_frame_to",
     "write_log",
 ]

@@ -12,7 +12,7 @@ import gzip
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -564,11 +564,13 @@ def load_logs(
     on_bad_record: OnBadRecord = "fail",
     trust_pickle: bool = False,
     report: LoadReport | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> pl.DataFrame:
     """Read every input, in the order given, into the canonical table.
 
     ``extra_fields`` are dotted paths kept as extra columns of the same name (for
-    ``--order-by``). Pass a :class:`LoadReport` to learn formats, skips and warnings.
+    ``--order-by``). Pass a :class:`LoadReport` to learn formats, skips and warnings;
+    ``progress(files_done, files_total)`` is called after each file.
 
     Examples
     --------
@@ -592,7 +594,9 @@ def load_logs(
     sources = _order_dumps(sources, dumps)
 
     frames: list[pl.DataFrame] = []
-    for source in sources:
+    for done, source in enumerate(sources, start=1):
+        if progress is not None:
+            progress(done - 1, len(sources))
         if source.format in ("parquet", "ipc"):
             frames.append(_read_canonical(source, extra_fields))
             continue

@@ -94,3 +94,9 @@ def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] =
     if path.suffix.lower() not in (".parquet", ".arrow", ".ipc", ".feather"):
         raise OutputError(f"{path}: convert writes .parquet or .arrow files; change the extension")
     write_frame(table, path)
+
+
+def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:
+    """Write a result frame by extension, refusing to overwrite an input."""
+    refuse_overwriting_inputs(Path(path), inputs)
+    write_frame(frame, path)

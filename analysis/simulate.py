@@ -24,7 +24,20 @@ from analysis.labels import run_length_spans
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    """Parameters of the pipeline model; every figure is in simulated seconds or tokens."""
+    """Parameters of the pipeline model; every figure is in simulated seconds or tokens.
+
+    Log-prob drift model (off while ``log_prob_drift`` is 0, and then no record carries
+    log-probs, so the output is exactly that of a run without the model). When on, each
+    record gets ``rollout_log_probs``, one per response token, drawn as
+    ``-expovariate(2.0)``, and the trainer-side ``log_probs``: the rollout value plus a
+    deviation drawn from ``N(0, log_prob_noise + log_prob_drift * behind)`` for a
+    trainable token and exactly 0 for a tool token (loss mask 0). ``behind`` is the
+    trainer's version when it consumes the token minus the token's own version; the
+    trainer's version is the record's trainer step (``dressage_return_rollout_id``),
+    because step s trains once s steps have published versions 1..s over the initial
+    version 0. Both lists are rounded to 4 decimals. The draws come from a random stream
+    of their own (seeded from ``seed``), so turning the model on changes no other field.
+    """
 
     n_groups: int = 64
     n_samples_per_prompt: int = 4
@@ -44,6 +57,10 @@ class SimulationConfig:
     multi_segment_fraction: float = 0.2
     partial_rollout: bool = True
     abort_fraction: float = 0.0
+    log_prob_drift: float = 0.0
+    """Growth of the trainer/rollout log-prob deviation per version behind; 0 turns it off."""
+    log_prob_noise: float = 0.02
+    """Spread of the deviation for a token of the trainer's own version (numerical noise)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -57,6 +74,10 @@ class SimulationConfig:
         for name in ("multi_turn_fraction", "multi_segment_fraction", "abort_fraction"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"require 0 <= `{name}` <= 1 (found {getattr(self, name)})")
+        for name in ("log_prob_drift", "log_prob_noise"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+                raise ConfigError(f"require finite `{name}` >= 0 (found {value!r})")
         if self.median_response_tokens < 1 or self.max_turns < 1:
             raise ConfigError("require `median_response_tokens` >= 1 and `max_turns` >= 1")
 
@@ -96,6 +117,8 @@ def _draw_trajectory(
 def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
     """Yield slime-style sample dicts in group completion order, deterministic for a seed."""
     rng = random.Random(config.seed)
+    # Its own stream, so that the drift model leaves every other draw as it was.
+    log_prob_rng = random.Random(f"log-probs:{config.seed}") if config.log_prob_drift else None
     update_times: list[float] = []  # update_times[v-1] is when version v was published
     events: list[tuple[float, int, str, Any]] = []
     order = 0
@@ -156,6 +179,7 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
                 yield from _group_records(
                     finished_trajectories.pop(group), update_times,
                     trainer_step=n_completed // config.batch_groups, config=config, rng=rng,
+                    log_prob_rng=log_prob_rng,
                 )  # fmt: skip
                 n_completed += 1
                 if started < config.n_groups:
@@ -212,6 +236,7 @@ def _group_records(
     trainer_step: int,
     config: SimulationConfig,
     rng: random.Random,
+    log_prob_rng: random.Random | None = None,
 ) -> Iterator[dict[str, Any]]:
     aborted = rng.random() < config.abort_fraction
     for trajectory in members:
@@ -219,11 +244,38 @@ def _group_records(
         segments = _split_segments(trajectory, rng, config)
         reward = round(rng.random() * (1.0 if trajectory.response_tokens < 2000 else 0.6), 4)
         for segment_index, turn_range in enumerate(segments):
-            yield _record(
+            record = _record(
                 trajectory, segment_index, turn_range, versions, config,
                 reward=reward, aborted=aborted and trajectory.member == 0,
                 trainer_step=trainer_step,
             )  # fmt: skip
+            if log_prob_rng is not None:
+                _add_log_probs(record, trainer_step=trainer_step, config=config, rng=log_prob_rng)
+            yield record
+
+
+def _add_log_probs(
+    record: dict[str, Any], *, trainer_step: int, config: SimulationConfig, rng: random.Random
+) -> None:
+    """Give a record rollout and trainer log-probs under the drift model of SimulationConfig."""
+    response_length = record["response_length"]
+    labels = record["metadata"]["full_versions"][-response_length:] if response_length else []
+    # One spread per version run, not per token: "-1" (tool) runs deviate by exactly 0.
+    sigma = {
+        label: config.log_prob_noise + config.log_prob_drift * max(0, trainer_step - int(label))
+        for label in set(labels)
+        if label != "-1"
+    }
+    # -expovariate(2.0) written out, and rounding as round(x * 1e4) / 1e4: both give the
+    # same values several times faster than the library calls, which dominate the cost.
+    uniform, gauss, log = rng.random, rng.gauss, math.log
+    rollout = [round(log(1.0 - uniform()) * 5000) / 10000 for _ in range(response_length)]
+    trainer = [
+        round((value + gauss(0.0, sigma[label])) * 10000) / 10000 if trainable else value
+        for value, label, trainable in zip(rollout, labels, record["loss_mask"], strict=True)
+    ]
+    record["rollout_log_probs"] = rollout
+    record["log_probs"] = trainer
 
 
 def _split_segments(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -107,6 +108,28 @@ OrderBy = Annotated[
 Traceback = Annotated[
     bool, typer.Option("--traceback", help="Show the Python traceback of an error.")
 ]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress bars (they are off anyway when stderr is not a terminal).",
+    ),
+]
+KeepVersionsList = Annotated[
+    str, typer.Option("--keep-versions", "-k", help="K values: 0,1,2,4 or ranges like 0..6.")
+]
+MaxPreemptsList = Annotated[
+    str, typer.Option("--max-preempts", "-m", help="M values: none,0,1,2 or ranges like none,0..3.")
+]
+BatchGroups = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-groups",
+        "-b",
+        help="B: groups per trainer batch (default: inferred from trainer steps).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -118,18 +141,25 @@ class LoadOptions:
     on_bad_record: str
     trust_pickle: bool
     order_by: str | None
+    quiet: bool = False
 
     def load(self) -> tuple[Any, analysis.LoadReport]:
         report = analysis.LoadReport()
-        table = analysis.load_logs(
-            self.inputs,
-            fields=self.fields,
-            extra_fields=[self.order_by] if self.order_by else [],
-            on_bad_record=self.on_bad_record,  # type: ignore[arg-type]
-            trust_pickle=self.trust_pickle,
-            report=report,
-        )
+        with progress_bar("reading", quiet=self.quiet) as update:
+            table = analysis.load_logs(
+                self.inputs,
+                fields=self.fields,
+                extra_fields=[self.order_by] if self.order_by else [],
+                on_bad_record=self.on_bad_record,  # type: ignore[arg-type]
+                trust_pickle=self.trust_pickle,
+                report=report,
+                progress=update,
+            )
         return table, report
+
+    def prepare(self) -> tuple[Any, analysis.PreparedLog, analysis.LoadReport]:
+        table, report = self.load()
+        return table, analysis.prepare(table, order_by=self.order_by), report
 
 
 def load_options(
@@ -139,6 +169,7 @@ def load_options(
     on_bad_record: BadRecordPolicy,
     trust_pickle: bool,
     order_by: str | None = None,
+    quiet: bool = False,
 ) -> LoadOptions:
     overrides: dict[str, str] = {}
     for item in field or []:
@@ -151,7 +182,29 @@ def load_options(
             )
         overrides[meaning] = path
     fields = analysis.FieldMap().override(**overrides)
-    return LoadOptions(inputs, fields, on_bad_record.value, trust_pickle, order_by)
+    return LoadOptions(inputs, fields, on_bad_record.value, trust_pickle, order_by, quiet)
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, *, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient rich progress bar on stderr, or nothing when quiet or not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)
+
+
+def parse_list(parse: Callable[[str], list[Any]], text: str, option: str) -> list[Any]:
+    """Parse a list option; its shape errors are usage errors (exit 2)."""
+    try:
+        return parse(text)
+    except analysis.ConfigError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from None
 
 
 def parse_max_preempts(value: str) -> int | None:
@@ -195,14 +248,7 @@ def replay(
             help="M: a trajectory may span at most M+1 versions; 'none' disables.",
         ),
     ] = "none",
-    batch_groups: Annotated[
-        int | None,
-        typer.Option(
-            "--batch-groups",
-            "-b",
-            help="B: groups per trainer batch (default: inferred from trainer steps).",
-        ),
-    ] = None,
+    batch_groups: BatchGroups = None,
     order_by: OrderBy = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object.")
@@ -210,9 +256,16 @@ def replay(
     decisions: Annotated[
         Path | None, typer.Option(help="Write one row per group to this CSV or Parquet file.")
     ] = None,
+    bias: Annotated[
+        bool,
+        typer.Option(
+            "--bias", help="Also compare kept, dropped and rejected groups (who gets dropped)."
+        ),
+    ] = False,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do."""
@@ -222,23 +275,108 @@ def replay(
         batch_groups=batch_groups,
     )
     options = load_options(
-        inputs,
-        field=field,
-        on_bad_record=on_bad_record,
-        trust_pickle=trust_pickle,
-        order_by=order_by,
-    )
-    table, report = options.load()
-    result = analysis.replay(table, config, order_by=order_by)
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+        order_by=order_by, quiet=quiet,
+    )  # fmt: skip
+    table, prepared, report = options.prepare()
+    result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)
-    summary = {**result.summary.to_dict(), **report_dict(report)}
+    dropped = analysis.who_gets_dropped(prepared, result, table=table) if bias else None
     if json_output:
-        typer.echo(json.dumps(summary))
+        extra = {"bias": dropped.to_dict()} if dropped else {}
+        typer.echo(json.dumps({**result.summary.to_dict(), **extra, **report_dict(report)}))
     else:
-        from cli.render import print_summary
+        from cli.render import print_bias, print_summary
 
         print_summary(result.summary, stdout_console())
+        if dropped is not None:
+            print_bias(dropped, stdout_console())
+    warn(report)
+
+
+@app.command()
+@handles_errors
+def sweep(
+    inputs: Inputs,
+    keep_versions: KeepVersionsList = "0..4",
+    max_preempts: MaxPreemptsList = "none,0..3",
+    batch_groups: BatchGroups = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the rows to .csv, .parquet or .json."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    order_by: OrderBy = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Replay every combination of K and M from one load of the log; mark the Pareto front."""
+    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
+    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+        order_by=order_by, quiet=quiet,
+    )  # fmt: skip
+    _, prepared, report = options.prepare()
+    with progress_bar("replaying settings", quiet=quiet) as update:
+        result = analysis.sweep(
+            prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
+        )
+    if output is not None:
+        analysis.write_frame_to(result.rows, output, inputs=inputs)
+    if json_output:
+        typer.echo(json.dumps(result.rows.to_dicts()))
+    else:
+        from cli.render import print_sweep
+
+        print_sweep(result, stdout_console())
+    warn(report)
+
+
+class PlotKind(StrEnum):
+    sweep = "sweep"
+    spans = "spans"
+    gaps = "gaps"
+    timeline = "timeline"
+    heatmap = "heatmap"
+
+
+@app.command()
+@handles_errors
+def plot(
+    kind: Annotated[PlotKind, typer.Argument(help="What to draw.", show_default=False)],
+    inputs: Inputs,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
+    keep_versions: KeepVersionsList = "0..4",
+    max_preempts: MaxPreemptsList = "none,0..3",
+    batch_groups: BatchGroups = None,
+    order_by: OrderBy = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Draw a figure: sweep, spans, gaps, timeline or heatmap (single-setting kinds use the first K and M)."""
+    from analysis.plots import make_plot, save_figure
+
+    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
+    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+        order_by=order_by, quiet=quiet,
+    )  # fmt: skip
+    _, prepared, report = options.prepare()
+    analysis.refuse_overwriting_inputs(output, inputs)
+    figure = make_plot(
+        kind.value, prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups
+    )
+    save_figure(figure, output)
+    typer.echo(f"wrote {output}", err=True)
     warn(report)
 
 
@@ -252,11 +390,12 @@ def inspect(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Show what a log holds: format, counts, versions in observation order, data quality."""
     options = load_options(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet
     )
     table, report = options.load()
     inspection = analysis.inspect_log(table, report)
@@ -282,6 +421,7 @@ def convert(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time."""
@@ -290,6 +430,7 @@ def convert(
         field=field,
         on_bad_record=on_bad_record,
         trust_pickle=trust_pickle,
+        quiet=quiet,
         order_by=order_by,
     )
     table, report = options.load()

@@ -8,7 +8,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from analysis import LogInspection, ReplaySummary
+from analysis import BiasReport, LogInspection, ReplaySummary, SweepResult
+from analysis.sweep import PARETO_NOTE
 
 _COLUMNS = (
     ("kept", "kept"),
@@ -108,3 +109,72 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     )
     for warning in inspection.warnings:
         console.print(f"warning: {warning}", style="yellow", highlight=False)
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def print_sweep(result: SweepResult, console: Console) -> None:
+    """One row per setting, Pareto-efficient rows starred, the star explained under the table."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Sweep", title_justify="left")
+    headers = [
+        ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept %", "right"),
+        ("samples\nkept %", "right"), ("tokens\nkept %", "right"), ("stale\narrival %", "right"),
+        ("stale\npending %", "right"), ("span\nrejected %", "right"), ("batches", "right"),
+        ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"), ("span\nmax", "right"),
+    ]  # fmt: skip
+    for header, justify in headers:
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in result.rows.iter_rows(named=True):
+        table.add_row(
+            "*" if row["pareto"] else "",
+            str(row["keep_versions"]),
+            "none" if row["max_preempts"] is None else str(row["max_preempts"]),
+            _fmt(row["groups_kept_pct"]),
+            _fmt(row["samples_kept_pct"]),
+            _fmt(row["tokens_kept_pct"]),
+            _fmt(row["dropped_arrival_pct"]),
+            _fmt(row["dropped_pending_pct"]),
+            _fmt(row["rejected_span_pct"]),
+            _fmt(row["batches_emitted"]),
+            _fmt(row["version_gap_mean"], 2),
+            _fmt(row["version_gap_max"]),
+            _fmt(row["version_span_mean"], 2),
+            _fmt(row["version_span_max"]),
+        )
+    console.print(table)
+    console.print(PARETO_NOTE, highlight=False)
+
+
+def print_bias(report: BiasReport, console: Console) -> None:
+    """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
+    table = Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, title="Who gets dropped", title_justify="left"
+    )
+    headers = (
+        "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",
+        "segments\nper traj.", "reward\nmean", "arrival delay\n(versions)",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header == "outcome" else "right", no_wrap=True)
+    for row in report.table.iter_rows(named=True):
+        table.add_row(
+            row["outcome"],
+            _fmt(row["groups"]),
+            _fmt(row["trajectories"]),
+            _fmt(row["tokens_per_trajectory_mean"]),
+            _fmt(row["tokens_per_trajectory_median"]),
+            _fmt(row["segments_per_trajectory_mean"], 2),
+            _fmt(row["reward_mean"], 3),
+            _fmt(row["arrival_delay_mean"], 2),
+        )
+    console.print(table)
+    never = report.never_batched
+    if never:
+        shown = ", ".join(never[:20]) + (
+            f", ... ({len(never) - 20} more)" if len(never) > 20 else ""
+        )
+        console.print(f"groups that never reached a batch ({len(never)}): {shown}", highlight=False)

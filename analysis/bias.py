@@ -1,0 +1,100 @@
+"""Who gets dropped: kept vs dropped vs rejected groups compared, for one setting.
+
+Staleness control drops the groups that took longest; if those are also the longest or
+hardest trajectories, the trainer sees a biased sample. These figures show it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from analysis.replay import PreparedLog, ReplayResult, trajectory_outcomes
+
+OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
+
+
+@dataclass(frozen=True)
+class BiasReport:
+    """Per-outcome profile of groups (``table``) and the groups that never reached a batch."""
+
+    table: pl.DataFrame
+    never_batched: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by_outcome": self.table.to_dicts(), "never_batched": list(self.never_batched)}
+
+
+def arrival_delays(prepared: PreparedLog) -> pl.DataFrame:
+    """Versions published while each group was generating: current index at its arrival
+    minus the index of its oldest token version (or trajectory version when it has none).
+
+    Versions are observed as with both controls off, so every group is measured on the
+    same scale whatever the setting.
+    """
+    index: dict[str, int] = {}
+    delays: list[int | None] = []
+    oldest_labels = _oldest_candidates(prepared)
+    for labels, versions in zip(
+        oldest_labels, prepared.groups["trajectory_versions"].to_list(), strict=True
+    ):
+        for label in versions:
+            index.setdefault(label, len(index))
+        known = [index[label] for label in (*labels, *versions) if label in index]
+        delays.append(len(index) - 1 - min(known) if known else None)
+    return prepared.groups.select("group_id").with_columns(
+        arrival_delay=pl.Series(delays, dtype=pl.Int64)
+    )
+
+
+def _oldest_candidates(prepared: PreparedLog) -> list[list[str]]:
+    """Per group (arrival order), every real token label of its trajectories."""
+    labels = (
+        prepared.trajectories.select("group_id", "span_labels")
+        .explode("span_labels")
+        .drop_nulls()
+        .group_by("group_id")
+        .agg(pl.col("span_labels").unique())
+    )
+    joined = prepared.groups.select("group_id").join(
+        labels, on="group_id", how="left", maintain_order="left"
+    )
+    return [values or [] for values in joined["span_labels"].to_list()]
+
+
+def who_gets_dropped(
+    prepared: PreparedLog, result: ReplayResult, *, table: pl.DataFrame
+) -> BiasReport:
+    """Compare groups by outcome on length, segments, reward and arrival delay.
+
+    ``table`` is the loaded log (for rewards); ``prepared`` and ``result`` come from it.
+    """
+    trajectories = trajectory_outcomes(prepared, result)
+    per_group_reward = table.group_by("group_id").agg(reward=pl.col("reward").mean())
+    groups = (
+        result.decisions.select("group_id", "decision")
+        .join(per_group_reward, on="group_id", how="left")
+        .join(arrival_delays(prepared), on="group_id", how="left")
+    )
+    by_trajectory = trajectories.group_by("decision").agg(
+        trajectories=pl.len(),
+        tokens_per_trajectory_mean=pl.col("tokens").mean(),
+        tokens_per_trajectory_median=pl.col("tokens").median(),
+        segments_per_trajectory_mean=pl.col("records").mean(),
+    )
+    by_group = groups.group_by("decision").agg(
+        groups=pl.len(),
+        reward_mean=pl.col("reward").mean(),
+        arrival_delay_mean=pl.col("arrival_delay").mean(),
+    )
+    outcomes = pl.DataFrame({"decision": list(OUTCOMES)})
+    report = (
+        outcomes.join(by_group, on="decision", how="left", maintain_order="left")
+        .join(by_trajectory, on="decision", how="left", maintain_order="left")
+        .with_columns(pl.col("groups", "trajectories").fill_null(0).cast(pl.Int64))
+        .rename({"decision": "outcome"})
+    )
+    never = result.decisions.filter(pl.col("decision") != "kept")["group_id"].to_list()
+    return BiasReport(table=report, never_batched=tuple(never))

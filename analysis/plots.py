@@ -1,0 +1,473 @@
+"""Figures of replays and sweeps, as matplotlib ``Figure`` objects that need no display.
+
+matplotlib is imported inside each function, so ``import analysis`` and ``--help`` stay
+fast; figures are built on ``matplotlib.figure.Figure`` directly (no pyplot, no global
+state), so they work headless and in threads. Save them with :func:`save_figure`::
+
+    import analysis
+    from analysis import plots
+
+    prepared = analysis.prepare(analysis.load_logs(["runs/alfworld/"]))
+    figure = plots.make_plot("sweep", prepared, keep_versions=[0, 1, 2, 4], max_preempts=[None, 1])
+    plots.save_figure(figure, "sweep.png")
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from analysis.errors import ConfigError, OutputError
+from analysis.output import atomic_path
+from analysis.replay import (
+    PreparedLog,
+    ReplayConfig,
+    ReplayResult,
+    replay,
+    replay_many,
+    trajectory_outcomes,
+)
+from analysis.sweep import SweepResult, sweep
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
+
+FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+# Resolution of PNG output; vector formats ignore it.
+PNG_DPI = 150
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    """A figure with constrained layout, independent of pyplot."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _m_label(max_preempts: int | None) -> str:
+    """How a max_preempts value reads in legends and ticks."""
+    return "none" if max_preempts is None else str(max_preempts)
+
+
+def _setting_text(config: ReplayConfig) -> str:
+    """``K=2, M=none, B=8`` for titles."""
+    return f"K={config.keep_versions}, M={_m_label(config.max_preempts)}, B={config.batch_groups}"
+
+
+def _show_empty(ax: Axes, message: str) -> None:
+    """Leave an axis blank except for a centred message saying why."""
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=11,
+        color="0.35",
+    )
+    ax.set_yticks([])
+    # A shared x axis still carries the other panels' data; leave its ticks alone.
+    if len(ax.get_shared_x_axes().get_siblings(ax)) == 1:
+        ax.set_xticks([])
+
+
+def _floats(values: Sequence[float | int | None]) -> list[float]:
+    """Nulls become NaN so matplotlib leaves a gap instead of failing."""
+    return [math.nan if value is None else float(value) for value in values]
+
+
+def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
+    """The kept-share column of a sweep and its unit: tokens, or samples when tokens are unknown."""
+    if rows.height and rows["tokens_kept_pct"].null_count() == 0:
+        return "tokens_kept_pct", "% of response tokens"
+    return "samples_kept_pct", "% of samples"
+
+
+def _max_preempts_values(rows: pl.DataFrame) -> list[int | None]:
+    """The M values of a sweep in the order they were given."""
+    return list(rows["max_preempts"].unique(maintain_order=True).to_list())
+
+
+def plot_sweep(sweep: SweepResult) -> Figure:
+    """Kept share and version gap against K, one line per M, Pareto-efficient settings ringed."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    rows = sweep.rows
+    kept_column, kept_unit = _kept_column(rows)
+    figure = _new_figure(12, 4.8)
+    kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
+    batch = rows["batch_groups"].unique().to_list()
+    figure.suptitle(
+        "Sweep of keep_versions (K) and max_preempts (M)"
+        + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
+    )
+    kept_ax.set_title(f"Kept data ({kept_unit})")
+    kept_ax.set_xlabel("keep_versions K (versions; 0 = off)")
+    kept_ax.set_ylabel(f"kept ({kept_unit})")
+    gap_ax.set_title("Version gap of kept trajectories")
+    gap_ax.set_xlabel("keep_versions K (versions; 0 = off)")
+    gap_ax.set_ylabel("version gap (versions)")
+    for ax in (kept_ax, gap_ax):
+        ax.grid(True, alpha=0.3)
+
+    if rows.height == 0:
+        _show_empty(kept_ax, "no settings swept")
+        _show_empty(gap_ax, "no settings swept")
+        return figure
+
+    keep_values = sorted(rows["keep_versions"].unique().to_list())
+    has_gaps = rows["version_gap_mean"].null_count() < rows.height
+    pareto = rows.filter(pl.col("pareto"))
+    for position, max_preempts in enumerate(_max_preempts_values(rows)):
+        color = f"C{position % 10}"
+        series = rows.filter(pl.col("max_preempts").eq_missing(max_preempts)).sort("keep_versions")
+        keep = series["keep_versions"].to_list()
+        kept_ax.plot(
+            keep,
+            _floats(series[kept_column].to_list()),
+            marker="o",
+            color=color,
+            label=f"M={_m_label(max_preempts)}",
+        )
+        if has_gaps:
+            gap_ax.plot(
+                keep, _floats(series["version_gap_mean"].to_list()), marker="o", color=color
+            )
+            gap_ax.plot(
+                keep,
+                _floats(series["version_gap_max"].to_list()),
+                marker="s",
+                linestyle="--",
+                color=color,
+            )
+    if pareto.height:
+        ring = {"s": 160, "facecolors": "none", "edgecolors": "black", "linewidths": 1.5}
+        kept_ax.scatter(
+            pareto["keep_versions"].to_list(),
+            _floats(pareto[kept_column].to_list()),
+            zorder=3,
+            label="Pareto-efficient",
+            **ring,
+        )
+        if has_gaps:
+            gap_ax.scatter(
+                pareto["keep_versions"].to_list(),
+                _floats(pareto["version_gap_mean"].to_list()),
+                zorder=3,
+                **ring,
+            )
+    kept_ax.set_xticks(keep_values)
+    kept_ax.set_ylim(0, 105)
+    kept_ax.legend(title="max_preempts", loc="best")
+    if has_gaps:
+        gap_ax.set_ylim(bottom=0)
+        gap_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        gap_ax.legend(
+            handles=[
+                Line2D([], [], color="0.3", marker="o", label="mean"),
+                Line2D([], [], color="0.3", marker="s", linestyle="--", label="max"),
+            ],
+            title="colour = M (see left)",
+            loc="best",
+        )
+    else:
+        _show_empty(gap_ax, "no versioned trajectory kept:\nno version gap to show")
+    return figure
+
+
+def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
+    """Histogram of version spans per trajectory, all vs kept, with the M+1 limit marked."""
+    from matplotlib.ticker import MaxNLocator
+
+    outcomes = trajectory_outcomes(prepared, result).filter(pl.col("span").is_not_null())
+    all_spans = Counter(outcomes["span"].to_list())
+    kept_spans = Counter(outcomes.filter(pl.col("decision") == "kept")["span"].to_list())
+    unchecked = prepared.trajectories.height - outcomes.height
+
+    figure = _new_figure(8, 4.8)
+    ax = figure.subplots()
+    ax.set_title(f"Version span per trajectory ({_setting_text(result.config)})")
+    ax.set_xlabel("version span (distinct versions in one trajectory)")
+    ax.set_ylabel("trajectories")
+    ax.grid(True, axis="y", alpha=0.3)
+    if not all_spans:
+        _show_empty(ax, "no token versions in the log:\nspans are unknown")
+        return figure
+
+    spans = list(range(min(all_spans), max(all_spans) + 1))
+    width = 0.4
+    ax.bar(
+        [s - width / 2 for s in spans],
+        [all_spans[s] for s in spans],
+        width=width,
+        color="0.65",
+        label=f"all trajectories (n={outcomes.height})",
+    )
+    ax.bar(
+        [s + width / 2 for s in spans],
+        [kept_spans[s] for s in spans],
+        width=width,
+        color="C0",
+        label=f"kept (n={sum(kept_spans.values())})",
+    )
+    max_preempts = result.config.max_preempts
+    if max_preempts is not None:
+        # Between bins: everything left of the line is within the limit of M+1 versions.
+        ax.axvline(
+            max_preempts + 1.5,
+            color="C3",
+            linestyle="--",
+            label=f"limit M+1 = {max_preempts + 1} versions",
+        )
+    ax.set_xticks(spans)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    legend_title = (
+        f"{unchecked} trajectories without token versions not shown" if unchecked else None
+    )
+    ax.legend(title=legend_title, loc="best")
+    return figure
+
+
+def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
+    """Share of kept trajectories at each version gap, one bar series per setting."""
+    shared_m = len({r.config.max_preempts for r in results}) <= 1
+    series: list[tuple[str, Counter[int], int]] = []
+    for result in results:
+        gaps = trajectory_outcomes(prepared, result)["version_gap"].drop_nulls().to_list()
+        label = f"K={result.config.keep_versions}"
+        if not shared_m:
+            label += f", M={_m_label(result.config.max_preempts)}"
+        series.append((f"{label} (n={len(gaps)})", Counter(gaps), len(gaps)))
+
+    figure = _new_figure(8, 4.8)
+    ax = figure.subplots()
+    title = "Version gap of kept trajectories"
+    if results and shared_m:
+        config = results[0].config
+        title += f" (M={_m_label(config.max_preempts)}, B={config.batch_groups})"
+    ax.set_title(title)
+    ax.set_xlabel("version gap (versions behind the current one)")
+    ax.set_ylabel("% of kept trajectories")
+    ax.grid(True, axis="y", alpha=0.3)
+    all_gaps = [gap for _, counts, _ in series for gap in counts]
+    if not all_gaps:
+        _show_empty(ax, "nothing kept with a version:\nno version gap to show")
+        return figure
+
+    gap_values = list(range(min(all_gaps), max(all_gaps) + 1))
+    width = 0.8 / len(series)
+    for position, (label, counts, total) in enumerate(series):
+        offset = (position - (len(series) - 1) / 2) * width
+        ax.bar(
+            [gap + offset for gap in gap_values],
+            [100.0 * counts[gap] / total if total else 0.0 for gap in gap_values],
+            width=width,
+            color=f"C{position % 10}",
+            label=label,
+        )
+    ax.set_xticks(gap_values)
+    ax.set_ylim(0, 105)
+    ax.legend(title="keep_versions", loc="best")
+    return figure
+
+
+def plot_timeline(result: ReplayResult) -> Figure:
+    """Per emitted batch: version gap, groups dropped while collecting it, version index."""
+    from matplotlib.ticker import MaxNLocator
+
+    batches = result.batches
+    figure = _new_figure(10, 8)
+    gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
+    figure.suptitle(f"Replay timeline per emitted batch ({_setting_text(result.config)})")
+    gap_ax.set_title("Version gap of the batch's trajectories")
+    gap_ax.set_ylabel("version gap (versions)")
+    drop_ax.set_title("Groups dropped as stale while collecting the batch")
+    drop_ax.set_ylabel("dropped (groups)")
+    index_ax.set_title("Observed weight versions")
+    index_ax.set_ylabel("version index (versions)")
+    index_ax.set_xlabel("emitted batch (trainer step)")
+    for ax in (gap_ax, drop_ax, index_ax):
+        ax.grid(True, alpha=0.3)
+    if batches.height == 0:
+        for ax in (gap_ax, drop_ax, index_ax):
+            _show_empty(ax, "no batch emitted: nothing kept")
+        return figure
+
+    batch = batches["batch"].to_list()
+    if batches["version_gap_max"].null_count() < batches.height:
+        gap_ax.plot(batch, _floats(batches["version_gap_mean"].to_list()), marker=".", label="mean")
+        gap_ax.plot(
+            batch,
+            _floats(batches["version_gap_max"].to_list()),
+            marker=".",
+            linestyle="--",
+            label="max",
+        )
+        gap_ax.set_ylim(bottom=0)
+        gap_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        gap_ax.legend(loc="upper left")
+    else:
+        _show_empty(gap_ax, "no versioned group kept: no version gap")
+
+    arrival = batches["dropped_arrival"].to_list()
+    drop_ax.bar(batch, arrival, width=0.8, color="C1", label="on arrival")
+    drop_ax.bar(
+        batch,
+        batches["dropped_pending"].to_list(),
+        width=0.8,
+        bottom=arrival,
+        color="C3",
+        label="pending in the batch",
+    )
+    totals = [a + b for a, b in zip(arrival, batches["dropped_pending"].to_list(), strict=True)]
+    drop_ax.set_ylim(0, max(1, *totals) * 1.15)
+    drop_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    drop_ax.legend(loc="upper left")
+    if not any(totals):
+        off = " (K=0: the control is off)" if not result.config.keep_versions else ""
+        drop_ax.text(
+            0.5,
+            0.5,
+            f"no group dropped{off}",
+            transform=drop_ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.35",
+        )
+
+    if batches["current_version_index"].null_count() < batches.height:
+        index_ax.plot(
+            batch,
+            _floats(batches["current_version_index"].to_list()),
+            drawstyle="steps-mid",
+            label="current",
+        )
+        if result.config.keep_versions:
+            index_ax.plot(
+                batch,
+                _floats(batches["cutoff_version_index"].to_list()),
+                drawstyle="steps-mid",
+                linestyle="--",
+                label=f"cutoff (K={result.config.keep_versions})",
+            )
+        index_ax.set_ylim(bottom=0)
+        index_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        index_ax.legend(loc="upper left")
+    else:
+        _show_empty(index_ax, "no version observed")
+    index_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return figure
+
+
+def plot_heatmap(sweep: SweepResult) -> Figure:
+    """K x M grid of the kept share, each cell annotated; bold cells are Pareto-efficient."""
+    rows = sweep.rows
+    kept_column, kept_unit = _kept_column(rows)
+    keep_values = sorted(rows["keep_versions"].unique().to_list()) if rows.height else []
+    preempt_values = _max_preempts_values(rows) if rows.height else []
+    figure = _new_figure(
+        max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
+    )
+    ax = figure.subplots()
+    ax.set_title(f"Kept data ({kept_unit}); bold = Pareto-efficient")
+    ax.set_xlabel("keep_versions K (versions; 0 = off)")
+    ax.set_ylabel("max_preempts M (preemptions)")
+    if rows.height == 0:
+        _show_empty(ax, "no settings swept")
+        return figure
+
+    cells = {
+        (row["max_preempts"], row["keep_versions"]): (row[kept_column], row["pareto"])
+        for row in rows.iter_rows(named=True)
+    }
+    grid = [
+        [_floats([cells.get((m, k), (None, False))[0]])[0] for k in keep_values]
+        for m in preempt_values
+    ]
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for row_index, m in enumerate(preempt_values):
+        for column_index, k in enumerate(keep_values):
+            value, efficient = cells.get((m, k), (None, False))
+            ax.text(
+                column_index,
+                row_index,
+                "n/a" if value is None else f"{value:.1f}",
+                ha="center",
+                va="center",
+                # viridis is dark at the low end and bright at the high end.
+                color="black" if value is not None and value >= 55 else "white",
+                fontweight="bold" if efficient else "normal",
+            )
+    ax.set_xticks(range(len(keep_values)), [str(k) for k in keep_values])
+    ax.set_yticks(range(len(preempt_values)), [_m_label(m) for m in preempt_values])
+    colorbar = figure.colorbar(image, ax=ax)
+    colorbar.set_label(f"kept ({kept_unit})")
+    return figure
+
+
+def save_figure(figure: Figure, path: str | Path) -> None:
+    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in FIGURE_FORMATS:
+        raise OutputError(
+            f"{path}: unknown figure extension {suffix or '(none)'}; "
+            f"use one of {', '.join(FIGURE_FORMATS)}"
+        )
+    with atomic_path(path) as temp:
+        # The temporary name ends in .tmp, so the format must be given, not guessed.
+        figure.savefig(temp, format=FIGURE_FORMATS[suffix], dpi=PNG_DPI)
+
+
+def make_plot(
+    kind: str,
+    prepared: PreparedLog,
+    *,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    batch_groups: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Figure:
+    """Run the replays a kind of plot needs and draw it.
+
+    ``sweep`` and ``heatmap`` sweep every (K, M); ``spans`` and ``timeline`` replay the
+    first K and first M; ``gaps`` replays each K with the first M. ``progress(done,
+    total)`` is called after each replay of a sweep.
+    """
+    if kind not in PLOT_KINDS:
+        raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(PLOT_KINDS)}")
+    if not keep_versions:
+        raise ConfigError("give at least one --keep-versions value to plot")
+    if not max_preempts:
+        raise ConfigError("give at least one --max-preempts value (or none) to plot")
+    if kind in ("sweep", "heatmap"):
+        result = sweep(
+            prepared,
+            keep_versions=keep_versions,
+            max_preempts=max_preempts,
+            batch_groups=batch_groups,
+            progress=progress,
+        )
+        return plot_sweep(result) if kind == "sweep" else plot_heatmap(result)
+    if kind == "gaps":
+        configs = [
+            ReplayConfig(keep_versions=k, max_preempts=max_preempts[0], batch_groups=batch_groups)
+            for k in keep_versions
+        ]
+        return plot_gaps(prepared, replay_many(prepared, configs))
+    config = ReplayConfig(
+        keep_versions=keep_versions[0], max_preempts=max_preempts[0], batch_groups=batch_groups
+    )
+    single = replay(prepared, config)
+    return plot_spans(prepared, single) if kind == "spans" else plot_timeline(single)

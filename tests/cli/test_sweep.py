@@ -1,0 +1,107 @@
+"""`dressage-replay sweep` and `replay --bias`: rows equal single replays; who gets dropped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from typer.testing import CliRunner
+
+import analysis
+from cli.main import app
+
+runner = CliRunner()
+
+
+def test_sweep_rows_equal_single_replays(small_logs: dict[str, Path]) -> None:
+    log = str(small_logs["jsonl"])
+    result = runner.invoke(app, ["sweep", log, "-k", "0..3", "-m", "none,0..2", "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 4 * 4
+    assert {(r["keep_versions"], r["max_preempts"]) for r in rows} == {
+        (k, m) for k in range(4) for m in (None, 0, 1, 2)
+    }
+    for row in rows:
+        m = "none" if row["max_preempts"] is None else str(row["max_preempts"])
+        single = runner.invoke(
+            app, ["replay", log, "-k", str(row["keep_versions"]), "-m", m, "--json"]
+        )
+        summary = json.loads(single.stdout)
+        assert row["batch_groups"] == summary["config"]["batch_groups"]
+        assert row["groups_kept_pct"] == pytest.approx(100 * summary["groups"]["rates"]["kept"])
+        assert row["tokens_kept_pct"] == pytest.approx(100 * summary["tokens"]["rates"]["kept"])
+        assert row["dropped_arrival_pct"] == pytest.approx(
+            100 * summary["groups"]["rates"]["dropped_stale_arrival"]
+        )
+        assert row["rejected_span_pct"] == pytest.approx(
+            100 * summary["groups"]["rates"]["rejected_span"]
+        )
+        assert row["batches_emitted"] == summary["batches"]["emitted"]
+        assert row["version_gap_mean"] == summary["version_gap"]["mean"]
+        assert row["version_gap_max"] == summary["version_gap"]["max"]
+        assert row["version_span_max"] == summary["version_span"]["kept"]["max"]
+
+
+def test_pareto_marks_exactly_the_undominated_rows(small_logs: dict[str, Path]) -> None:
+    prepared = analysis.prepare(analysis.load_logs([small_logs["jsonl"]]))
+    rows = analysis.sweep(prepared, keep_versions=range(5), max_preempts=[None, 0, 1, 2]).rows
+    points = rows.select("tokens_kept_pct", "version_gap_mean", "pareto").rows()
+    assert any(p for *_, p in points) and not all(p for *_, p in points)
+    for kept, gap, efficient in points:
+        better = [
+            (k, g) for k, g, _ in points
+            if k is not None and g is not None and k >= kept and g <= gap and (k > kept or g < gap)
+        ]  # fmt: skip
+        assert efficient == (gap is not None and not better)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
+def test_sweep_output_file(small_logs: dict[str, Path], tmp_path: Path, suffix: str) -> None:
+    target = tmp_path / f"sweep{suffix}"
+    result = runner.invoke(
+        app, ["sweep", str(small_logs["pt"]), "-k", "0,2", "-m", "none,1", "-o", str(target)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "Pareto-efficient" in result.stdout
+    read = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json}[suffix]
+    frame = read(target)
+    prepared = analysis.prepare(analysis.load_logs([small_logs["pt"]]))
+    expected = analysis.sweep(prepared, keep_versions=[0, 2], max_preempts=[None, 1]).rows
+    assert_frame_equal(frame, expected, check_dtypes=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), [(["-k", "1..x"], "--keep-versions"), (["-m", "3..1"], "--max-preempts")]
+)
+def test_bad_lists_are_usage_errors(
+    small_logs: dict[str, Path], args: list[str], message: str
+) -> None:
+    result = runner.invoke(app, ["sweep", str(small_logs["jsonl"]), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_replay_bias_compares_outcomes(small_logs: dict[str, Path]) -> None:
+    log = str(small_logs["jsonl"])
+    result = runner.invoke(app, ["replay", log, "-k", "1", "-m", "0", "--bias", "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    by_outcome = {row["outcome"]: row for row in data["bias"]["by_outcome"]}
+    assert set(by_outcome) == {"kept", "dropped_stale", "rejected_span", "failed"}
+    for outcome in ("kept", "dropped_stale", "rejected_span", "failed"):
+        assert by_outcome[outcome]["groups"] == data["groups"][outcome]
+        assert by_outcome[outcome]["trajectories"] == data["trajectories"][outcome]
+    never = data["bias"]["never_batched"]
+    assert len(never) == data["groups"]["total"] - data["groups"]["kept"]
+    # Span rejection at M=0 removes exactly the trajectories that switched versions while
+    # generating, which are the long ones: the bias the table is there to show.
+    assert (
+        by_outcome["rejected_span"]["tokens_per_trajectory_mean"]
+        > by_outcome["kept"]["tokens_per_trajectory_mean"]
+    )
+    table = runner.invoke(app, ["replay", log, "-k", "1", "-m", "0", "--bias"])
+    assert "Who gets dropped" in table.stdout and "never reached a batch" in table.stdout
