@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint sample-data clean
+.PHONY: help demo test lint sample-data figures clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -32,6 +32,13 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy on analysis/
 
 sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator
 	$(BIN)/python sample_data/generate.py
+
+figures: $(STAMP) ## Draw the README's figures from sample_data/ into sample_data/figures/
+	mkdir -p sample_data/figures
+	$(BIN)/dressage-replay plot sweep sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/sweep.png
+	$(BIN)/dressage-replay plot heatmap sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/heatmap.png
+	$(BIN)/dressage-replay plot spans sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/spans.png
+	$(BIN)/dressage-replay plot timeline sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/timeline.png
 
 clean: ## Remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist

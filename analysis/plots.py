@@ -169,6 +169,16 @@ def plot_sweep(sweep: SweepResult) -> Figure:
             )
     kept_ax.set_xticks(keep_values)
     kept_ax.set_ylim(0, 105)
+    if not (rows[kept_column].fill_null(0) > 0).any():
+        kept_ax.text(
+            0.5,
+            0.5,
+            "nothing kept under any setting",
+            transform=kept_ax.transAxes,
+            ha="center",
+            va="center",
+            color="0.35",
+        )
     kept_ax.legend(title="max_preempts", loc="best")
     if has_gaps:
         gap_ax.set_ylim(bottom=0)

@@ -372,9 +372,11 @@ def plot(
     )  # fmt: skip
     _, prepared, report = options.prepare()
     analysis.refuse_overwriting_inputs(output, inputs)
-    figure = make_plot(
-        kind.value, prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups
-    )
+    with progress_bar("replaying settings", quiet=quiet) as update:
+        figure = make_plot(
+            kind.value, prepared, keep_versions=ks, max_preempts=ms,
+            batch_groups=batch_groups, progress=update,
+        )  # fmt: skip
     save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
     warn(report)
@@ -505,6 +507,42 @@ def simulate(
     )  # fmt: skip
     count = analysis.write_log(analysis.simulate(config), output, log_format.value)
     typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
+
+
+@app.command()
+@handles_errors
+def report(
+    inputs: Inputs,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The .html file to write.")],
+    keep_versions: KeepVersionsList = "0..4",
+    max_preempts: MaxPreemptsList = "none,0..3",
+    batch_groups: BatchGroups = None,
+    order_by: OrderBy = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
+    from analysis.report import build_report, write_report
+
+    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
+    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    options = load_options(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+        order_by=order_by, quiet=quiet,
+    )  # fmt: skip
+    analysis.refuse_overwriting_inputs(output, inputs)
+    table, prepared, loaded = options.prepare()
+    with progress_bar("replaying settings", quiet=quiet) as update:
+        document = build_report(
+            prepared, table, analysis.inspect_log(table, loaded),
+            keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
+        )  # fmt: skip
+    write_report(document, output, inputs=inputs)
+    typer.echo(f"wrote {output}", err=True)
+    warn(loaded)
 
 
 def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
