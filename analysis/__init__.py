@@ -11,6 +11,7 @@ Everything the command line does is here as plain functions returning values::
 from __future__ import annotations
 
 from analysis.bias import BiasReport, who_gets_dropped
+from analysis.compare import CompareResult, compare_logs
 from analysis.errors import (
     ConfigError,
     InputNotFoundError,
@@ -48,6 +49,7 @@ from analysis.writers import write_log
 __all__ = [
     "CANONICAL_SCHEMA",
     "BiasReport",
+    "CompareResult",
     "ConfigError",
     "FieldMap",
     "InputNotFoundError",
@@ -65,6 +67,7 @@ __all__ = [
     "SweepResult",
     "UnknownFormatError",
     "UnsafePickleError",
+    "compare_logs",
     "derive_end_version",
     "inspect_log",
     "load_logs",

@@ -490,6 +490,15 @@ def simulate(
         bool,
         typer.Option(help="Resume interrupted generation under the new version (else restart)."),
     ] = True,
+    log_prob_drift: Annotated[
+        float,
+        typer.Option(
+            help="Write rollout and trainer log-probs whose difference grows by this per version behind (0: none)."
+        ),
+    ] = 0.0,
+    log_prob_noise: Annotated[
+        float, typer.Option(help="Spread of the log-prob difference at 0 versions behind.")
+    ] = 0.02,
     abort_fraction: Annotated[
         float, typer.Option(help="Fraction of groups with an aborted sample.")
     ] = 0.0,
@@ -503,10 +512,76 @@ def simulate(
         median_response_tokens=median_tokens, tail_sigma=tail_sigma,
         max_response_tokens=max_tokens, multi_turn_fraction=multi_turn_fraction,
         multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
-        abort_fraction=abort_fraction, seed=seed,
+        abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
+        log_prob_noise=log_prob_noise, seed=seed,
     )  # fmt: skip
     count = analysis.write_log(analysis.simulate(config), output, log_format.value)
     typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
+
+
+@app.command()
+@handles_errors
+def compare(
+    first: Annotated[
+        Path, typer.Argument(help="The first log (file or folder).", show_default=False)
+    ],
+    second: Annotated[
+        Path, typer.Argument(help="The second log (file or folder).", show_default=False)
+    ],
+    keep_versions: Annotated[
+        int, typer.Option("--keep-versions", "-k", help="K applied to both logs.")
+    ] = 0,
+    max_preempts: Annotated[
+        str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")
+    ] = "none",
+    batch_groups: BatchGroups = None,
+    names: Annotated[str, typer.Option(help="Names of the two runs, comma-separated.")] = "A,B",
+    plot_file: Annotated[
+        Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON.")
+    ] = False,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Two logs side by side: versions, gap and span distributions, losses, log-prob drift by gap."""
+    config = analysis.ReplayConfig(
+        keep_versions=keep_versions, max_preempts=parse_max_preempts(max_preempts),
+        batch_groups=batch_groups,
+    )  # fmt: skip
+    run_names = tuple(name.strip() for name in names.split(","))
+    if len(run_names) != 2:
+        raise typer.BadParameter(
+            "expected two names, e.g. baseline,controlled", param_hint="--names"
+        )
+    tables = [
+        load_options([path], field=field, on_bad_record=on_bad_record,
+                     trust_pickle=trust_pickle, quiet=quiet).load()[0]
+        for path in (first, second)
+    ]  # fmt: skip
+    result = analysis.compare_logs(
+        tables[0],
+        tables[1],
+        config_a=config,
+        config_b=config,
+        names=run_names,  # type: ignore[arg-type]
+    )
+    if plot_file is not None:
+        from analysis.compare import plot_compare
+        from analysis.plots import save_figure
+
+        analysis.refuse_overwriting_inputs(plot_file, [first, second])
+        save_figure(plot_compare(result), plot_file)
+    if json_output:
+        typer.echo(json.dumps(result.to_dict()))
+    else:
+        from cli.render import print_compare
+
+        print_compare(result, stdout_console())
 
 
 @app.command()

@@ -8,7 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from analysis import BiasReport, LogInspection, ReplaySummary, SweepResult
+from analysis import BiasReport, CompareResult, LogInspection, ReplaySummary, SweepResult
 from analysis.sweep import PARETO_NOTE
 
 _COLUMNS = (
@@ -178,3 +178,32 @@ def print_bias(report: BiasReport, console: Console) -> None:
             f", ... ({len(never) - 20} more)" if len(never) > 20 else ""
         )
         console.print(f"groups that never reached a batch ({len(never)}): {shown}", highlight=False)
+
+
+def print_compare(result: CompareResult, console: Console) -> None:
+    """The two runs' figures side by side, then drift by gap when the logs carry log-probs."""
+    first, second = result.names
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Comparison", title_justify="left")
+    table.add_column("metric", no_wrap=True)
+    table.add_column(first, justify="right")
+    table.add_column(second, justify="right")
+    for row in result.table.iter_rows(named=True):
+        digits = 2 if "(%)" in row["metric"] or "mean" in row["metric"] else 0
+        table.add_row(row["metric"], _fmt(row[first], digits), _fmt(row[second], digits))
+    console.print(table)
+    drift = result.drift_by_gap
+    if drift.height:
+        shown = Table(
+            box=box.SIMPLE_HEAD, pad_edge=False, title="Log-prob drift by version gap",
+            title_justify="left",
+        )  # fmt: skip
+        for header in ("run", "version gap", "records", "mean |rollout - trainer| log-prob"):
+            shown.add_column(header, justify="left" if header == "run" else "right")
+        for row in drift.iter_rows(named=True):
+            shown.add_row(
+                row["run"], _fmt(row["version_gap"]), _fmt(row["records"]),
+                _fmt(row["mean_abs_log_prob_diff"], 4),
+            )  # fmt: skip
+        console.print(shown)
+    for note in result.notes:
+        console.print(f"note: {note}", style="dim", highlight=False)

@@ -147,3 +147,76 @@ def test_simulated_jsonl_is_one_object_per_line(tmp_path: Path) -> None:
     CliRunner().invoke(app, ["simulate", "-o", str(target), "--groups", "5"])
     lines = target.read_text().splitlines()
     assert all(isinstance(json.loads(line), dict) for line in lines)
+
+
+# --------------------------------------------------------------------------- log-prob drift
+
+DRIFT = dataclasses.replace(BASE, log_prob_drift=0.05)
+
+
+def _without_log_probs(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in ("rollout_log_probs", "log_probs")}
+
+
+def test_drift_off_writes_no_log_probs() -> None:
+    records = list(simulate(BASE))
+    assert not any("rollout_log_probs" in r or "log_probs" in r for r in records)
+    table = analysis.records_to_table(records)
+    assert table["log_prob_drift"].null_count() == table.height
+
+
+def test_drift_on_gives_response_aligned_log_probs_and_changes_nothing_else() -> None:
+    records = list(simulate(DRIFT))
+    assert records == list(simulate(DRIFT))
+    assert [_without_log_probs(r) for r in records] == list(simulate(BASE))
+    for record in records:
+        rollout, trainer = record["rollout_log_probs"], record["log_probs"]
+        assert len(rollout) == len(trainer) == record["response_length"]
+        assert all(isinstance(v, float) and v <= 0 for v in rollout)
+        assert all(isinstance(v, float) for v in trainer)
+        # Tool tokens are not trained on, so the trainer does not recompute them.
+        pairs = zip(rollout, trainer, record["loss_mask"], strict=True)
+        assert all(a == b for a, b, trainable in pairs if not trainable)
+
+
+def test_drift_on_is_seeded() -> None:
+    other = list(simulate(dataclasses.replace(DRIFT, seed=6)))
+    assert [r["log_probs"] for r in simulate(DRIFT)] != [r["log_probs"] for r in other]
+
+
+def mean_abs_diff_by_versions_behind(config: SimulationConfig) -> dict[int, tuple[int, float]]:
+    """(tokens, mean |rollout - trainer|) per versions behind, over trainable tokens."""
+    sums: dict[int, list[float]] = {}
+    for record in simulate(config):
+        step = record["metadata"]["dressage_return_rollout_id"]
+        labels = record["metadata"]["full_versions"][-record["response_length"] :]
+        log_probs = (record["rollout_log_probs"], record["log_probs"])
+        pairs = zip(*log_probs, labels, record["loss_mask"], strict=True)
+        for rollout, trainer, label, trainable in pairs:
+            if trainable:
+                sums.setdefault(step - int(label), []).append(abs(rollout - trainer))
+    return {behind: (len(d), sum(d) / len(d)) for behind, d in sorted(sums.items())}
+
+
+def test_tokens_more_versions_behind_drift_more() -> None:
+    by_behind = mean_abs_diff_by_versions_behind(DRIFT)
+    assert min(by_behind) >= 0  # the trainer never consumes tokens from its future
+    means = [mean for tokens, mean in by_behind.values() if tokens >= 200]
+    assert len(means) >= 3
+    assert means == sorted(means)
+    assert by_behind[2][1] > by_behind[0][1]
+    # Mean |N(0, s)| is s * sqrt(2/pi): the model's spread shows through.
+    assert by_behind[0][1] == pytest.approx(0.02 * (2 / 3.14159) ** 0.5, rel=0.15)
+
+
+def test_loaded_drift_is_the_mean_over_trainable_tokens() -> None:
+    records = list(simulate(DRIFT))
+    table = analysis.records_to_table(records)
+    assert table["log_prob_drift"].null_count() == 0
+    assert table["log_prob_tokens"].to_list() == [sum(r["loss_mask"]) for r in records]
+
+
+@pytest.mark.parametrize("change", [{"log_prob_drift": -0.1}, {"log_prob_noise": float("nan")}])
+def test_invalid_drift_parameters_are_refused(change: dict) -> None:
+    with pytest.raises(ConfigError, match="require finite"):
+        dataclasses.replace(BASE, **change)

@@ -1,0 +1,375 @@
+"""Two runs (or two settings) side by side: staleness figures, gap and span shares, drift by gap.
+
+:func:`compare_logs` replays each log under its own setting and lines the results up;
+:func:`plot_compare` draws them. Example::
+
+    import analysis
+    from analysis.compare import compare_logs, plot_compare
+
+    fast, slow = (analysis.load_logs([path]) for path in ("runs/fast/", "runs/slow/"))
+    result = compare_logs(fast, slow, config_a=analysis.ReplayConfig(keep_versions=2),
+                          config_b=analysis.ReplayConfig(keep_versions=2), names=("fast", "slow"))
+    result.table  # one row per metric, one column per run
+    plot_compare(result).savefig("compare.png")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from analysis.errors import ConfigError
+from analysis.replay import (
+    PreparedLog,
+    ReplayConfig,
+    ReplayResult,
+    ReplaySummary,
+    prepare,
+    replay,
+    trajectory_outcomes,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+GAP_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "version_gap": pl.Int64(),
+    "trajectories": pl.Int64(),
+    "share": pl.Float64(),
+}
+SPAN_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "span": pl.Int64(),
+    "trajectories": pl.Int64(),
+    "share": pl.Float64(),
+}
+DRIFT_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "version_gap": pl.Int64(),
+    "records": pl.Int64(),
+    "mean_abs_log_prob_diff": pl.Float64(),
+}
+
+METRICS = (
+    "versions observed",
+    "groups total",
+    "groups kept (%)",
+    "samples kept (%)",
+    "tokens kept (%)",
+    "groups lost (%)",
+    "samples lost (%)",
+    "tokens lost (%)",
+    "version gap min (versions)",
+    "version gap mean (versions)",
+    "version gap max (versions)",
+    "version span mean (versions)",
+    "version span max (versions)",
+)
+"""Rows of :attr:`CompareResult.table`; lost = dropped stale + rejected span + failed."""
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """Two replays lined up: a metric table, gap and span shares, and log-prob drift by gap.
+
+    ``table`` has columns ``metric`` and one per run name; percentages are 0-100, gaps
+    and spans are over kept trajectories (as in the replay summary). ``drift_by_gap``
+    is measured over all data (see :func:`compare_logs`) and is empty when no record
+    of either run carries log-probs.
+    """
+
+    names: tuple[str, str]
+    results: tuple[ReplayResult, ReplayResult]
+    table: pl.DataFrame
+    gap_distribution: pl.DataFrame
+    span_distribution: pl.DataFrame
+    drift_by_gap: pl.DataFrame
+    notes: tuple[str, ...] = ()
+
+    @property
+    def configs(self) -> tuple[ReplayConfig, ReplayConfig]:
+        """The settings replayed, with ``batch_groups`` filled in where it was inferred."""
+        return self.results[0].config, self.results[1].config
+
+    @property
+    def summaries(self) -> tuple[ReplaySummary, ReplaySummary]:
+        """The two replays' summaries, whose figures the table repeats."""
+        return self.results[0].summary, self.results[1].summary
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form: runs with their settings, the table rows and the three frames."""
+        return {
+            "runs": [
+                {"name": name, "config": result.config.to_dict()}
+                for name, result in zip(self.names, self.results, strict=True)
+            ],
+            "table": self.table.to_dicts(),
+            "gap_distribution": self.gap_distribution.to_dicts(),
+            "span_distribution": self.span_distribution.to_dicts(),
+            "drift_by_gap": self.drift_by_gap.to_dicts(),
+            "summaries": {
+                name: result.summary.to_dict()
+                for name, result in zip(self.names, self.results, strict=True)
+            },
+            "notes": list(self.notes),
+        }
+
+
+def compare_logs(
+    a: PreparedLog | pl.DataFrame,
+    b: PreparedLog | pl.DataFrame,
+    *,
+    config_a: ReplayConfig,
+    config_b: ReplayConfig,
+    names: tuple[str, str] = ("A", "B"),
+    order_by: str | None = None,
+) -> CompareResult:
+    """Replay log ``a`` under ``config_a`` and ``b`` under ``config_b`` and compare them.
+
+    Each log is a canonical table (from ``load_logs`` / ``records_to_table``) or a
+    :class:`PreparedLog`. Log-prob drift needs the per-record ``log_prob_drift`` column,
+    which only a table has: for a :class:`PreparedLog` that run's drift is left out and
+    a note says so.
+
+    Drift by gap is measured over all data, not only what the setting keeps, because a
+    setting's drops remove exactly the large gaps whose drift is in question: each
+    record's gap is its trajectory's ``version_gap`` in a replay with both controls off
+    (``keep_versions=0``, ``max_preempts=None``, the run's ``batch_groups``). Records
+    of failed groups, of trajectories without a version, or without a trajectory id
+    have no gap and are left out; a gap's figure is the mean of the records'
+    ``log_prob_drift`` weighted by their ``log_prob_tokens``.
+
+    Examples
+    --------
+    >>> import analysis
+    >>> table = analysis.records_to_table(list(analysis.simulate(
+    ...     analysis.SimulationConfig(n_groups=8, log_prob_drift=0.05))))
+    >>> setting = analysis.ReplayConfig(keep_versions=1)
+    >>> result = compare_logs(table, table, config_a=setting, config_b=setting)
+    >>> result.table.columns
+    ['metric', 'A', 'B']
+    """
+    names = _check_names(names)
+    tables = (a, b)
+    prepared = tuple(
+        log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by) for log in tables
+    )
+    results = (replay(prepared[0], config_a), replay(prepared[1], config_b))
+    gaps, spans, drifts = [], [], []
+    notes: list[str] = []
+    for name, log, ready, result in zip(names, tables, prepared, results, strict=True):
+        outcomes = trajectory_outcomes(ready, result)
+        gaps.append(_distribution(outcomes, "version_gap", name, GAP_SCHEMA))
+        spans.append(_distribution(outcomes, "span", name, SPAN_SCHEMA))
+        if isinstance(log, pl.DataFrame):
+            drifts.append(_drift_by_gap(log, ready, result.config, name))
+        else:
+            notes.append(
+                f"run {name} was given as a PreparedLog, which keeps no per-record log-probs, "
+                "so it has no drift figures; pass the canonical table instead"
+            )
+    figures = [_metrics(result.summary) for result in results]
+    table = pl.DataFrame(
+        {
+            "metric": list(METRICS),
+            **{
+                name: pl.Series([run[metric] for metric in METRICS], dtype=pl.Float64)
+                for name, run in zip(names, figures, strict=True)
+            },
+        }
+    )
+    return CompareResult(
+        names=names,
+        results=results,
+        table=table,
+        gap_distribution=pl.concat(gaps),
+        span_distribution=pl.concat(spans),
+        drift_by_gap=pl.concat(drifts) if drifts else pl.DataFrame(schema=DRIFT_SCHEMA),
+        notes=tuple(notes),
+    )
+
+
+def _check_names(names: tuple[str, str]) -> tuple[str, str]:
+    """Two distinct, non-empty run names that are not the ``metric`` column's."""
+    if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"require two non-empty run names (found {names!r})")
+    if names[0] == names[1] or "metric" in names:
+        raise ConfigError(
+            f"require two distinct run names other than 'metric' (found {names!r}); "
+            "name the runs apart, e.g. ('fast', 'slow')"
+        )
+    return names[0], names[1]
+
+
+def _metrics(summary: ReplaySummary) -> dict[str, float | None]:
+    """The table's figures for one replay, straight from its summary."""
+    figures: dict[str, float | None] = {
+        "versions observed": float(len(summary.versions)),
+        "groups total": _number(summary.counts["groups"]["total"]),
+        "version gap min (versions)": _number(summary.version_gap["min"]),
+        "version gap mean (versions)": _number(summary.version_gap["mean"]),
+        "version gap max (versions)": _number(summary.version_gap["max"]),
+        "version span mean (versions)": _number(summary.version_span["kept"]["mean"]),
+        "version span max (versions)": _number(summary.version_span["kept"]["max"]),
+    }
+    for unit in ("groups", "samples", "tokens"):
+        counts = summary.counts[unit]
+        # A null total (token figures unknown) or an empty log has no percentages.
+        total = counts["total"]
+        lost = sum(counts[key] or 0 for key in ("dropped_stale", "rejected_span", "failed"))
+        figures[f"{unit} kept (%)"] = 100 * (counts["kept"] or 0) / total if total else None
+        figures[f"{unit} lost (%)"] = 100 * lost / total if total else None
+    return figures
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _distribution(
+    outcomes: pl.DataFrame, column: str, name: str, schema: dict[str, pl.DataType]
+) -> pl.DataFrame:
+    """Kept trajectories per value of ``column`` and their share of the run's total."""
+    kept = outcomes.filter((pl.col("decision") == "kept") & pl.col(column).is_not_null())
+    return (
+        kept.group_by(column)
+        .agg(trajectories=pl.len())
+        .sort(column)
+        .select(
+            run=pl.lit(name),
+            **{column: pl.col(column)},
+            trajectories=pl.col("trajectories"),
+            share=pl.col("trajectories") / pl.col("trajectories").sum(),
+        )
+        .cast(schema)  # type: ignore[arg-type]
+    )
+
+
+def _drift_by_gap(
+    table: pl.DataFrame, prepared: PreparedLog, config: ReplayConfig, name: str
+) -> pl.DataFrame:
+    """Token-weighted mean |rollout - trainer| log-prob per version gap, over all data."""
+    if "log_prob_drift" not in table.columns or "log_prob_tokens" not in table.columns:
+        return pl.DataFrame(schema=DRIFT_SCHEMA)
+    records = table.filter(
+        pl.col("log_prob_drift").is_not_null()
+        & (pl.col("log_prob_tokens") > 0)
+        & pl.col("trajectory_id").is_not_null()
+    ).select("group_id", "trajectory_id", "log_prob_drift", "log_prob_tokens")
+    if records.height == 0:
+        return pl.DataFrame(schema=DRIFT_SCHEMA)
+    unfiltered = replay(
+        prepared, ReplayConfig(keep_versions=0, max_preempts=None, batch_groups=config.batch_groups)
+    )
+    gaps = (
+        trajectory_outcomes(prepared, unfiltered)
+        .filter(pl.col("version_gap").is_not_null() & pl.col("trajectory_id").is_not_null())
+        .select("group_id", "trajectory_id", "version_gap")
+    )
+    return (
+        records.join(gaps, on=["group_id", "trajectory_id"], how="inner")
+        .group_by("version_gap")
+        .agg(
+            records=pl.len(),
+            mean_abs_log_prob_diff=(pl.col("log_prob_drift") * pl.col("log_prob_tokens")).sum()
+            / pl.col("log_prob_tokens").sum(),
+        )
+        .sort("version_gap")
+        .select(pl.lit(name).alias("run"), pl.all())
+        .cast(DRIFT_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def _setting_text(config: ReplayConfig) -> str:
+    """``K=2, M=none, B=8`` for legends."""
+    preempts = "none" if config.max_preempts is None else config.max_preempts
+    return f"K={config.keep_versions}, M={preempts}, B={config.batch_groups}"
+
+
+def plot_compare(result: CompareResult) -> Figure:
+    """Gap shares, span shares and (when any record has log-probs) drift by gap, per run."""
+    from matplotlib.figure import Figure
+
+    has_drift = result.drift_by_gap.height > 0
+    panels = 3 if has_drift else 2
+    figure = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
+    axes = figure.subplots(1, panels, squeeze=False)[0]
+    labels = {
+        name: f"{name} ({_setting_text(config)})"
+        for name, config in zip(result.names, result.configs, strict=True)
+    }
+    _share_bars(
+        axes[0],
+        result.gap_distribution,
+        "version_gap",
+        labels,
+        title="Version gap of kept trajectories",
+        xlabel="version gap (versions behind current)",
+    )
+    _share_bars(
+        axes[1],
+        result.span_distribution,
+        "span",
+        labels,
+        title="Version span of kept trajectories",
+        xlabel="version span (distinct versions per trajectory)",
+    )
+    if has_drift:
+        ax = axes[2]
+        for name in result.names:
+            run = result.drift_by_gap.filter(pl.col("run") == name)
+            if run.height:
+                ax.plot(
+                    run["version_gap"].to_list(),
+                    run["mean_abs_log_prob_diff"].to_list(),
+                    marker="o",
+                    label=labels[name],
+                )
+        ax.set_title("Log-prob drift by version gap (all data)")
+        ax.set_xlabel("version gap (versions behind current)")
+        ax.set_ylabel("mean |rollout - trainer log-prob| (nats/token)")
+        _integer_ticks(ax)
+        ax.legend()
+    figure.suptitle(f"{result.names[0]} vs {result.names[1]}")
+    return figure
+
+
+def _share_bars(
+    ax: Axes,
+    distribution: pl.DataFrame,
+    column: str,
+    labels: dict[str, str],
+    *,
+    title: str,
+    xlabel: str,
+) -> None:
+    """Side-by-side bars of each run's share (%) per value of ``column``."""
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of kept trajectories (%)")
+    if distribution.height == 0:
+        ax.text(0.5, 0.5, "no kept trajectories", transform=ax.transAxes, ha="center")
+        return
+    width = 0.8 / len(labels)
+    for position, name in enumerate(labels):
+        run = distribution.filter(pl.col("run") == name)
+        offset = (position - (len(labels) - 1) / 2) * width
+        ax.bar(
+            [value + offset for value in run[column].to_list()],
+            [100 * share for share in run["share"].to_list()],
+            width=width,
+            label=labels[name],
+        )
+    _integer_ticks(ax)
+    ax.legend()
+
+
+def _integer_ticks(ax: Axes) -> None:
+    """Gaps and spans are whole numbers of versions; keep the ticks so."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
