@@ -9,11 +9,26 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from analysis.engine import (
+    DROPPED_ARRIVAL,
+    DROPPED_PENDING,
+    FAILED,
+    KEPT,
+    NO_VERSION,
+    REJECTED,
+    Collection,
+    GroupArrays,
+    Observation,
+    collect,
+    group_arrays,
+    observe,
+)
 from analysis.errors import ConfigError, MissingFieldError
 from analysis.labels import NOT_REAL
 
@@ -83,10 +98,25 @@ class PreparedLog:
     trajectories: pl.DataFrame
     tokens_known: bool
     inferred_batch_groups: int | None
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_groups(self) -> int:
         return self.groups.height
+
+    @property
+    def arrays(self) -> GroupArrays:
+        """The groups as flat arrays for the collection loop (computed once)."""
+        if "arrays" not in self._cache:
+            self._cache["arrays"] = group_arrays(self.groups, self.trajectories)
+        return self._cache["arrays"]
+
+    def observation(self, max_preempts: int | None) -> Observation:
+        """Observation order under one ``max_preempts`` (computed once per value)."""
+        key = ("observation", max_preempts)
+        if key not in self._cache:
+            self._cache[key] = observe(self.arrays, max_preempts)
+        return self._cache[key]
 
 
 def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
@@ -319,29 +349,20 @@ def replay(
     """
     prepared = log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by)
     config = resolve_config(prepared, config)
-    loop = _collect(prepared, config)
-    decisions = prepared.groups.select("group_id", "arrival").with_columns(
-        decision=pl.Series(loop.decision, dtype=pl.String),
-        stage=pl.Series(loop.stage, dtype=pl.String),
-        batch=pl.Series(loop.batch, dtype=pl.Int64),
-        version_index=pl.Series(loop.version_index, dtype=pl.Int64),
-        version_gap=pl.Series(loop.version_gap, dtype=pl.Int64),
+    observation = prepared.observation(config.max_preempts)
+    collection = collect(
+        observation, keep_versions=config.keep_versions, batch_groups=config.batch_groups or 1
     )
-    decisions = decisions.with_columns(
-        prepared.groups.select("samples", "trajectories", "tokens", "failed")
-    ).with_columns(
-        trajectory_gap_sum=pl.Series(loop.gap_sum, dtype=pl.Int64),
-        trajectory_gap_min=pl.Series(loop.gap_min, dtype=pl.Int64),
-        versioned_trajectories=pl.Series(loop.versioned, dtype=pl.Int64),
-    )
-    summary = _summarise(prepared, config, decisions, loop)
     return ReplayResult(
         config=config,
-        decisions=decisions.drop("trajectory_gap_sum", "trajectory_gap_min", "failed"),
-        batches=pl.DataFrame(loop.batch_rows, schema=_BATCH_SCHEMA, orient="row"),
-        summary=summary,
+        decisions=_decisions_frame(prepared, observation, collection),
+        batches=_batches_frame(observation, collection, config),
+        summary=_summarise(prepared, config, observation, collection),
     )
 
+
+_DECISION_NAMES = ["kept", "dropped_stale", "dropped_stale", "rejected_span", "failed"]
+_STAGE_NAMES = [None, "arrival", "pending", None, None]
 
 _BATCH_SCHEMA = {
     "batch": pl.Int64,
@@ -356,179 +377,95 @@ _BATCH_SCHEMA = {
 }
 
 
-@dataclass
-class _Loop:
-    """Per-group outcome lists of the collection loop, indexed by arrival."""
-
-    decision: list[str | None]
-    stage: list[str | None]
-    batch: list[int | None]
-    version_index: list[int | None]
-    version_gap: list[int | None]
-    gap_sum: list[int | None]
-    gap_min: list[int | None]
-    versioned: list[int]
-    versions: list[str]
-    batch_rows: list[tuple[Any, ...]]
-
-
-def _collect(prepared: PreparedLog, config: ReplayConfig) -> _Loop:
-    """The collection loop of SPEC §3-§4, one group at a time, in arrival order."""
-    groups = prepared.groups
-    n = groups.height
-    keep = config.keep_versions
-    limit = config.max_preempts
-    size = config.batch_groups or 1
-    versions_of: list[list[str]] = groups["trajectory_versions"].to_list()
-    max_switches: list[int | None] = groups["max_switches"].to_list()
-    failed: list[bool] = groups["failed"].to_list()
-
-    loop = _Loop(
-        decision=[None] * n,
-        stage=[None] * n,
-        batch=[None] * n,
-        version_index=[None] * n,
-        version_gap=[None] * n,
-        gap_sum=[None] * n,
-        gap_min=[None] * n,
-        versioned=[len(v) for v in versions_of],
-        versions=[],
-        batch_rows=[],
+def _decisions_frame(
+    prepared: PreparedLog, observation: Observation, collection: Collection
+) -> pl.DataFrame:
+    versioned = observation.min_index != NO_VERSION
+    decided = collection.current >= 0
+    gap = np.where(versioned & decided, collection.current - observation.min_index, 0)
+    code = pl.Series(collection.decision)
+    return prepared.groups.select("group_id", "arrival").with_columns(
+        decision=code.replace_strict(dict(enumerate(_DECISION_NAMES)), return_dtype=pl.String),
+        stage=code.replace_strict(dict(enumerate(_STAGE_NAMES)), return_dtype=pl.String),
+        batch=pl.Series(collection.batch).replace(-1, None),
+        version_index=pl.Series(observation.min_index).set(pl.Series(~versioned), None),
+        version_gap=pl.Series(gap).set(pl.Series(~(versioned & decided)), None),
+        samples=prepared.groups["samples"],
+        trajectories=prepared.groups["trajectories"],
+        tokens=prepared.groups["tokens"],
+        versioned_trajectories=pl.Series(observation.versioned, dtype=pl.Int64),
     )
-    index: dict[str, int] = {}
-    min_index: list[int | None] = [None] * n
-    max_index: list[int] = [0] * n
-    sum_index: list[int] = [0] * n
-    collecting: list[int] = []
-    dropped_arrival = dropped_pending = 0
 
-    def cutoff() -> int:
-        return max(0, len(index) - keep) if keep and index else 0
 
-    def emit(partial: bool) -> None:
-        nonlocal dropped_arrival, dropped_pending
-        current = len(index) - 1
-        gaps_total = gaps_count = 0
-        gap_max: int | None = None
-        for g in collecting:
-            loop.decision[g] = "kept"
-            loop.batch[g] = len(loop.batch_rows)
-            low = min_index[g]
-            if low is not None:
-                loop.version_gap[g] = current - low
-                loop.gap_sum[g] = loop.versioned[g] * current - sum_index[g]
-                loop.gap_min[g] = current - max_index[g]
-                gaps_total += loop.gap_sum[g] or 0
-                gaps_count += loop.versioned[g]
-                gap_max = max(gap_max or 0, current - low)
-        loop.batch_rows.append(
+def _kept_gaps(observation: Observation, collection: Collection) -> tuple[np.ndarray, ...]:
+    """Per kept group with versions: (group positions, gap sums, smallest gap, largest gap)."""
+    kept = np.flatnonzero((collection.decision == KEPT) & (observation.versioned > 0))
+    current = collection.current[kept]
+    sums = observation.versioned[kept] * current - observation.sum_index[kept]
+    return kept, sums, current - observation.max_index[kept], current - observation.min_index[kept]
+
+
+def _batches_frame(
+    observation: Observation, collection: Collection, config: ReplayConfig
+) -> pl.DataFrame:
+    kept, sums, _, largest = _kept_gaps(observation, collection)
+    emitted = len(collection.batch_rows)
+    batch = collection.batch[kept]
+    gap_sum = np.bincount(batch, weights=sums, minlength=emitted)
+    gap_count = np.bincount(batch, weights=observation.versioned[kept], minlength=emitted)
+    gap_max = np.full(emitted, -1, dtype=np.int64)
+    np.maximum.at(gap_max, batch, largest)
+    rows = []
+    for (number, size, partial, now, arrivals, pendings), total, count, high in zip(
+        collection.batch_rows, gap_sum, gap_count, gap_max, strict=True
+    ):
+        known = now + 1
+        cutoff = max(0, known - config.keep_versions) if config.keep_versions and known else None
+        rows.append(
             (
-                len(loop.batch_rows),
-                len(collecting),
-                partial,
-                current if index else None,
-                cutoff() if keep and index else None,
-                gaps_total / gaps_count if gaps_count else None,
-                gap_max,
-                dropped_arrival,
-                dropped_pending,
+                number, size, partial, now if known else None, cutoff,
+                total / count if count else None, int(high) if count else None,
+                arrivals, pendings,
             )
-        )
-        dropped_arrival = dropped_pending = 0
-        collecting.clear()
-
-    for g in range(n):
-        switches = max_switches[g]
-        if limit is not None and switches is not None and switches > limit:
-            loop.decision[g] = "rejected_span"
-            continue
-        before = len(index)
-        for label in versions_of[g]:
-            if label not in index:
-                index[label] = len(index)
-                loop.versions.append(label)
-        if versions_of[g]:
-            positions = [index[label] for label in versions_of[g]]
-            min_index[g] = min(positions)
-            max_index[g] = max(positions)
-            sum_index[g] = sum(positions)
-            loop.version_index[g] = min_index[g]
-        current = len(index) - 1
-        low_cut = cutoff()
-        if keep and len(index) > before and collecting:
-            still: list[int] = []
-            for pending in collecting:
-                low = min_index[pending]
-                if low is not None and low < low_cut:
-                    loop.decision[pending] = "dropped_stale"
-                    loop.stage[pending] = "pending"
-                    loop.version_gap[pending] = current - low
-                    dropped_pending += 1
-                else:
-                    still.append(pending)
-            collecting[:] = still
-        low = min_index[g]
-        if failed[g]:
-            loop.decision[g] = "failed"
-            loop.version_gap[g] = None if low is None else current - low
-            continue
-        if keep and low is not None and low < low_cut:
-            loop.decision[g] = "dropped_stale"
-            loop.stage[g] = "arrival"
-            loop.version_gap[g] = current - low
-            dropped_arrival += 1
-            continue
-        collecting.append(g)
-        if len(collecting) == size:
-            emit(partial=False)
-    if collecting:
-        emit(partial=True)
-    return loop
+        )  # fmt: skip
+    return pl.DataFrame(rows, schema=_BATCH_SCHEMA, orient="row")
 
 
 def _summarise(
-    prepared: PreparedLog, config: ReplayConfig, decisions: pl.DataFrame, loop: _Loop
+    prepared: PreparedLog, config: ReplayConfig, observation: Observation, collection: Collection
 ) -> ReplaySummary:
-    outcome = decisions.with_columns(
-        key=pl.when(pl.col("decision") == "dropped_stale")
-        .then(pl.concat_str(pl.lit("dropped_stale_"), pl.col("stage")))
-        .otherwise(pl.col("decision"))
-    )
-    sums = outcome.group_by("key").agg(
-        groups=pl.len(),
-        samples=pl.col("samples").sum(),
-        trajectories=pl.col("trajectories").sum(),
-        tokens=pl.col("tokens").sum(),
-    )
-    by_key = {row["key"]: row for row in sums.iter_rows(named=True)}
-    keys = ("kept", "dropped_stale_arrival", "dropped_stale_pending", "rejected_span", "failed")
+    arrays = prepared.arrays
+    decision = collection.decision
     counts: dict[str, dict[str, int | None]] = {}
-    for unit in ("groups", "samples", "trajectories", "tokens"):
-        values = {key: int(by_key[key][unit]) if key in by_key else 0 for key in keys}
+    for unit, weights in (
+        ("groups", None),
+        ("samples", arrays.samples),
+        ("trajectories", arrays.trajectories),
+        ("tokens", arrays.tokens),
+    ):
+        by_code = np.bincount(decision, weights=weights, minlength=5).astype(np.int64).tolist()
         unit_counts: dict[str, int | None] = {
-            "total": sum(values.values()),
-            "kept": values["kept"],
-            "dropped_stale": values["dropped_stale_arrival"] + values["dropped_stale_pending"],
-            "dropped_stale_arrival": values["dropped_stale_arrival"],
-            "dropped_stale_pending": values["dropped_stale_pending"],
-            "rejected_span": values["rejected_span"],
-            "failed": values["failed"],
+            "total": sum(by_code),
+            "kept": by_code[KEPT],
+            "dropped_stale": by_code[DROPPED_ARRIVAL] + by_code[DROPPED_PENDING],
+            "dropped_stale_arrival": by_code[DROPPED_ARRIVAL],
+            "dropped_stale_pending": by_code[DROPPED_PENDING],
+            "rejected_span": by_code[REJECTED],
+            "failed": by_code[FAILED],
         }
         if unit == "tokens" and not prepared.tokens_known:
             unit_counts = dict.fromkeys(unit_counts)
         counts[unit] = unit_counts
 
-    kept = decisions.filter(pl.col("decision") == "kept")
-    gap_count = int(kept["versioned_trajectories"].sum() or 0)
+    kept, sums, smallest, largest = _kept_gaps(observation, collection)
+    gap_count = int(observation.versioned[kept].sum())
     version_gap: dict[str, float | int | None] = {
-        "min": kept["trajectory_gap_min"].min() if gap_count else None,  # type: ignore[dict-item]
-        "mean": int(kept["trajectory_gap_sum"].sum()) / gap_count if gap_count else None,
-        "max": kept["version_gap"].max() if gap_count else None,  # type: ignore[dict-item]
+        "min": int(smallest.min()) if gap_count else None,
+        "mean": int(sums.sum()) / gap_count if gap_count else None,
+        "max": int(largest.max()) if gap_count else None,
     }
-
-    spans = prepared.trajectories.filter(pl.col("span").is_not_null())
-    kept_spans = spans.join(kept.select("group_id"), on="group_id", how="semi")
-    version_span = {"kept": _span_stats(kept_spans["span"]), "all": _span_stats(spans["span"])}
+    kept_spans = arrays.span[decision[arrays.span_owner] == KEPT]
+    version_span = {"kept": _span_stats(kept_spans), "all": _span_stats(arrays.span)}
 
     notes: list[str] = []
     rejected = counts["groups"]["rejected_span"] or 0
@@ -541,28 +478,31 @@ def _summarise(
         notes.append(
             "some records have neither response_length nor loss_mask, so token figures are null"
         )
-    emitted = len(loop.batch_rows)
+    emitted = len(collection.batch_rows)
     return ReplaySummary(
         config=config,
         counts=counts,
-        batches={"emitted": emitted, "last_partial": bool(emitted and loop.batch_rows[-1][2])},
+        batches={
+            "emitted": emitted,
+            "last_partial": bool(emitted and collection.batch_rows[-1][2]),
+        },
         version_gap=version_gap,
         version_span=version_span,
-        versions=tuple(loop.versions),
-        unchecked_trajectories=prepared.trajectories.height - spans.height,
+        versions=observation.versions,
+        unchecked_trajectories=prepared.trajectories.height - len(arrays.span),
         notes=tuple(notes),
     )
 
 
-def _span_stats(spans: pl.Series) -> dict[str, Any]:
-    if spans.len() == 0:
+def _span_stats(spans: np.ndarray) -> dict[str, Any]:
+    if len(spans) == 0:
         return {"min": None, "mean": None, "max": None, "histogram": {}}
-    histogram = Counter(spans.to_list())
+    histogram = np.bincount(spans)
     return {
-        "min": int(spans.min()),  # type: ignore[arg-type]
-        "mean": float(spans.mean()),  # type: ignore[arg-type]
-        "max": int(spans.max()),  # type: ignore[arg-type]
-        "histogram": {str(k): histogram[k] for k in sorted(histogram)},
+        "min": int(spans.min()),
+        "mean": float(spans.mean()),
+        "max": int(spans.max()),
+        "histogram": {str(k): int(c) for k, c in enumerate(histogram.tolist()) if c},
     }
 
 
