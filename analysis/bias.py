@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from analysis.replay import PreparedLog, ReplayResult, trajectory_outcomes
+from analysis.replay import PreparedLog, ReplayResult, real_token_labels, trajectory_outcomes
 
 OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
 
@@ -27,41 +27,31 @@ class BiasReport:
         return {"by_outcome": self.table.to_dicts(), "never_batched": list(self.never_batched)}
 
 
-def arrival_delays(prepared: PreparedLog) -> pl.DataFrame:
+def arrival_delays(prepared: PreparedLog, table: pl.DataFrame) -> pl.DataFrame:
     """Versions published while each group was generating: current index at its arrival
     minus the index of its oldest token version (or trajectory version when it has none).
 
     Versions are observed as with both controls off, so every group is measured on the
     same scale whatever the setting.
     """
+    labels = (
+        real_token_labels(table, by="group_id").group_by("group_id").agg(pl.col("label").unique())
+    )
+    token_labels = prepared.groups.select("group_id").join(
+        labels, on="group_id", how="left", maintain_order="left"
+    )["label"]
     index: dict[str, int] = {}
     delays: list[int | None] = []
-    oldest_labels = _oldest_candidates(prepared)
-    for labels, versions in zip(
-        oldest_labels, prepared.groups["trajectory_versions"].to_list(), strict=True
+    for own, versions in zip(
+        token_labels.to_list(), prepared.groups["trajectory_versions"].to_list(), strict=True
     ):
         for label in versions:
             index.setdefault(label, len(index))
-        known = [index[label] for label in (*labels, *versions) if label in index]
+        known = [index[label] for label in (*(own or ()), *versions) if label in index]
         delays.append(len(index) - 1 - min(known) if known else None)
     return prepared.groups.select("group_id").with_columns(
         arrival_delay=pl.Series(delays, dtype=pl.Int64)
     )
-
-
-def _oldest_candidates(prepared: PreparedLog) -> list[list[str]]:
-    """Per group (arrival order), every real token label of its trajectories."""
-    labels = (
-        prepared.trajectories.select("group_id", "span_labels")
-        .explode("span_labels")
-        .drop_nulls()
-        .group_by("group_id")
-        .agg(pl.col("span_labels").unique())
-    )
-    joined = prepared.groups.select("group_id").join(
-        labels, on="group_id", how="left", maintain_order="left"
-    )
-    return [values or [] for values in joined["span_labels"].to_list()]
 
 
 def who_gets_dropped(
@@ -76,7 +66,7 @@ def who_gets_dropped(
     groups = (
         result.decisions.select("group_id", "decision")
         .join(per_group_reward, on="group_id", how="left")
-        .join(arrival_delays(prepared), on="group_id", how="left")
+        .join(arrival_delays(prepared, table), on="group_id", how="left")
     )
     by_trajectory = trajectories.group_by("decision").agg(
         trajectories=pl.len(),

@@ -30,7 +30,7 @@ from analysis.engine import (
     observe,
 )
 from analysis.errors import ConfigError, MissingFieldError
-from analysis.labels import NOT_REAL
+from analysis.labels import real_label
 
 DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
 
@@ -130,102 +130,117 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
             f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
             "pass --order-by with a field that the log has"
         )
-    rows = table.with_row_index("row").with_columns(
-        position=pl.int_range(pl.len()).over("group_id"),
-        response_tokens=pl.coalesce("response_length", "loss_mask_length"),
-    )
+    rows = table.select(*_PREPARE_COLUMNS, *([order_by] if order_by else [])).with_row_index("row")
     rows = rows.with_columns(
-        traj_key=pl.when(pl.col("trajectory_id").is_null())
-        .then(pl.concat_str(pl.col("group_id"), pl.lit("\x00r"), pl.col("row").cast(pl.String)))
-        .otherwise(pl.concat_str(pl.col("group_id"), pl.lit("\x00t"), pl.col("trajectory_id")))
+        pl.col("row").cast(pl.Int64),
+        response_tokens=pl.coalesce("response_length", "loss_mask_length"),
+        # Integer keys: grouping and joining a million rows on strings costs several times more.
+        group_key=pl.col("group_id").rank("dense").cast(pl.Int64),
+    ).with_columns(
+        # A trajectory is (group, trajectory id); a record without an id is its own.
+        trajectory_key=pl.concat_str("group_key", pl.lit("\x00"), "trajectory_id")
+        .rank("dense")
+        .cast(pl.Int64)
+        .fill_null(-1 - pl.col("row")),
     )
-
-    groups = rows.group_by("group_id", maintain_order=True).agg(
+    groups = rows.group_by("group_key").agg(
+        group_id=pl.col("group_id").first(),
         first_row=pl.col("row").min(),
-        samples=pl.len(),
-        trajectories=pl.col("traj_key").n_unique(),
+        samples=pl.len().cast(pl.Int64),
+        trajectories=pl.col("trajectory_key").n_unique().cast(pl.Int64),
         tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
             pl.col("response_tokens").sum()
         ),
         failed=(pl.col("status") == "aborted").any(),
         **({"order_key": pl.col(order_by).max()} if order_by else {}),
     )
-    if order_by:
-        groups = groups.sort("order_key", "first_row", nulls_last=True)
-    groups = groups.with_row_index("arrival").with_columns(
-        pl.col("arrival", "samples", "trajectories").cast(pl.Int64)
-    )
+    groups = groups.sort(*(["order_key"] if order_by else []), "first_row", nulls_last=True)
+    groups = groups.with_row_index("arrival").with_columns(pl.col("arrival").cast(pl.Int64))
 
-    trajectories = _trajectory_facts(rows)
-    per_group = trajectories.group_by("group_id").agg(
-        max_switches=pl.col("switches").max(),
-        checked_trajectories=pl.col("span").is_not_null().sum(),
+    trajectories = _trajectory_facts(rows).join(
+        groups.select("group_key", "arrival"), on="group_key"
     )
+    per_group = trajectories.group_by("group_key").agg(max_switches=pl.col("switches").max())
     # One version per versioned trajectory, in order of first appearance (SPEC §2).
     versioned = (
         trajectories.filter(pl.col("version").is_not_null())
         .sort("first_versioned_row")
-        .group_by("group_id", maintain_order=True)
+        .group_by("group_key", maintain_order=True)
         .agg(trajectory_versions=pl.col("version"))
     )
     groups = (
-        groups.join(per_group, on="group_id", how="left", maintain_order="left")
-        .join(versioned, on="group_id", how="left", maintain_order="left")
+        groups.join(per_group, on="group_key", how="left", maintain_order="left")
+        .join(versioned, on="group_key", how="left", maintain_order="left")
         .with_columns(pl.col("trajectory_versions").fill_null([]))
-    )
-    trajectories = trajectories.join(
-        groups.select("group_id", "arrival"), on="group_id", maintain_order="left"
+        .select("arrival", "group_id", pl.exclude("arrival", "group_id", "group_key", "first_row"))
     )
     return PreparedLog(
         groups=groups,
-        trajectories=trajectories,
+        trajectories=trajectories.sort("first_row").drop("group_key", "trajectory_key"),
         tokens_known=rows.height == 0 or rows["response_tokens"].null_count() == 0,
         inferred_batch_groups=_infer_batch_groups(rows),
     )
 
 
+_PREPARE_COLUMNS = (
+    "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
+    "response_length", "loss_mask_length", "trainer_step",
+)  # fmt: skip
+
+
+def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
+    """(``by``, label) for every real token-version label of each record, normalised.
+
+    Labels are few, so realness is decided once per distinct label, not once per span.
+    """
+    exploded = (
+        rows.filter(pl.col("version_spans").is_not_null())
+        .select(by, label=pl.col("version_spans").list.eval(pl.element().struct.field("version")))
+        .explode("label")
+    )
+    distinct = exploded["label"].drop_nulls().unique().to_list()
+    mapping = {label: real_label(label) for label in distinct}
+    return exploded.with_columns(
+        pl.col("label").replace_strict(mapping, default=None, return_dtype=pl.String)
+    ).drop_nulls("label")
+
+
 def _trajectory_facts(rows: pl.DataFrame) -> pl.DataFrame:
     """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4)."""
-    by_segment = rows.sort("group_id", "traj_key", "segment_index", "position")
-    base = rows.group_by("traj_key", maintain_order=True).agg(
+    base = rows.group_by("trajectory_key").agg(
+        group_key=pl.col("group_key").first(),
         group_id=pl.col("group_id").first(),
         trajectory_id=pl.col("trajectory_id").first(),
+        first_row=pl.col("row").min(),
         records=pl.len().cast(pl.Int64),
         tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
             pl.col("response_tokens").sum()
         ),
         has_token_versions=pl.col("version_spans").is_not_null().any(),
     )
+    # The record with the highest (segment_index, position in the group) gives the version;
+    # within a group, row order is position order.
     versions = (
-        by_segment.filter(
-            pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null()
-        )
-        .group_by("traj_key")
+        rows.filter(pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null())
+        .group_by("trajectory_key")
         .agg(
-            version=pl.col("end_version").last(),
+            version=pl.col("end_version").sort_by("segment_index", "row").last(),
             first_versioned_row=pl.col("row").min(),
         )
     )
-    labels = (
-        by_segment.filter(pl.col("version_spans").is_not_null())
-        .select("traj_key", pl.col("version_spans").alias("span"))
-        .explode("span")
-        .select("traj_key", label=pl.col("span").struct.field("version").str.strip_chars())
-        .filter(~pl.col("label").str.to_lowercase().is_in(list(NOT_REAL)))
-        .group_by("traj_key", maintain_order=True)
-        .agg(real_span=pl.col("label").unique(maintain_order=True))
+    spans = (
+        real_token_labels(rows, by="trajectory_key")
+        .group_by("trajectory_key")
+        .agg(real_labels=pl.col("label").n_unique().cast(pl.Int64))
     )
     return (
-        base.join(versions, on="traj_key", how="left", maintain_order="left")
-        .join(labels, on="traj_key", how="left", maintain_order="left")
+        base.join(versions, on="trajectory_key", how="left")
+        .join(spans, on="trajectory_key", how="left")
         .with_columns(
-            span_labels=pl.when(pl.col("has_token_versions")).then(
-                pl.col("real_span").fill_null([])
-            ),
+            span=pl.when(pl.col("has_token_versions")).then(pl.col("real_labels").fill_null(0))
         )
-        .with_columns(span=pl.col("span_labels").list.len().cast(pl.Int64))
         .with_columns(switches=(pl.col("span") - 1).clip(lower_bound=0))
-        .drop("real_span", "has_token_versions")
+        .drop("real_labels", "has_token_versions")
     )
 
 
