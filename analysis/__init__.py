@@ -24,8 +24,16 @@ from analysis.errors import (
 )
 from analysis.inspect import LogInspection, inspect_log
 from analysis.labels import derive_end_version, real_label, run_length_spans
-from analysis.load import CANONICAL_SCHEMA, FieldMap, LoadReport, load_logs, records_to_table
+from analysis.load import (
+    CANONICAL_SCHEMA,
+    FieldMap,
+    LoadReport,
+    iter_log_chunks,
+    load_logs,
+    records_to_table,
+)
 from analysis.output import (
+    convert_logs,
     refuse_overwriting_inputs,
     write_canonical,
     write_decisions,
@@ -68,8 +76,10 @@ __all__ = [
     "UnknownFormatError",
     "UnsafePickleError",
     "compare_logs",
+    "convert_logs",
     "derive_end_version",
     "inspect_log",
+    "iter_log_chunks",
     "load_logs",
     "parse_keep_versions",
     "parse_max_preempts",

@@ -7,17 +7,21 @@ run-length spans; an end version derived from them is flagged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import gzip
 import json
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 import polars as pl
+import pyarrow as pa
 
 from analysis.errors import (
     InputNotFoundError,
@@ -171,7 +175,7 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     if dumps:
         # slime writes one dump per trainer step; order them by the step they carry.
         return [Source(p, "pt") for p in dumps], []
-    artifacts = list(root.glob("*/*/samples/*.json"))
+    artifacts = _artifact_files(root)
     if artifacts:
         return _artifact_sources(artifacts)
     logs = sorted(
@@ -191,10 +195,30 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     )
 
 
-def _artifact_sources(files: list[Path]) -> tuple[list[Source], list[str]]:
-    stamped = sorted((p.stat().st_mtime_ns, str(p), p) for p in files)
+def _artifact_files(root: Path) -> list[tuple[int, str]]:
+    """(modification time, path) of every ``<instance>/<session>/samples/<n>.json`` below root.
+
+    os.scandir hands back types and stats without the per-path overhead of Path.glob,
+    which matters for folders of tens of thousands of segment files.
+    """
+    found = []
+    for instance in os.scandir(root):
+        if not instance.is_dir():
+            continue
+        for session in os.scandir(instance.path):
+            samples = os.path.join(session.path, "samples")
+            if not session.is_dir() or not os.path.isdir(samples):
+                continue
+            for entry in os.scandir(samples):
+                if entry.name.endswith(".json") and entry.is_file():
+                    found.append((entry.stat().st_mtime_ns, entry.path))
+    return found
+
+
+def _artifact_sources(files: list[tuple[int, str]]) -> tuple[list[Source], list[str]]:
+    stamped = sorted(files)
     warnings = []
-    ties = Counter(stamp for stamp, _, _ in stamped)
+    ties = Counter(stamp for stamp, _ in stamped)
     tied = sum(n for n in ties.values() if n > 1)
     if tied:
         warnings.append(
@@ -202,7 +226,7 @@ def _artifact_sources(files: list[Path]) -> tuple[list[Source], list[str]]:
             "so their arrival order falls back to path order (as after a plain copy); "
             "pass --order-by with a completion-time field if the log has one"
         )
-    return [Source(p, "artifacts") for _, _, p in stamped], warnings
+    return [Source(Path(p), "artifacts") for _, p in stamped], warnings
 
 
 def _file_format(path: Path) -> Format:
@@ -243,18 +267,30 @@ _MISSING = object()
 
 
 def _lookup(record: dict[str, Any], path: str) -> Any:
+    return _lookup_parts(record, _split(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
+def _lookup_parts(record: dict[str, Any], parts: tuple[str, ...]) -> Any:
     value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
+    for part in parts:
+        if type(value) is not dict:
             return _MISSING
-        value = value[part]
+        value = value.get(part, _MISSING)
+        if value is _MISSING:
+            return _MISSING
     return value
 
 
 def _first(record: dict[str, Any], paths: tuple[str, ...]) -> Any:
+    # The hot path of every loader: split paths are cached, lookups kept inline.
     for path in paths:
-        value = _lookup(record, path)
-        if value is not _MISSING and value is not None and not _is_skipped(value):
+        value = _lookup_parts(record, _split(path))
+        if value is not _MISSING and value is not None and value is not SKIPPED:
             return value
     return None
 
@@ -399,9 +435,7 @@ def _canonical_row(
         "sample_index": _as_int(_first(record, fields.sample_id), "index", where),
         "end_version": end_version,
         "end_version_derived": derived,
-        "version_spans": (
-            None if spans is None else [{"start": s, "end": e, "version": v} for s, e, v in spans]
-        ),
+        "version_spans": spans,
         "token_count": None if tokens is None else len(tokens),
         "trainer_step": _as_int(step, "trainer step", where),
         "response_length": response_length,
@@ -454,13 +488,15 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
         with path.open("rb") as probe:
             compressed = probe.read(2) == b"\x1f\x8b"
         opener = gzip.open if compressed else open
-        with opener(path, "rt", encoding="utf-8") as handle:
+        with opener(path, "rb") as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.strip():
                     continue
                 try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as exc:
+                    yield number, _parse_json(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    if isinstance(exc, UnicodeDecodeError):
+                        exc = json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start)
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
                     yield (
                         number,
@@ -474,10 +510,18 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
         raise LogFormatError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
 
 
+def _parse_json(data: bytes) -> Any:
+    """orjson for speed; the standard parser for what it refuses but Python writes (NaN)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def _artifact_record(path: Path) -> Any:
     try:
         with path.open("rb") as handle:
-            return json.load(handle)
+            return _parse_json(handle.read())
     except json.JSONDecodeError as exc:
         raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
     except OSError as exc:
@@ -549,7 +593,7 @@ def _raw_records(
             for number, record in enumerate(document, start=1):
                 yield f"{source.path}: record {number}", number, None, record
         else:
-            yield str(source.path), 1, None, document
+            yield source.path.as_posix(), 1, None, document
     elif source.format == "pt":
         rollout_id, samples = dumps[source.path]
         for number, record in enumerate(samples, start=1):
@@ -581,6 +625,61 @@ def load_logs(
     >>> analysis.load_logs([path]).select("group_id", "trajectory_id", "end_version").row(0)
     ('0', 't0', 'v1')
     """
+    report = report if report is not None else LoadReport()
+    frames = list(
+        iter_log_chunks(
+            inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
+            trust_pickle=trust_pickle, report=report, progress=progress,
+        )
+    )  # fmt: skip
+    if not frames:
+        return _rows_to_frame([], extra_fields, where="")
+    try:
+        table = pl.concat(frames, how="vertical_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise LogFormatError(f"inputs disagree on column types ({exc})") from exc
+    check_extra_fields(table, extra_fields, report)
+    return table
+
+
+def check_extra_fields(
+    table: pl.DataFrame, extra_fields: Sequence[str], report: LoadReport
+) -> None:
+    """Refuse an ordering field no record has; warn about records that lack it."""
+    missing = {path: table[path].null_count() for path in extra_fields}
+    report_missing_extra_fields(missing, table.height, report)
+
+
+def report_missing_extra_fields(missing: dict[str, int], total: int, report: LoadReport) -> None:
+    """Given null counts of extra fields over ``total`` records, refuse or warn."""
+    for path, count in missing.items():
+        if total and count == total:
+            raise MissingFieldError(
+                f"no record has the field {path!r}; name a field the log has "
+                "(see `dressage-replay inspect`) or drop --order-by"
+            )
+        if count:
+            report.warnings.append(
+                f"{count} of {total} records lack {path!r}; their groups arrive after all others"
+            )
+
+
+def iter_log_chunks(
+    inputs: Sequence[str | Path],
+    *,
+    fields: FieldMap | None = None,
+    extra_fields: Sequence[str] = (),
+    on_bad_record: OnBadRecord = "fail",
+    trust_pickle: bool = False,
+    report: LoadReport | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    chunk_records: int = 50_000,
+) -> Iterator[pl.DataFrame]:
+    """Yield the canonical table in chunks of at most ``chunk_records`` raw records.
+
+    Memory stays bounded by a chunk (``convert`` writes each as it comes); many small
+    files (an artifact folder) are gathered into one chunk rather than a frame each.
+    """
     fields = fields or FieldMap()
     report = report if report is not None else LoadReport()
     sources, warnings = detect_sources(inputs)
@@ -593,14 +692,17 @@ def load_logs(
     }
     sources = _order_dumps(sources, dumps)
 
-    frames: list[pl.DataFrame] = []
+    rows: list[dict[str, Any]] = []
     for done, source in enumerate(sources, start=1):
         if progress is not None:
             progress(done - 1, len(sources))
         if source.format in ("parquet", "ipc"):
-            frames.append(_read_canonical(source, extra_fields))
+            if rows:
+                yield _rows_to_frame(rows, extra_fields, where=str(source.path))
+                rows = []
+            yield _read_canonical(source, extra_fields)
             continue
-        rows: list[dict[str, Any]] = []
+        path_text = str(source.path)
         for where, number, file_step, record in _raw_records(source, dumps):
             try:
                 if isinstance(record, ReplayError):
@@ -619,37 +721,26 @@ def load_logs(
                     raise
                 report.skip(error)
                 continue
-            row["source"] = str(source.path)
+            row["source"] = path_text
             row["record"] = number
             rows.append(row)
-        frames.append(_rows_to_frame(rows, extra_fields, where=str(source.path)))
-    if not frames:
-        return _rows_to_frame([], extra_fields, where="")
-    try:
-        table = pl.concat(frames, how="vertical_relaxed")
-    except pl.exceptions.PolarsError as exc:
-        raise LogFormatError(f"inputs disagree on column types ({exc})") from exc
-    for path in extra_fields:
-        missing = table[path].null_count()
-        if table.height and missing == table.height:
-            raise MissingFieldError(
-                f"no record has the field {path!r}; name a field the log has "
-                "(see `dressage-replay inspect`) or drop --order-by"
-            )
-        if missing:
-            report.warnings.append(
-                f"{missing} of {table.height} records lack {path!r}; their groups arrive "
-                "after all others"
-            )
-    return table
+            if len(rows) >= chunk_records:
+                yield _rows_to_frame(rows, extra_fields, where=str(source.path))
+                rows = []
+    if progress is not None:
+        progress(len(sources), len(sources))
+    if rows:
+        yield _rows_to_frame(rows, extra_fields, where="inputs")
 
 
 def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: str) -> pl.DataFrame:
-    schema: dict[str, Any] = dict(CANONICAL_SCHEMA)
     columns: dict[str, pl.Series] = {
         name: pl.Series(name, [row[name] for row in rows], dtype=dtype)
-        for name, dtype in schema.items()
+        for name, dtype in CANONICAL_SCHEMA.items()
+        if name != "version_spans"
     }
+    columns["version_spans"] = _spans_column([row["version_spans"] for row in rows])
+    columns = {name: columns[name] for name in CANONICAL_SCHEMA}
     for path in extra:
         if path in CANONICAL_SCHEMA:
             continue
@@ -660,6 +751,31 @@ def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: s
                 f"{where}: field {path} has values of mixed types ({exc})"
             ) from exc
     return pl.DataFrame(columns)
+
+
+def _spans_column(per_record: list[list[Span] | None]) -> pl.Series:
+    """Build the spans column from flat Arrow arrays (a list of dicts per row is much slower)."""
+    offsets = [0]
+    starts: list[int] = []
+    ends: list[int] = []
+    labels: list[str] = []
+    missing = []
+    for spans in per_record:
+        missing.append(spans is None)
+        if spans:
+            for start, end, label in spans:
+                starts.append(start)
+                ends.append(end)
+                labels.append(label)
+        offsets.append(len(starts))
+    values = pa.StructArray.from_arrays(
+        [pa.array(starts, pa.int64()), pa.array(ends, pa.int64()), pa.array(labels, pa.string())],
+        names=["start", "end", "version"],
+    )
+    array = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()), values, mask=pa.array(missing, pa.bool_())
+    )
+    return pl.Series("version_spans", pl.from_arrow(array)).cast(SPAN_TYPE)
 
 
 def _order_dumps(

@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from analysis.errors import OutputError
+from analysis.errors import LogFormatError, OutputError
+from analysis.load import (
+    CANONICAL_SCHEMA,
+    FieldMap,
+    LoadReport,
+    OnBadRecord,
+    iter_log_chunks,
+    report_missing_extra_fields,
+)
 
 if TYPE_CHECKING:
     from analysis.replay import ReplayResult
@@ -89,11 +97,87 @@ def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] 
 
 def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:
     """Write the canonical table as Parquet or Arrow IPC, for fast loading next time."""
+    write_canonical_chunks([table], path, inputs=inputs)
+
+
+def write_canonical_chunks(
+    chunks: Iterable[pl.DataFrame], path: Path, *, inputs: Iterable[Path] = ()
+) -> int:
+    """Write canonical chunks one after another (memory: one chunk); return the row count.
+
+    The file appears only once every chunk is written: an error or Ctrl-C midway leaves
+    nothing behind.
+    """
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
     path = Path(path)
     refuse_overwriting_inputs(path, inputs)
-    if path.suffix.lower() not in (".parquet", ".arrow", ".ipc", ".feather"):
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".arrow", ".ipc", ".feather"):
         raise OutputError(f"{path}: convert writes .parquet or .arrow files; change the extension")
-    write_frame(table, path)
+    rows = 0
+    with atomic_path(path) as temp:
+        writer: Any = None
+        schema: Any = None
+
+        def open_writer(schema: Any) -> Any:
+            if suffix == ".parquet":
+                return pq.ParquetWriter(temp, schema)
+            return ipc.new_file(str(temp), schema)
+
+        try:
+            for chunk in chunks:
+                arrow = chunk.to_arrow()
+                if writer is None:
+                    schema = arrow.schema
+                    writer = open_writer(schema)
+                try:
+                    arrow = arrow.cast(schema)
+                except Exception as exc:
+                    raise LogFormatError(
+                        f"{path}: later records disagree with earlier ones on column types "
+                        f"({exc}); convert the inputs separately"
+                    ) from exc
+                writer.write_table(arrow)
+                rows += chunk.height
+            if writer is None:  # no records: still a valid, empty canonical file
+                writer = open_writer(pl.DataFrame(schema=CANONICAL_SCHEMA).to_arrow().schema)
+        finally:
+            if writer is not None:
+                writer.close()
+    return rows
+
+
+def convert_logs(
+    inputs: Sequence[str | Path],
+    output: Path,
+    *,
+    fields: FieldMap | None = None,
+    extra_fields: Sequence[str] = (),
+    on_bad_record: OnBadRecord = "fail",
+    trust_pickle: bool = False,
+    report: LoadReport | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Stream inputs into one canonical Parquet/Arrow file, a chunk at a time; return rows."""
+    report = report if report is not None else LoadReport()
+
+    def checked() -> Iterator[pl.DataFrame]:
+        missing = dict.fromkeys(extra_fields, 0)
+        total = 0
+        for chunk in iter_log_chunks(
+            inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
+            trust_pickle=trust_pickle, report=report, progress=progress,
+        ):  # fmt: skip
+            total += chunk.height
+            for name in missing:
+                missing[name] += chunk[name].null_count()
+            yield chunk
+        # Raised before the file is renamed into place, so a refused field leaves no output.
+        report_missing_extra_fields(missing, total, report)
+
+    return write_canonical_chunks(checked(), output, inputs=[Path(i) for i in inputs])
 
 
 def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:

@@ -435,9 +435,15 @@ def convert(
         quiet=quiet,
         order_by=order_by,
     )
-    table, report = options.load()
-    analysis.write_canonical(table, output, inputs=inputs)
-    typer.echo(f"wrote {table.height:,} records to {output}", err=True)
+    report = analysis.LoadReport()
+    with progress_bar("converting", quiet=quiet) as update:
+        rows = analysis.convert_logs(
+            inputs, output, fields=options.fields,
+            extra_fields=[order_by] if order_by else [],
+            on_bad_record=options.on_bad_record,  # type: ignore[arg-type]
+            trust_pickle=trust_pickle, report=report, progress=update,
+        )  # fmt: skip
+    typer.echo(f"wrote {rows:,} records to {output}", err=True)
     warn(report)
 
 
