@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint sample-data figures clean
+.PHONY: help demo test lint bench bench-large sample-data figures clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -29,6 +29,12 @@ lint: $(STAMP) ## ruff check, ruff format --check, mypy on analysis/
 	$(BIN)/ruff check analysis cli tests sample_data
 	$(BIN)/ruff format --check analysis cli tests sample_data
 	$(BIN)/mypy analysis
+
+bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
+	$(BIN)/python -m tests.bench.bench
+
+bench-large: $(STAMP) ## The same plus the multi-GB convert (peak memory)
+	$(BIN)/python -m tests.bench.bench --large
 
 sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator
 	$(BIN)/python sample_data/generate.py

@@ -71,6 +71,10 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
             pl.col("response_length").is_null() & pl.col("loss_mask_length").is_null()
         ).height,
         "aborted_records": table.filter(pl.col("status") == "aborted").height,
+        "duplicate_segment_records": table.filter(
+            pl.col("trajectory_id").is_not_null()
+            & pl.struct("group_id", "trajectory_id", "segment_index").is_duplicated()
+        ).height,
         "numeric_labels_misordered_by_sorting": _misordered_numeric(observed),
         "records_skipped": sum(report.skipped.values()),
     }

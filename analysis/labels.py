@@ -23,7 +23,7 @@ def label_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"a label must be a string or an integer (found {value!r})")
+        raise ValueError(f"a label must be a string or an integer (found {repr(value)[:60]})")
     if isinstance(value, float):
         if value != value:
             raise ValueError("a label must be a string or an integer (found NaN)")

@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import os
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -311,8 +312,16 @@ def _as_int(value: Any, what: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise LogFormatError(f"{where}: {what} must be an integer (found {value!r})")
+        raise LogFormatError(f"{where}: {what} must be an integer (found {_short(value)})")
+    if not -(2**63) <= value < 2**63:
+        raise LogFormatError(f"{where}: {what} is too large for a 64-bit integer ({_short(value)})")
     return value
+
+
+def _short(value: Any) -> str:
+    """A value for an error message, cut so that a huge one cannot flood the terminal."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _as_id(value: Any) -> str | None:
@@ -338,7 +347,9 @@ def _spans_from_field(value: Any, where: str) -> list[Span]:
     expected = 0
     for entry in value:
         if not isinstance(entry, dict) or not {"start", "end", "version"} <= entry.keys():
-            raise LogFormatError(f"{where}: version_spans entry {entry!r} lacks start/end/version")
+            raise LogFormatError(
+                f"{where}: version_spans entry {_short(entry)} lacks start/end/version"
+            )
         start = _as_int(entry["start"], "version_spans start", where)
         end = _as_int(entry["end"], "version_spans end", where)
         if start != expected or end is None or end <= start:
@@ -393,7 +404,9 @@ def _canonical_row(
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
     trajectory = _first(record, fields.trajectory)
     if isinstance(trajectory, (dict, list)):
-        raise LogFormatError(f"{where}: trajectory id must be a scalar (found {trajectory!r})")
+        raise LogFormatError(
+            f"{where}: trajectory id must be a scalar (found {_short(trajectory)})"
+        )
     segment = _as_int(_first(record, fields.segment), "segment_index", where) or 0
 
     tokens = _int_list(_first(record, fields.tokens), "tokens", where)
@@ -440,7 +453,7 @@ def _canonical_row(
         "trainer_step": _as_int(step, "trainer step", where),
         "response_length": response_length,
         "loss_mask_length": None if loss_mask is None else len(loss_mask),
-        "reward": None if reward is None or math.isnan(reward) else float(reward),
+        "reward": _as_reward(reward, where),
         "status": None if status is None else str(status).strip().lower(),
         "remove_sample": None if remove is None else bool(remove),
         **_log_prob_drift(record, fields, loss_mask, where),
@@ -451,6 +464,16 @@ def _canonical_row(
         value = _lookup(record, path)
         row[path] = None if value is _MISSING or _is_skipped(value) else value
     return row
+
+
+def _as_reward(value: int | float | None, where: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        reward = float(value)
+    except OverflowError:
+        raise LogFormatError(f"{where}: reward is too large ({_short(value)})") from None
+    return None if math.isnan(reward) else reward
 
 
 def _log_prob_drift(
@@ -494,9 +517,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                     continue
                 try:
                     yield number, _parse_json(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    if isinstance(exc, UnicodeDecodeError):
-                        exc = json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start)
+                except json.JSONDecodeError as exc:
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
                     yield (
                         number,
@@ -504,7 +525,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                             f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
                         ),
                     )
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
         raise LogFormatError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
@@ -515,7 +536,13 @@ def _parse_json(data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
 
 
 def _artifact_record(path: Path) -> Any:
@@ -535,7 +562,9 @@ def _dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[A
         if rollout_id is not None and (
             isinstance(rollout_id, bool) or not isinstance(rollout_id, int)
         ):
-            raise LogFormatError(f"{path}: rollout_id must be an integer (found {rollout_id!r})")
+            raise LogFormatError(
+                f"{path}: rollout_id must be an integer (found {_short(rollout_id)})"
+            )
         samples = obj["samples"]
     elif isinstance(obj, list):
         rollout_id, samples = None, obj
@@ -685,12 +714,25 @@ def iter_log_chunks(
     sources, warnings = detect_sources(inputs)
     report.sources += sources
     report.warnings += warnings
-    dumps = {
-        s.path: _dump_samples(s.path, trust_pickle=trust_pickle)
-        for s in sources
-        if s.format == "pt"
-    }
-    sources = _order_dumps(sources, dumps)
+
+    def skip_or_raise(error: ReplayError) -> None:
+        if on_bad_record == "fail":
+            if isinstance(error, LogFormatError) and not isinstance(error, UnsafePickleError):
+                raise LogFormatError(
+                    f"{error}; fix the record or pass --on-bad-record skip"
+                ) from error
+            raise error
+        report.skip(error)
+
+    dumps: dict[Path, tuple[int | None, list[Any]]] = {}
+    for source in [s for s in sources if s.format == "pt"]:
+        try:
+            dumps[source.path] = _dump_samples(source.path, trust_pickle=trust_pickle)
+        except UnsafePickleError:
+            raise  # never skipped: the user must decide whether to trust the file
+        except LogFormatError as error:
+            skip_or_raise(error)
+    sources = _order_dumps([s for s in sources if s.format != "pt" or s.path in dumps], dumps)
 
     rows: list[dict[str, Any]] = []
     for done, source in enumerate(sources, start=1):
@@ -700,10 +742,24 @@ def iter_log_chunks(
             if rows:
                 yield _rows_to_frame(rows, extra_fields, where=str(source.path))
                 rows = []
-            yield _read_canonical(source, extra_fields)
+            try:
+                table = _read_canonical(source, extra_fields)
+            except LogFormatError as error:
+                skip_or_raise(error)
+                continue
+            yield table
             continue
         path_text = str(source.path)
-        for where, number, file_step, record in _raw_records(source, dumps):
+        records = _raw_records(source, dumps)
+        while True:
+            # A file that breaks midway (a truncated .gz) keeps the records read before.
+            try:
+                where, number, file_step, record = next(records)
+            except StopIteration:
+                break
+            except LogFormatError as error:
+                skip_or_raise(error)
+                break
             try:
                 if isinstance(record, ReplayError):
                     raise record
@@ -711,15 +767,7 @@ def iter_log_chunks(
                     record, fields=fields, where=where, file_step=file_step, extra=extra_fields
                 )
             except (LogFormatError, MissingFieldError) as error:
-                if on_bad_record == "fail":
-                    if isinstance(error, LogFormatError) and not isinstance(
-                        error, UnsafePickleError
-                    ):
-                        raise LogFormatError(
-                            f"{error}; fix the record or pass --on-bad-record skip"
-                        ) from error
-                    raise
-                report.skip(error)
+                skip_or_raise(error)
                 continue
             row["source"] = path_text
             row["record"] = number

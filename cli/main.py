@@ -204,7 +204,9 @@ def parse_list(parse: Callable[[str], list[Any]], text: str, option: str) -> lis
     try:
         return parse(text)
     except analysis.ConfigError as error:
-        raise typer.BadParameter(str(error), param_hint=option) from None
+        raise typer.BadParameter(
+            str(error).removeprefix(f"{option}: "), param_hint=option
+        ) from None
 
 
 def parse_max_preempts(value: str) -> int | None:
@@ -214,7 +216,9 @@ def parse_max_preempts(value: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise typer.BadParameter(f"expected a whole number or 'none' (found {value!r})") from None
+        raise typer.BadParameter(
+            f"expected a whole number or 'none' (found {value!r})", param_hint="--max-preempts"
+        ) from None
 
 
 def stdout_console() -> Any:
@@ -640,8 +644,25 @@ def warn(report: analysis.LoadReport) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors as one line, Ctrl-C as exit 130."""
+    try:
+        code = app(standalone_mode=False)
+    except KeyboardInterrupt:
+        typer.echo("Interrupted; no partial output was left.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as error:
+        # typer's usage errors (unknown option, bad value) carry a message and exit code 2;
+        # they are told apart by shape because typer keeps their classes private.
+        message = getattr(error, "format_message", None)
+        exit_code = getattr(error, "exit_code", None)
+        if message is None or not isinstance(exit_code, int):
+            raise
+        if type(error).__name__ == "NoArgsIsHelpError":
+            typer.echo(message())
+            sys.exit(0)
+        typer.echo(f"Error: {' '.join(message().split())} (see --help)", err=True)
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

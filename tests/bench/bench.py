@@ -1,0 +1,240 @@
+"""`make bench`: measure the performance targets of issue 5 and print each beside its target.
+
+Logs are generated with the simulator into ``bench_data/`` (never committed) and reused
+by later runs. Every comparison is measured in the same run on the same file; each
+timing is the best of a few repetitions. ``--large`` adds the multi-GB convert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import analysis  # noqa: E402
+from analysis.simulate import SimulationConfig, simulate  # noqa: E402
+from analysis.writers import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
+
+DATA = Path(os.environ.get("BENCH_DATA", ROOT / "bench_data"))
+K_VALUES = list(range(7))
+M_VALUES: list[int | None] = [None, 0, 1, 2, 3]
+REPLAY_COLUMNS = [
+    "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
+    "response_length", "loss_mask_length", "trainer_step",
+]  # fmt: skip
+
+
+def best_of(function: Callable[[], Any], repeat: int = 3) -> float:
+    """Fastest wall time of ``repeat`` calls, in seconds."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def ensure(path: Path, make: Callable[[Path], Any]) -> Path:
+    """Generate a bench input once; later runs reuse it."""
+    if not path.exists():
+        print(f"  generating {path.name} ...", file=sys.stderr, flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        make(path)
+    return path
+
+
+def million_records(path: Path) -> None:
+    config = SimulationConfig(
+        n_groups=125_000, n_samples_per_prompt=8, max_active_groups=256, batch_groups=64,
+        train_step_time=10.0, median_response_tokens=200, max_response_tokens=4000,
+        multi_segment_fraction=0.0, seed=1,
+    )  # fmt: skip
+    write_canonical_parquet(simulate(config), path, fields=analysis.FieldMap(token_versions=()))
+
+
+def ten_thousand_groups() -> list[dict[str, Any]]:
+    config = SimulationConfig(
+        n_groups=10_000, n_samples_per_prompt=8, max_active_groups=64, batch_groups=32,
+        train_step_time=4.0, median_response_tokens=40, max_response_tokens=400,
+        prompt_tokens=8, tool_tokens=2, multi_segment_fraction=0.2, seed=2,
+    )  # fmt: skip
+    return list(simulate(config))
+
+
+def long_token_jsonl(path: Path, groups: int = 600) -> None:
+    config = SimulationConfig(
+        n_groups=groups, n_samples_per_prompt=8, median_response_tokens=4000, tail_sigma=0.3,
+        max_response_tokens=8000, multi_segment_fraction=0.0, seed=3,
+    )  # fmt: skip
+    write_jsonl(simulate(config), path)
+
+
+def artifact_folder(path: Path) -> None:
+    config = SimulationConfig(
+        n_groups=5_000, n_samples_per_prompt=4, median_response_tokens=200,
+        multi_segment_fraction=0.0, seed=4,
+    )  # fmt: skip
+    write_artifacts(simulate(config), path)
+
+
+def row(name: str, measured: str, target: str, ok: bool) -> dict[str, Any]:
+    print(f"{name:<58} {measured:>26}   target {target:<14} {'ok' if ok else 'MISSED'}", flush=True)
+    return {"name": name, "measured": measured, "target": target, "ok": ok}
+
+
+def bench_replay_and_sweep() -> list[dict[str, Any]]:
+    path = ensure(DATA / "million.parquet", million_records)
+    read = best_of(lambda: pl.read_parquet(path, columns=REPLAY_COLUMNS))
+    config = analysis.ReplayConfig(keep_versions=2, max_preempts=1)
+
+    def one_replay() -> None:
+        analysis.replay(analysis.prepare(analysis.load_logs([path])), config)
+
+    def full_sweep() -> None:
+        prepared = analysis.prepare(analysis.load_logs([path]))
+        analysis.sweep(prepared, keep_versions=K_VALUES, max_preempts=M_VALUES)
+
+    replay_time = best_of(one_replay)
+    sweep_time = best_of(full_sweep, repeat=2)
+    return [
+        row(
+            "1. replay of 1M records vs polars reading its columns",
+            f"{replay_time:.2f}s / {read:.2f}s = {replay_time / read:.1f}x",
+            "<= 3x",
+            replay_time <= 3 * read,
+        ),
+        row(
+            "2. sweep of 35 settings vs one replay (same log)",
+            f"{sweep_time:.2f}s / {replay_time:.2f}s = {sweep_time / replay_time:.1f}x",
+            "<= 4x",
+            sweep_time <= 4 * replay_time,
+        ),
+    ]
+
+
+def bench_against_reference() -> list[dict[str, Any]]:
+    from tests.reference import replay_reference
+
+    records = ten_thousand_groups()
+    table = analysis.records_to_table(records)
+    configs = [(k, m) for m in M_VALUES for k in K_VALUES]
+
+    def ours() -> None:
+        analysis.sweep(analysis.prepare(table), keep_versions=K_VALUES, max_preempts=M_VALUES)
+
+    def reference() -> None:
+        for k, m in configs:
+            replay_reference(records, keep_versions=k, max_preempts=m, batch_groups=32)
+
+    ours_time = best_of(ours)
+    reference_time = best_of(reference, repeat=1)
+    speedup = reference_time / ours_time
+    return [
+        row(
+            "3. 35-setting sweep vs reference model x35 (10k groups)",
+            f"{reference_time:.1f}s / {ours_time:.2f}s = {speedup:.0f}x faster",
+            ">= 50x",
+            speedup >= 50,
+        )
+    ]
+
+
+def bench_jsonl_ingestion() -> list[dict[str, Any]]:
+    path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
+    size = path.stat().st_size / 1e6
+
+    def polars_scan() -> None:
+        pl.scan_ndjson(path).select(
+            spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
+        ).collect(engine="streaming")
+
+    with tempfile.TemporaryDirectory() as folder:
+        ours = best_of(lambda: analysis.convert_logs([path], Path(folder) / "out.parquet"))
+    theirs = best_of(polars_scan)
+    ratio = theirs / ours
+    return [
+        row(
+            "4. JSONL convert (~4,000-token full_versions) vs polars scan",
+            f"{size / ours:.0f} vs {size / theirs:.0f} MB/s = {ratio:.2f}x",
+            ">= 0.7x",
+            ratio >= 0.7,
+        )
+    ]
+
+
+def bench_artifacts() -> list[dict[str, Any]]:
+    folder = ensure(DATA / "artifacts", artifact_folder)
+    files = sorted(folder.glob("*/*/samples/*.json"))
+
+    def plain_loop() -> None:
+        for file in files:
+            with file.open() as handle:
+                json.load(handle)
+
+    ours = best_of(lambda: analysis.load_logs([folder]))
+    plain = best_of(plain_loop)
+    return [
+        row(
+            f"5. artifact folder ({len(files):,} files) vs a json.load loop",
+            f"{plain:.2f}s / {ours:.2f}s = {plain / ours:.2f}x faster",
+            ">= 2x",
+            plain / ours >= 2,
+        )
+    ]
+
+
+def bench_large_convert() -> list[dict[str, Any]]:
+    path = ensure(DATA / "large.jsonl", lambda p: long_token_jsonl(p, groups=7_500))
+    size = path.stat().st_size / 1e9
+    with tempfile.TemporaryDirectory() as folder:
+        code = (
+            "import resource, sys, analysis; "
+            f"analysis.convert_logs([{str(path)!r}], {str(Path(folder) / 'out.parquet')!r}); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        )
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        )
+        elapsed = time.perf_counter() - start
+    peak_gb = int(done.stdout.strip().splitlines()[-1]) / 1e6
+    return [
+        row(
+            f"6. convert of a {size:.1f} GB JSONL: peak resident memory",
+            f"{peak_gb:.2f} GB ({size * 1e3 / elapsed:.0f} MB/s)",
+            "<= 1.5 GB",
+            peak_gb <= 1.5 and size > 3,
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--large", action="store_true", help="also the multi-GB convert")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    print(f"dressage-replay benchmarks ({os.cpu_count()} cores, data in {DATA})")
+    results = bench_replay_and_sweep()
+    results += bench_against_reference()
+    results += bench_jsonl_ingestion()
+    results += bench_artifacts()
+    if args.large:
+        results += bench_large_convert()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Hostile and broken input, degenerate logs, interruption: documented exits, no leftovers."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
+
+from analysis.pickles import dump_pt
+from analysis.simulate import SimulationConfig, simulate
+from analysis.writers import write_jsonl
+from cli.main import app
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+DOCUMENTED_FAILURES = {2, 3, 4, 5, 6, 7, 8}
+RECORDS = list(simulate(SimulationConfig(n_groups=6, n_samples_per_prompt=2, median_response_tokens=12,
+                                         prompt_tokens=3, tool_tokens=1, seed=9)))  # fmt: skip
+
+
+def assert_clean_exit(result: Result, folder: Path, output: Path | None = None) -> None:
+    """Exit 0 or a documented failure, never a traceback, never a partial output file."""
+    assert result.exit_code == 0 or result.exit_code in DOCUMENTED_FAILURES, (
+        result.exit_code,
+        result.stderr,
+        result.exception,
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.stdout + result.stderr
+    if result.exit_code != 0:
+        assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, result.stderr
+    leftovers = [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+    if output is not None:
+        if result.exit_code == 0:
+            pl.read_parquet(output)
+        else:
+            assert not output.exists()
+
+
+# --------------------------------------------------------------------------- corruption
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=8,
+)
+FIELDS = [
+    ("group_index",), ("index",), ("tokens",), ("response_length",), ("loss_mask",),
+    ("reward",), ("status",), ("metadata",), ("metadata", "parent_traj_id"),
+    ("metadata", "segment_index"), ("metadata", "full_versions"), ("metadata", "version_spans"),
+    ("metadata", "dressage_end_token_version"), ("metadata", "dressage_return_rollout_id"),
+]  # fmt: skip
+
+
+@st.composite
+def mutated_records(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """The sample records with some fields dropped or replaced by arbitrary JSON values."""
+    records = copy.deepcopy(RECORDS)
+    for _ in range(draw(st.integers(1, 4))):
+        record = records[draw(st.integers(0, len(records) - 1))]
+        path = draw(st.sampled_from(FIELDS))
+        parent = record
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict):
+            continue
+        if draw(st.booleans()):
+            parent.pop(path[-1], None)
+        else:
+            parent[path[-1]] = draw(json_values)
+    return records
+
+
+def dumps_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, allow_nan=True)
+
+
+@st.composite
+def corrupted_bytes(draw: st.DrawFn, data: bytes) -> bytes:
+    """Truncate, flip bytes, or splice in control and non-ASCII characters."""
+    kind = draw(st.sampled_from(["truncate", "flip", "insert"]))
+    if kind == "truncate":
+        return data[: draw(st.integers(0, len(data)))]
+    buffer = bytearray(data)
+    for _ in range(draw(st.integers(1, 8))):
+        at = draw(st.integers(0, len(buffer) - 1))
+        if kind == "flip":
+            buffer[at] ^= draw(st.integers(1, 255))
+        else:
+            buffer[at:at] = draw(
+                st.sampled_from([b"\x00", b"\x1b[31m", "é".encode(), b"\xff", b'"', b"}"])
+            )
+    return bytes(buffer)
+
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(records=mutated_records(), duplicate_key=st.booleans())
+def test_mutated_jsonl_records(
+    tmp_path_factory: pytest.TempPathFactory, records: list, duplicate_key: bool
+) -> None:
+    folder = tmp_path_factory.mktemp("mutated")
+    lines = [dumps_line(r) for r in records]
+    if duplicate_key:  # JSON allows it; the last value wins, as in every parser we use
+        lines[0] = lines[0].replace("{", '{"group_index": "dup", ', 1)
+    log = folder / "log.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    output = folder / "out.parquet"
+    for policy in ("fail", "skip"):
+        result = runner.invoke(
+            app, ["convert", str(log), "-o", str(output), "--on-bad-record", policy]
+        )
+        assert_clean_exit(result, folder, output)
+        output.unlink(missing_ok=True)
+        result = runner.invoke(
+            app,
+            [
+                "replay",
+                str(log),
+                "-b",
+                "2",
+                "-k",
+                "1",
+                "-m",
+                "1",
+                "--json",
+                "--on-bad-record",
+                policy,
+            ],
+        )
+        assert_clean_exit(result, folder)
+        if result.exit_code == 0:
+            json.loads(result.stdout)
+
+
+def _valid_bytes(kind: str, folder: Path) -> tuple[bytes, str]:
+    if kind == "jsonl":
+        return ("".join(dumps_line(r) + "\n" for r in RECORDS)).encode(), "log.jsonl"
+    if kind == "jsonl.gz":
+        return gzip.compress(
+            "".join(dumps_line(r) + "\n" for r in RECORDS).encode(), mtime=0
+        ), "log.jsonl.gz"
+    if kind == "json":
+        return json.dumps(RECORDS[0], indent=2).encode(), "0.json"
+    if kind == "pt":
+        dump_pt({"rollout_id": 0, "samples": RECORDS}, folder / "valid.pt")
+        return (folder / "valid.pt").read_bytes(), "rollout_0.pt"
+    source = folder / "valid.jsonl"
+    write_jsonl(RECORDS, source)
+    runner.invoke(app, ["convert", str(source), "-o", str(folder / "valid.parquet")])
+    return (folder / "valid.parquet").read_bytes(), "log.parquet"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "json", "pt", "parquet"])
+def test_corrupted_files_in_every_format(tmp_path: Path, kind: str) -> None:
+    data, name = _valid_bytes(kind, tmp_path)
+
+    @SETTINGS
+    @given(st.data())
+    def check(draws: st.DataObject) -> None:
+        corrupted = draws.draw(corrupted_bytes(data))
+        folder = tmp_path / "case"
+        folder.mkdir(exist_ok=True)
+        for leftover in folder.iterdir():
+            leftover.unlink()
+        log = folder / name
+        log.write_bytes(corrupted)
+        output = folder / "out.parquet"
+        policy = draws.draw(st.sampled_from(["fail", "skip"]))
+        result = runner.invoke(
+            app, ["convert", str(log), "-o", str(output), "--on-bad-record", policy]
+        )
+        assert_clean_exit(result, folder, output)
+        result = runner.invoke(app, ["inspect", str(log), "--json", "--on-bad-record", policy])
+        assert_clean_exit(result, folder)
+
+    check()
+
+
+# --------------------------------------------------------------------------- degenerate logs
+
+
+def replay_json(tmp_path: Path, records: list[dict[str, Any]], *args: str) -> dict[str, Any]:
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = runner.invoke(app, ["replay", str(log), "--json", *args])
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    summary = replay_json(tmp_path, [], "-b", "4", "-k", "2", "-m", "1")
+    assert summary["groups"]["total"] == 0 and summary["batches"] == {
+        "emitted": 0,
+        "last_partial": False,
+    }
+    assert summary["version_gap"] == {"min": None, "mean": None, "max": None}
+    assert summary["versions_observed"] == 0
+    inspected = runner.invoke(app, ["inspect", str(tmp_path / "log.jsonl"), "--json"])
+    assert inspected.exit_code == 0 and json.loads(inspected.stdout)["records"] == 0
+
+
+def test_one_group(tmp_path: Path) -> None:
+    records = [r for r in RECORDS if r["group_index"] == RECORDS[0]["group_index"]]
+    summary = replay_json(tmp_path, records, "-b", "4", "-k", "1")
+    assert summary["groups"]["total"] == 1
+    assert summary["batches"] == {"emitted": 1, "last_partial": True}
+
+
+def test_no_versions_at_all(tmp_path: Path) -> None:
+    records = [{"group_index": i % 3, "metadata": {"parent_traj_id": f"t{i}"}} for i in range(9)]
+    summary = replay_json(tmp_path, records, "-b", "2", "-k", "1", "-m", "0")
+    assert summary["groups"]["kept"] == 3 and summary["versions_observed"] == 0
+    assert summary["version_span"]["unchecked_trajectories"] == 9
+
+
+def test_every_label_not_real(tmp_path: Path) -> None:
+    records = [
+        {"group_index": i, "tokens": [0, 1], "metadata": {"parent_traj_id": "t", "full_versions": ["-1", "unknown"],
+                                                          "dressage_end_token_version": " None "}}
+        for i in range(4)
+    ]  # fmt: skip
+    summary = replay_json(tmp_path, records, "-b", "2", "-k", "1", "-m", "0")
+    assert summary["groups"]["kept"] == 4 and summary["versions_observed"] == 0
+    assert summary["version_span"]["all"]["max"] == 0
+
+
+def test_batch_larger_than_the_log(tmp_path: Path) -> None:
+    summary = replay_json(tmp_path, RECORDS, "-b", "1000")
+    assert summary["batches"] == {"emitted": 1, "last_partial": True}
+    assert summary["groups"]["kept"] + summary["groups"]["failed"] == summary["groups"]["total"]
+
+
+def test_single_huge_group(tmp_path: Path) -> None:
+    records = [
+        {"group_index": 0, "response_length": 3, "metadata": {"parent_traj_id": f"t{i}",
+                                                              "dressage_end_token_version": f"v{i % 7}"}}
+        for i in range(20_000)
+    ]  # fmt: skip
+    summary = replay_json(tmp_path, records, "-b", "1", "-k", "7")
+    assert summary["groups"] == {**summary["groups"], "total": 1, "kept": 1}
+    assert summary["trajectories"]["total"] == 20_000 and summary["version_gap"]["max"] == 6
+
+
+# --------------------------------------------------------------------------- interruption
+
+
+def test_sigint_during_convert_leaves_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "big.jsonl"
+    write_jsonl(simulate(SimulationConfig(n_groups=250, n_samples_per_prompt=8, median_response_tokens=3000,
+                                          tail_sigma=0.2, multi_segment_fraction=0.0, seed=5)), log)  # fmt: skip
+    output = tmp_path / "out.parquet"
+    size = log.stat().st_size
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "convert", str(log), "-o", str(output), "--quiet"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
+        assert process.poll() is None, "convert finished before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.2)  # well inside the write
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Interrupted" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]
+    assert log.stat().st_size == size
