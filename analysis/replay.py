@@ -493,6 +493,14 @@ def _summarise(
         notes.append(
             "some records have neither response_length nor loss_mask, so token figures are null"
         )
+    uses_versions = config.keep_versions > 0 or config.max_preempts is not None
+    if uses_versions and prepared.n_groups and not arrays.labels and not len(arrays.span):
+        notes.append(
+            "no record carries version information (a real dressage_end_token_version, "
+            "full_versions or version_spans), so the controls had nothing to act on; if the "
+            "log keeps versions under other names, pass --field end_version=PATH or "
+            "--field token_versions=PATH"
+        )
     emitted = len(collection.batch_rows)
     return ReplaySummary(
         config=config,

@@ -29,6 +29,11 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def one_line(message: str) -> str:
+    """Errors are one line: messages quoted from other libraries may span several."""
+    return " ".join(message.split())
+
+
 def handles_errors(command: F) -> F:
     """Turn library errors into one line on stderr and a documented exit code."""
 
@@ -40,7 +45,7 @@ def handles_errors(command: F) -> F:
         except ReplayError as error:
             if show_traceback:
                 traceback.print_exc()
-            typer.echo(f"Error: {error}", err=True)
+            typer.echo(f"Error: {one_line(str(error))}", err=True)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             typer.echo("Interrupted; no partial output was left.", err=True)
@@ -51,7 +56,7 @@ def handles_errors(command: F) -> F:
             if show_traceback:
                 traceback.print_exc()
             typer.echo(
-                f"Error: internal error ({type(error).__name__}: {error}); "
+                f"Error: internal error ({type(error).__name__}: {one_line(str(error))}); "
                 "rerun with --traceback and report it",
                 err=True,
             )
@@ -660,7 +665,7 @@ def main() -> None:
         if type(error).__name__ == "NoArgsIsHelpError":
             typer.echo(message())
             sys.exit(0)
-        typer.echo(f"Error: {' '.join(message().split())} (see --help)", err=True)
+        typer.echo(f"Error: {one_line(message())} (see --help)", err=True)
         sys.exit(exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -233,6 +233,7 @@ def test_no_versions_at_all(tmp_path: Path) -> None:
     summary = replay_json(tmp_path, records, "-b", "2", "-k", "1", "-m", "0")
     assert summary["groups"]["kept"] == 3 and summary["versions_observed"] == 0
     assert summary["version_span"]["unchecked_trajectories"] == 9
+    assert any("--field end_version=PATH" in note for note in summary["notes"])
 
 
 def test_every_label_not_real(tmp_path: Path) -> None:
