@@ -160,6 +160,15 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
     collecting: list[int] = []
     arrival_drops = pending_drops = 0
     keep = keep_versions
+
+    def emit(members: list[int], now: int, *, partial: bool, dropped: tuple[int, int]) -> None:
+        number = len(rows)
+        for member in members:
+            decision[member] = KEPT
+            batch_of[member] = number
+            current[member] = now
+        rows.append((number, len(members), partial, now, *dropped))
+
     for g in range(n):
         if rejected[g]:
             continue
@@ -187,22 +196,12 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
             continue
         collecting.append(g)
         if len(collecting) == batch_groups:
-            number = len(rows)
-            for member in collecting:
-                decision[member] = KEPT
-                batch_of[member] = number
-                current[member] = now
-            rows.append((number, len(collecting), False, now, arrival_drops, pending_drops))
+            emit(collecting, now, partial=False, dropped=(arrival_drops, pending_drops))
             arrival_drops = pending_drops = 0
             collecting = []
     if collecting:
         now = int(count_after[-1]) - 1 if n else -1
-        number = len(rows)
-        for member in collecting:
-            decision[member] = KEPT
-            batch_of[member] = number
-            current[member] = now
-        rows.append((number, len(collecting), True, now, arrival_drops, pending_drops))
+        emit(collecting, now, partial=True, dropped=(arrival_drops, pending_drops))
     return Collection(
         decision=np.array(decision, dtype=np.int64),
         batch=np.array(batch_of, dtype=np.int64),

@@ -204,6 +204,14 @@ def progress_bar(description: str, *, quiet: bool) -> Iterator[Callable[[int, in
         yield lambda done, total: progress.update(task, completed=done, total=total)
 
 
+def parse_grid(keep_versions: str, max_preempts: str) -> tuple[list[int], list[int | None]]:
+    """The K and M lists of sweep, plot and report."""
+    return (
+        parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions"),
+        parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts"),
+    )
+
+
 def parse_list(parse: Callable[[str], list[Any]], text: str, option: str) -> list[Any]:
     """Parse a list option; its shape errors are usage errors (exit 2)."""
     try:
@@ -324,8 +332,7 @@ def sweep(
     traceback_: Traceback = False,
 ) -> None:
     """Replay every combination of K and M from one load of the log; mark the Pareto front."""
-    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
-    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    ks, ms = parse_grid(keep_versions, max_preempts)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
@@ -373,14 +380,13 @@ def plot(
     """Draw a figure: sweep, spans, gaps, timeline or heatmap (single-setting kinds use the first K and M)."""
     from analysis.plots import make_plot, save_figure
 
-    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
-    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    ks, ms = parse_grid(keep_versions, max_preempts)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
     )  # fmt: skip
-    _, prepared, report = options.prepare()
     analysis.refuse_overwriting_inputs(output, inputs)
+    _, prepared, report = options.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:
         figure = make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
@@ -617,8 +623,7 @@ def report(
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
     from analysis.report import build_report, write_report
 
-    ks = parse_list(analysis.parse_keep_versions, keep_versions, "--keep-versions")
-    ms = parse_list(analysis.parse_max_preempts, max_preempts, "--max-preempts")
+    ks, ms = parse_grid(keep_versions, max_preempts)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
