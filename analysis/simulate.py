@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.errors import ConfigError
-from analysis.labels import run_length_spans
 
 
 @dataclass(frozen=True)
@@ -209,24 +208,41 @@ def _running(trajectory: _Trajectory, now: float, config: SimulationConfig) -> b
 
 def _response_versions(
     trajectory: _Trajectory, update_times: list[float], config: SimulationConfig
-) -> list[str]:
-    """Version label of each response token: token i is generated at start + (i+1) * token_time."""
+) -> list[tuple[str, int]]:
+    """Runs (version label, tokens) of the response: token i is generated at
+    start + (i+1) * token_time, under the last version published by then."""
     total = trajectory.response_tokens
     version = bisect.bisect_right(update_times, trajectory.start)
-    labels: list[str] = []
+    runs: list[tuple[str, int]] = []
     done = 0
     for update in update_times[version:]:
         # Tokens generated before this update keep the version in force until it.
         before = min(
             total, max(done, math.ceil((update - trajectory.start) / config.token_time) - 1)
         )
-        labels += [str(version)] * (before - done)
+        if before > done:
+            runs.append((str(version), before - done))
         done = before
         if done >= total:
             break
         version += 1
-    labels += [str(version)] * (total - done)
-    return labels
+    if total > done:
+        runs.append((str(version), total - done))
+    return runs
+
+
+def _slice_runs(runs: list[tuple[str, int]], start: int, stop: int) -> list[tuple[str, int]]:
+    """The runs covering response tokens [start, stop)."""
+    out: list[tuple[str, int]] = []
+    position = 0
+    for label, count in runs:
+        low, high = max(start, position), min(stop, position + count)
+        if low < high:
+            out.append((label, high - low))
+        position += count
+        if position >= stop:
+            break
+    return out
 
 
 def _group_records(
@@ -289,11 +305,26 @@ def _split_segments(
     return [range(0, turns)]
 
 
+def _merge_runs(runs: list[tuple[str, int]]) -> list[tuple[int, int, str]]:
+    """Spans (start, end, label) of consecutive runs, equal neighbours merged, empty ones dropped."""
+    spans: list[tuple[int, int, str]] = []
+    position = 0
+    for label, count in runs:
+        if count <= 0:
+            continue
+        if spans and spans[-1][2] == label:
+            spans[-1] = (spans[-1][0], position + count, label)
+        else:
+            spans.append((position, position + count, label))
+        position += count
+    return spans
+
+
 def _record(
     trajectory: _Trajectory,
     segment_index: int,
     turn_range: range,
-    versions: list[str],
+    versions: list[tuple[str, int]],
     config: SimulationConfig,
     *,
     reward: float,
@@ -301,21 +332,26 @@ def _record(
     trainer_step: int,
 ) -> dict[str, Any]:
     first_token = sum(trajectory.turns[: turn_range.start])
-    labels: list[str] = ["-1"] * config.prompt_tokens
+    runs: list[tuple[str, int]] = [("-1", config.prompt_tokens)]
     loss_mask: list[int] = []
     position = first_token
     for turn in turn_range:
         if turn > turn_range.start:
-            labels += ["-1"] * config.tool_tokens
+            runs.append(("-1", config.tool_tokens))
             loss_mask += [0] * config.tool_tokens
         count = trajectory.turns[turn]
-        labels += versions[position : position + count]
+        runs += _slice_runs(versions, position, position + count)
         loss_mask += [1] * count
         position += count
     response_length = len(loss_mask)
+    spans = _merge_runs(runs)
+    labels: list[str] = []
+    for _, end, label in spans:
+        labels += [label] * (end - len(labels))
     # Every turn token is trainable and every turn has tokens, so the first and last
     # trainable labels are those of the segment's first and last generated tokens.
-    start_version, end_version = versions[first_token], versions[position - 1]
+    start_version = _slice_runs(versions, first_token, first_token + 1)[0][0]
+    end_version = _slice_runs(versions, position - 1, position)[0][0]
     token_base = (trajectory.group * 7919) % 30_000
     traj_id = f"g{trajectory.group}-t{trajectory.member}"
     return {
@@ -331,9 +367,7 @@ def _record(
             "instance_id": f"prompt-{trajectory.group}",
             "segment_index": segment_index,
             "full_versions": labels,
-            "version_spans": [
-                {"start": s, "end": e, "version": v} for s, e, v in run_length_spans(labels)
-            ],
+            "version_spans": [{"start": s, "end": e, "version": v} for s, e, v in spans],
             "dressage_start_token_version": start_version,
             "dressage_end_token_version": end_version,
             "dressage_return_rollout_id": trainer_step,
