@@ -52,7 +52,7 @@ from analysis.replay import (
 )
 from analysis.simulate import SimulationConfig, simulate
 from analysis.sweep import SweepResult, parse_keep_versions, parse_max_preempts, sweep
-from analysis.writers import write_log
+from analysis.writers import log_format_for, write_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
@@ -81,6 +81,7 @@ __all__ = [
     "inspect_log",
     "iter_log_chunks",
     "load_logs",
+    "log_format_for",
     "parse_keep_versions",
     "parse_max_preempts",
     "prepare",

@@ -327,9 +327,9 @@ def plot_compare(result: CompareResult) -> Figure:
                     run["version_gap"].to_list(),
                     run["mean_abs_log_prob_diff"].to_list(),
                     marker="o",
-                    label=labels[name],
+                    label=name,  # measured with both controls off, whatever the setting
                 )
-        ax.set_title("Log-prob drift by version gap (all data)")
+        ax.set_title("Log-prob drift by version gap (all data, controls off)")
         ax.set_xlabel("version gap (versions behind current)")
         ax.set_ylabel("mean |rollout - trainer log-prob| (nats/token)")
         _integer_ticks(ax)

@@ -121,6 +121,13 @@ class Source:
     format: Format
 
 
+_SKIP_REASONS = {
+    "LogFormatError": "bad record",
+    "MissingFieldError": "missing field",
+    "InputNotFoundError": "unreadable file",
+}
+
+
 @dataclass
 class LoadReport:
     """What loading saw besides the records: formats, skipped records, warnings."""
@@ -135,7 +142,7 @@ class LoadReport:
         return sorted({s.format for s in self.sources})
 
     def skip(self, error: ReplayError) -> None:
-        reason = type(error).__name__
+        reason = _SKIP_REASONS.get(type(error).__name__, "bad record")
         self.skipped[reason] += 1
         if len(self.skipped_where) < 5:
             self.skipped_where.append(str(error))

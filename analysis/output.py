@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -60,6 +61,36 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
     finally:
         temp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: Path) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; rename it to ``path`` only on success.
+
+    ``path`` must not exist, or be an empty folder: a run is never mixed into another's
+    files, and an interrupted write leaves nothing behind.
+    """
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        kind = "a folder that is not empty" if path.is_dir() else "a file"
+        raise OutputError(f"{path}: already exists and is {kind}; choose a new folder")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{path}: the folder {parent} does not exist; create it first")
+    try:
+        temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
+    try:
+        yield temp
+        if path.exists():
+            path.rmdir()
+        os.replace(temp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def write_frame(frame: pl.DataFrame, path: Path) -> None:

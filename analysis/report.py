@@ -23,15 +23,15 @@ from analysis.replay import PreparedLog, ReplayConfig, ReplayResult, replay
 from analysis.sweep import PARETO_NOTE, SweepResult, sweep
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
+table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0; }
 th, td { padding: 0.2rem 0.6rem; border-bottom: 1px solid #eee; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 tr.pareto td { font-weight: 600; background: #f3f8ff; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.85rem; }
-.wide { overflow-x: auto; } th { white-space: normal; max-width: 6rem; vertical-align: bottom; }
+.wide { overflow-x: auto; } th { white-space: normal; max-width: 5.5rem; vertical-align: bottom; }
 """
 
 # Records, for a browser test, how many figures loaded and whether any script failed.
@@ -108,7 +108,7 @@ def build_report(
         "Pareto-efficient setting with a control on that keeps the most tokens.</p>",
         *(_figure(caption, figure) for caption, figure in figures),
         f"<h2>Who gets dropped ({html.escape(setting)})</h2>",
-        _frame_table(bias.table),
+        _frame_table(bias.table.rename(_BIAS_HEADERS)),
         f"<p class='note'>Groups that never reached a batch ({len(bias.never_batched)}): "
         f"{html.escape(', '.join(bias.never_batched[:200]))}"
         f"{' ...' if len(bias.never_batched) > 200 else ''}</p>",
@@ -148,14 +148,43 @@ def _facts_table(inspection: LogInspection) -> str:
     return f"<table>{body}</table>"
 
 
+_BIAS_HEADERS = {
+    "outcome": "outcome",
+    "groups": "groups",
+    "reward_mean": "reward mean",
+    "arrival_delay_mean": "arrival delay (versions)",
+    "trajectories": "trajectories",
+    "tokens_per_trajectory_mean": "tokens per traj. mean",
+    "tokens_per_trajectory_median": "tokens per traj. median",
+    "segments_per_trajectory_mean": "segments per traj.",
+}
+
+_SWEEP_HEADERS = {
+    "pareto": "*",
+    "keep_versions": "K",
+    "max_preempts": "M",
+    "groups_kept_pct": "groups kept %",
+    "samples_kept_pct": "samples kept %",
+    "tokens_kept_pct": "tokens kept %",
+    "dropped_arrival_pct": "stale arrival %",
+    "dropped_pending_pct": "stale pending %",
+    "rejected_span_pct": "span rejected %",
+    "failed_pct": "failed %",
+    "batches_emitted": "batches",
+    "version_gap_mean": "gap mean",
+    "version_gap_max": "gap max",
+    "version_span_mean": "span mean",
+    "version_span_max": "span max",
+}
+
+
 def _sweep_display(rows: pl.DataFrame) -> pl.DataFrame:
+    """The sweep rows as the report shows them: Pareto star first, short headers."""
     shown = rows.with_columns(
         pl.col("max_preempts").cast(pl.String).fill_null("none"),
         pl.when(pl.col("pareto")).then(pl.lit("*")).otherwise(pl.lit("")).alias("pareto"),
     )
-    return shown.rename(
-        {name: name.replace("_pct", " %").replace("_", " ") for name in shown.columns}
-    )
+    return shown.select(list(_SWEEP_HEADERS)).rename(_SWEEP_HEADERS)
 
 
 def _pareto_classes(rows: pl.DataFrame) -> list[str]:

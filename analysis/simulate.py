@@ -14,7 +14,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,22 +63,42 @@ class SimulationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        positive = ("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"require `{name}` >= 1 (found {getattr(self, name)})")
-        for name in ("train_step_time", "token_time", "tail_sigma"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"require `{name}` > 0 (found {getattr(self, name)})")
-        for name in ("multi_turn_fraction", "multi_segment_fraction", "abort_fraction"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"require 0 <= `{name}` <= 1 (found {getattr(self, name)})")
-        for name in ("log_prob_drift", "log_prob_noise"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
-                raise ConfigError(f"require finite `{name}` >= 0 (found {value!r})")
-        if self.median_response_tokens < 1 or self.max_turns < 1:
-            raise ConfigError("require `median_response_tokens` >= 1 and `max_turns` >= 1")
+        rules: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
+            (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
+              "median_response_tokens", "max_response_tokens", "max_turns"),
+             lambda v: v >= 1, ">= 1"),
+            (("prompt_tokens", "tool_tokens"), lambda v: v >= 0, ">= 0"),
+            (("train_step_time", "token_time", "tail_sigma"),
+             lambda v: 0 < v < math.inf, "> 0 and finite"),
+            (("multi_turn_fraction", "multi_segment_fraction", "abort_fraction"),
+             lambda v: 0 <= v <= 1, "between 0 and 1"),
+            (("log_prob_drift", "log_prob_noise"), lambda v: 0 <= v < math.inf, ">= 0 and finite"),
+        ]  # fmt: skip
+        for names, ok, rule in rules:
+            for name in names:
+                value = getattr(self, name)
+                if not ok(value):
+                    option = SIMULATE_OPTIONS.get(name, name)
+                    raise ConfigError(f"require `{name}` ({option}) {rule} (found {value!r})")
+
+
+SIMULATE_OPTIONS = {
+    "n_groups": "--groups",
+    "n_samples_per_prompt": "--samples-per-prompt",
+    "max_active_groups": "--max-active-groups",
+    "batch_groups": "--batch-groups",
+    "median_response_tokens": "--median-tokens",
+    "max_response_tokens": "--max-tokens",
+    "tail_sigma": "--tail-sigma",
+    "train_step_time": "--train-step-time",
+    "token_time": "--token-time",
+    "multi_turn_fraction": "--multi-turn-fraction",
+    "multi_segment_fraction": "--multi-segment-fraction",
+    "abort_fraction": "--abort-fraction",
+    "log_prob_drift": "--log-prob-drift",
+    "log_prob_noise": "--log-prob-noise",
+}
+"""The command-line option of each parameter, for error messages."""
 
 
 @dataclass
@@ -104,7 +124,7 @@ def _draw_trajectory(
     rng: random.Random, group: int, member: int, config: SimulationConfig
 ) -> _Trajectory:
     total = rng.lognormvariate(math.log(config.median_response_tokens), config.tail_sigma)
-    total = int(min(config.max_response_tokens, max(8, total)))
+    total = int(max(1, min(config.max_response_tokens, max(8, total))))
     turns = 1
     if rng.random() < config.multi_turn_fraction:
         turns = rng.randint(2, max(2, config.max_turns))

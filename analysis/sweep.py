@@ -32,6 +32,11 @@ SWEEP_SCHEMA: dict[str, Any] = {
     "pareto": pl.Boolean,
 }
 
+MAX_VALUES = 1_000
+"""Most values one list may expand to (a sweep is every combination of two lists)."""
+MAX_SETTING = 1_000_000
+"""Largest K or M a sweep accepts: more versions than any run observes."""
+
 PARETO_NOTE = (
     "* Pareto-efficient: no other setting keeps more response tokens (samples when tokens "
     "are unknown) with a lower or equal mean version gap."
@@ -77,13 +82,24 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
             elif ".." in part:
                 low, high = (int(x) for x in part.split("..", 1))
                 if high < low:
-                    raise ValueError
+                    raise ConfigError(
+                        f"{option}: the range {part} runs backwards; write {high}..{low}"
+                    )
+                if high - low >= MAX_VALUES:
+                    raise ConfigError(
+                        f"{option}: the range {part} has more than {MAX_VALUES} values"
+                    )
                 values.extend(range(low, high + 1))
             else:
                 values.append(int(part))
         except ValueError:
             expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
             raise ConfigError(f"{option}: expected {expected} (found {part!r})") from None
+    too_big = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
+    if too_big:
+        raise ConfigError(
+            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {too_big[0]})"
+        )
     if not values:
         raise ConfigError(f"{option}: give at least one value")
     return list(dict.fromkeys(values))

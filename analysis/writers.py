@@ -12,7 +12,7 @@ import orjson
 
 from analysis.errors import OutputError
 from analysis.load import FieldMap
-from analysis.output import atomic_path
+from analysis.output import atomic_folder, atomic_path
 from analysis.pickles import dump_pt
 
 LogFormat = Literal["jsonl", "artifacts", "pt"]
@@ -23,12 +23,19 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
     import gzip
 
     count = 0
-    with atomic_path(Path(path)) as temp:
-        opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(temp, "wb") as handle:
-            for record in records:
-                handle.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-                count += 1
+    path = Path(path)
+    with atomic_path(path) as temp, open(temp, "wb") as raw:
+        # The gzip header names the final file, not the temporary one.
+        handle: Any = (
+            gzip.GzipFile(filename=path.name.removesuffix(".gz"), mode="wb", fileobj=raw, mtime=0)
+            if path.name.endswith(".gz")
+            else raw
+        )
+        for record in records:
+            handle.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+            count += 1
+        if handle is not raw:
+            handle.close()
     return count
 
 
@@ -40,9 +47,11 @@ def write_artifacts(
     Layout: ``<root>/<instance_id>/<session_id>/samples/<segment_index>.json``. File
     modification times follow record order (one second apart), as arrival does.
     """
-    root = Path(root)
-    if root.exists() and any(root.iterdir()):
-        raise OutputError(f"{root}: exists and is not empty; choose a new folder")
+    with atomic_folder(Path(root)) as temp:
+        return _write_artifacts(records, temp, start_time=start_time)
+
+
+def _write_artifacts(records: Iterable[dict[str, Any]], root: Path, *, start_time: float) -> int:
     count = 0
     for count, record in enumerate(records, start=1):
         metadata = record.get("metadata", {})
@@ -75,8 +84,11 @@ def write_pt_dumps(records: Iterable[dict[str, Any]], folder: Path) -> int:
     carries it, as slime's own dumps do. Records of one step must be consecutive (as in
     completion order), so only one step is held in memory.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_folder(Path(folder)) as temp:
+        return _write_pt_dumps(records, temp)
+
+
+def _write_pt_dumps(records: Iterable[dict[str, Any]], folder: Path) -> int:
     written: set[int] = set()
     step: int | None = None
     samples: list[dict[str, Any]] = []
@@ -151,10 +163,48 @@ def _with_end(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any] | No
 SPANS_FIRST = FieldMap(token_versions=())
 
 
+def log_format_for(path: Path, log_format: str | None) -> str:
+    """The format to write: as given, else from the extension; a mismatch is refused.
+
+    Examples
+    --------
+    >>> log_format_for(Path("run.parquet"), None), log_format_for(Path("dumps"), "pt")
+    ('parquet', 'pt')
+    """
+    name = Path(path).name.lower()
+    by_name = next((fmt for fmt, endings in _ENDINGS.items() if name.endswith(endings)), None)
+    if log_format is None:
+        if name.endswith((".pt", ".pkl", ".pickle")):
+            raise OutputError(
+                f"{path}: slime dumps are a folder of rollout_<step>.pt files; "
+                "give a folder name and --format pt"
+            )
+        if by_name is None:
+            raise OutputError(
+                f"{path}: cannot tell the format from the name; end it in .jsonl, .jsonl.gz "
+                "or .parquet, or pass --format artifacts|pt for a folder"
+            )
+        return by_name
+    if by_name is not None and by_name != log_format:
+        raise OutputError(
+            f"{path}: the name says {by_name} but --format says {log_format}; make them agree"
+        )
+    if log_format in ("jsonl", "parquet") and by_name is None:
+        raise OutputError(f"{path}: a {log_format} file should end in {_ENDINGS[log_format][0]}")
+    return log_format
+
+
+_ENDINGS: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".jsonl.gz", ".ndjson"),
+    "parquet": (".parquet",),
+}
+
+
 def write_log(records: Iterable[dict[str, Any]], path: Path, log_format: str) -> int:
     """Write records as ``jsonl`` (``.gz`` compresses), ``parquet``, ``artifacts`` or ``pt``.
 
     ``parquet`` reads token versions from ``version_spans`` (as the simulator writes both).
+    ``artifacts`` and ``pt`` write a new folder.
     """
     writers: dict[str, Callable[[Iterable[dict[str, Any]], Path], int]] = {
         "jsonl": write_jsonl,

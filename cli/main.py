@@ -479,8 +479,13 @@ def simulate(
         ),
     ],
     log_format: Annotated[
-        LogFormatChoice, typer.Option("--format", help="What to write.")
-    ] = LogFormatChoice.jsonl,
+        LogFormatChoice | None,
+        typer.Option(
+            "--format",
+            help="What to write (default: from the extension, .jsonl[.gz] or .parquet; "
+            "artifacts and pt write a new folder).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same log.")] = 0,
     groups: Annotated[int, typer.Option(help="GRPO prompt groups to generate.")] = 64,
     samples_per_prompt: Annotated[int, typer.Option(help="Trajectories per group.")] = 4,
@@ -536,7 +541,8 @@ def simulate(
         abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
         log_prob_noise=log_prob_noise, seed=seed,
     )  # fmt: skip
-    count = analysis.write_log(analysis.simulate(config), output, log_format.value)
+    chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    count = analysis.write_log(analysis.simulate(config), output, chosen)
     typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
 
 
@@ -648,9 +654,15 @@ def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
 
 
 def warn(report: analysis.LoadReport) -> None:
+    """Load warnings and skipped records, on stderr."""
+    for warning in report.warnings:
+        typer.echo(f"warning: {one_line(warning)}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        typer.echo(f"warning: skipped {skipped} bad record(s): {report.skipped_where[0]}", err=True)
+        reasons = ", ".join(f"{count} {reason}" for reason, count in report.skipped.items())
+        typer.echo(f"warning: skipped {skipped} record(s) or file(s) ({reasons}); first:", err=True)
+        for where in report.skipped_where:
+            typer.echo(f"  {one_line(where)}", err=True)
 
 
 def main() -> None:

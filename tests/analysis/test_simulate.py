@@ -218,5 +218,7 @@ def test_loaded_drift_is_the_mean_over_trainable_tokens() -> None:
 
 @pytest.mark.parametrize("change", [{"log_prob_drift": -0.1}, {"log_prob_noise": float("nan")}])
 def test_invalid_drift_parameters_are_refused(change: dict) -> None:
-    with pytest.raises(ConfigError, match="require finite"):
+    with pytest.raises(
+        ConfigError, match=r"require `log_prob_\w+` \(--log-prob-\w+\) >= 0 and finite"
+    ):
         dataclasses.replace(BASE, **change)
