@@ -562,7 +562,10 @@ def compare(
         str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")
     ] = "none",
     batch_groups: BatchGroups = None,
-    names: Annotated[str, typer.Option(help="Names of the two runs, comma-separated.")] = "A,B",
+    names: Annotated[
+        str | None,
+        typer.Option(help="Names of the two runs, comma-separated (default: the file names)."),
+    ] = None,
     plot_file: Annotated[
         Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
     ] = None,
@@ -580,10 +583,12 @@ def compare(
         keep_versions=keep_versions, max_preempts=parse_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )  # fmt: skip
-    run_names = tuple(name.strip() for name in names.split(","))
-    if len(run_names) != 2:
+    stems = (first.name.split(".")[0], second.name.split(".")[0])
+    default = ",".join(stems) if stems[0] != stems[1] else "A,B"
+    run_names = tuple(name.strip() for name in (names or default).split(","))
+    if len(run_names) != 2 or run_names[0] == run_names[1]:
         raise typer.BadParameter(
-            "expected two names, e.g. baseline,controlled", param_hint="--names"
+            "expected two different names, e.g. baseline,controlled", param_hint="--names"
         )
     tables = [
         load_options([path], field=field, on_bad_record=on_bad_record,

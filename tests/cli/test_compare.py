@@ -53,4 +53,4 @@ def test_compare_needs_two_names(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     write_jsonl(simulate(SimulationConfig(n_groups=4)), log)
     result = runner.invoke(app, ["compare", str(log), str(log), "--names", "only"])
-    assert result.exit_code == 2 and "two names" in result.stderr
+    assert result.exit_code == 2 and "two different names" in result.stderr
