@@ -136,18 +136,11 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         response_tokens=pl.coalesce("response_length", "loss_mask_length"),
         # Integer keys: grouping and joining a million rows on strings costs several times more.
         group_key=pl.col("group_id").rank("dense").cast(pl.Int64),
-    ).with_columns(
-        # A trajectory is (group, trajectory id); a record without an id is its own.
-        trajectory_key=pl.concat_str("group_key", pl.lit("\x00"), "trajectory_id")
-        .rank("dense")
-        .cast(pl.Int64)
-        .fill_null(-1 - pl.col("row")),
     )
     groups = rows.group_by("group_key").agg(
         group_id=pl.col("group_id").first(),
         first_row=pl.col("row").min(),
         samples=pl.len().cast(pl.Int64),
-        trajectories=pl.col("trajectory_key").n_unique().cast(pl.Int64),
         tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
             pl.col("response_tokens").sum()
         ),
@@ -160,7 +153,9 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     trajectories = _trajectory_facts(rows).join(
         groups.select("group_key", "arrival"), on="group_key"
     )
-    per_group = trajectories.group_by("group_key").agg(max_switches=pl.col("switches").max())
+    per_group = trajectories.group_by("group_key").agg(
+        trajectories=pl.len().cast(pl.Int64), max_switches=pl.col("switches").max()
+    )
     # One version per versioned trajectory, in order of first appearance (SPEC §2).
     versioned = (
         trajectories.filter(pl.col("version").is_not_null())
@@ -172,11 +167,17 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         groups.join(per_group, on="group_key", how="left", maintain_order="left")
         .join(versioned, on="group_key", how="left", maintain_order="left")
         .with_columns(pl.col("trajectory_versions").fill_null([]))
-        .select("arrival", "group_id", pl.exclude("arrival", "group_id", "group_key", "first_row"))
+        .select(
+            "arrival",
+            "group_id",
+            "samples",
+            "trajectories",
+            pl.exclude("arrival", "group_id", "samples", "trajectories", "group_key", "first_row"),
+        )
     )
     return PreparedLog(
         groups=groups,
-        trajectories=trajectories.sort("first_row").drop("group_key", "trajectory_key"),
+        trajectories=trajectories.sort("first_row").drop("group_key"),
         tokens_known=rows.height == 0 or rows["response_tokens"].null_count() == 0,
         inferred_batch_groups=_infer_batch_groups(rows),
     )
@@ -206,36 +207,73 @@ def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
 
 
 def _trajectory_facts(rows: pl.DataFrame) -> pl.DataFrame:
-    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4)."""
-    base = rows.group_by("trajectory_key").agg(
-        group_key=pl.col("group_key").first(),
-        group_id=pl.col("group_id").first(),
-        trajectory_id=pl.col("trajectory_id").first(),
-        first_row=pl.col("row").min(),
-        records=pl.len().cast(pl.Int64),
-        tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
-            pl.col("response_tokens").sum()
-        ),
-        has_token_versions=pl.col("version_spans").is_not_null().any(),
+    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4).
+
+    A trajectory is (group, trajectory id); a record without an id is its own. Most
+    trajectories have one record: their facts are that record's, read without grouping;
+    only the others are grouped.
+    """
+    valid = pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null()
+    labels = real_token_labels(rows, by="row")
+    single_record = (
+        pl.col("trajectory_id").is_null() | pl.struct("group_key", "trajectory_id").is_unique()
     )
-    # The record with the highest (segment_index, position in the group) gives the version;
-    # within a group, row order is position order.
-    versions = (
-        rows.filter(pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null())
-        .group_by("trajectory_key")
-        .agg(
-            version=pl.col("end_version").sort_by("segment_index", "row").last(),
-            first_versioned_row=pl.col("row").min(),
+    flagged = rows.with_columns(single=single_record)
+    single = (
+        flagged.filter("single")
+        .select(
+            "group_key",
+            "group_id",
+            "trajectory_id",
+            first_row="row",
+            records=pl.lit(1, dtype=pl.Int64),
+            tokens="response_tokens",
+            has_token_versions=pl.col("version_spans").is_not_null(),
+            version=pl.when(valid).then("end_version"),
+            first_versioned_row=pl.when(valid).then("row"),
+        )
+        .join(
+            labels.group_by("row").agg(real_labels=pl.col("label").n_unique().cast(pl.Int64)),
+            left_on="first_row",
+            right_on="row",
+            how="left",
         )
     )
-    spans = (
-        real_token_labels(rows, by="trajectory_key")
-        .group_by("trajectory_key")
-        .agg(real_labels=pl.col("label").n_unique().cast(pl.Int64))
+    multi_rows = flagged.filter(~pl.col("single"))
+    keys = ["group_key", "trajectory_id"]
+    multi = (
+        multi_rows.group_by(keys)
+        .agg(
+            group_id=pl.col("group_id").first(),
+            first_row=pl.col("row").min(),
+            records=pl.len().cast(pl.Int64),
+            tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
+                pl.col("response_tokens").sum()
+            ),
+            has_token_versions=pl.col("version_spans").is_not_null().any(),
+        )
+        # The record with the highest (segment_index, position in the group) gives the
+        # version; within a group, row order is position order.
+        .join(
+            multi_rows.filter(valid)
+            .group_by(keys)
+            .agg(
+                version=pl.col("end_version").sort_by("segment_index", "row").last(),
+                first_versioned_row=pl.col("row").min(),
+            ),
+            on=keys,
+            how="left",
+        )
+        .join(
+            labels.join(multi_rows.select("row", *keys), on="row")
+            .group_by(keys)
+            .agg(real_labels=pl.col("label").n_unique().cast(pl.Int64)),
+            on=keys,
+            how="left",
+        )
     )
     return (
-        base.join(versions, on="trajectory_key", how="left")
-        .join(spans, on="trajectory_key", how="left")
+        pl.concat([single, multi.select(single.columns)], how="vertical_relaxed")
         .with_columns(
             span=pl.when(pl.col("has_token_versions")).then(pl.col("real_labels").fill_null(0))
         )
