@@ -135,7 +135,7 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         pl.col("row").cast(pl.Int64),
         response_tokens=pl.coalesce("response_length", "loss_mask_length"),
         # Integer keys: grouping and joining a million rows on strings costs several times more.
-        group_key=pl.col("group_id").rank("dense").cast(pl.Int64),
+        group_key=pl.col("group_id").cast(pl.Categorical).to_physical().cast(pl.Int64),
     )
     groups = rows.group_by("group_key").agg(
         group_id=pl.col("group_id").first(),
@@ -287,7 +287,7 @@ def _infer_batch_groups(rows: pl.DataFrame) -> int | None:
     steps = rows.filter(pl.col("trainer_step").is_not_null())
     if steps.height == 0:
         return None
-    per_step = steps.group_by("trainer_step").agg(n=pl.col("group_id").n_unique())["n"]
+    per_step = steps.group_by("trainer_step").agg(n=pl.col("group_key").n_unique())["n"]
     counts = Counter(per_step.to_list())
     return max(counts, key=lambda n: (counts[n], n))
 
