@@ -102,7 +102,10 @@ def segment_fields(draw: st.DrawFn) -> dict[str, Any]:
     if value == 0:
         where = draw(st.sampled_from(("meta", "top", "missing", "meta-null", "top-null")))
     else:
-        where = draw(st.sampled_from(("meta", "top")))
+        where = draw(st.sampled_from(("meta", "top", "both")))
+    if where == "both":
+        # metadata.segment_index wins over a different top-level one (SPEC §1 order).
+        return {"top": {"segment_index": draw(st.integers(0, 3))}, "meta": {"segment_index": value}}
     if where == "meta":
         return {"top": {}, "meta": {"segment_index": value}}
     if where == "top":
@@ -185,6 +188,8 @@ def group_logs(
     records: list[dict[str, Any]] = []
     for trajectory in range(draw(st.integers(1, 3))):
         has_id = draw(st.integers(0, 4)) > 0
+        # Trajectory ids are strings or integers (an integer 0 and "0" are the same id).
+        name: Any = f"t{trajectory}" if draw(st.integers(0, 3)) else trajectory
         token_mode = draw(st.sampled_from(("full", "spans", "mixed", "none")))
         segments = draw(st.integers(1, 3)) if has_id else 1
         for _ in range(segments):
@@ -192,7 +197,6 @@ def group_logs(
             if has_id:
                 # Same names in every group: identity is (group id, trajectory id).
                 where = draw(st.sampled_from(TRAJECTORY_FIELDS))
-                name = f"t{trajectory}"
                 if where == "parent_traj_id":
                     id_part["meta"]["parent_traj_id"] = name
                     if draw(st.integers(0, 3)) == 0:
