@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +21,11 @@ LogFormat = Literal["jsonl", "artifacts", "pt"]
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
-    """Write one JSON object per line (gzip when the name ends in .gz); return the count."""
+    """Write one JSON object per line (gzip when the name ends in .gz); return the count.
+
+    Records are encoded here while a second thread writes (and compresses) the bytes, so
+    producing records and the disk work overlap on two cores.
+    """
     import gzip
 
     count = 0
@@ -31,12 +37,51 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
             if path.name.endswith(".gz")
             else raw
         )
-        for record in records:
-            handle.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-            count += 1
+        with _BackgroundWriter(handle) as out:
+            lines: list[bytes] = []
+            for record in records:
+                lines.append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+                count += 1
+                if len(lines) == 256:
+                    out.write(b"".join(lines))
+                    lines = []
+            out.write(b"".join(lines))
         if handle is not raw:
             handle.close()
     return count
+
+
+class _BackgroundWriter:
+    """Writes byte blocks to a file in a thread; a bounded queue keeps memory small."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.blocks: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while (block := self.blocks.get()) is not None:
+            if self.error is None:
+                try:
+                    self.handle.write(block)
+                except BaseException as error:  # re-raised in the caller's thread
+                    self.error = error
+
+    def write(self, block: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.blocks.put(block)
+
+    def __enter__(self) -> _BackgroundWriter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.blocks.put(None)
+        self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
 
 
 def write_artifacts(
