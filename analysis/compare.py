@@ -284,12 +284,6 @@ def _drift_by_gap(
     )
 
 
-def _setting_text(config: ReplayConfig) -> str:
-    """``K=2, M=none, B=8`` for legends."""
-    preempts = "none" if config.max_preempts is None else config.max_preempts
-    return f"K={config.keep_versions}, M={preempts}, B={config.batch_groups}"
-
-
 def plot_compare(result: CompareResult) -> Figure:
     """Gap shares, span shares and (when any record has log-probs) drift by gap, per run."""
     from matplotlib.figure import Figure
@@ -299,7 +293,7 @@ def plot_compare(result: CompareResult) -> Figure:
     figure = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
     axes = figure.subplots(1, panels, squeeze=False)[0]
     labels = {
-        name: f"{name} ({_setting_text(config)})"
+        name: f"{name} ({config.describe()})"
         for name, config in zip(result.names, result.configs, strict=True)
     }
     _share_bars(

@@ -58,11 +58,6 @@ def _m_label(max_preempts: int | None) -> str:
     return "none" if max_preempts is None else str(max_preempts)
 
 
-def _setting_text(config: ReplayConfig) -> str:
-    """``K=2, M=none, B=8`` for titles."""
-    return f"K={config.keep_versions}, M={_m_label(config.max_preempts)}, B={config.batch_groups}"
-
-
 def _show_empty(ax: Axes, message: str) -> None:
     """Leave an axis blank except for a centred message saying why."""
     ax.text(
@@ -207,7 +202,7 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
 
     figure = _new_figure(8, 4.8)
     ax = figure.subplots()
-    ax.set_title(f"Version span per trajectory ({_setting_text(result.config)})")
+    ax.set_title(f"Version span per trajectory ({result.config.describe()})")
     ax.set_xlabel("version span (distinct versions in one trajectory)")
     ax.set_ylabel("trajectories")
     ax.grid(True, axis="y", alpha=0.3)
@@ -299,7 +294,7 @@ def plot_timeline(result: ReplayResult) -> Figure:
     batches = result.batches
     figure = _new_figure(10, 8)
     gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
-    figure.suptitle(f"Replay timeline per emitted batch ({_setting_text(result.config)})")
+    figure.suptitle(f"Replay timeline per emitted batch ({result.config.describe()})")
     gap_ax.set_title("Version gap of the batch's trajectories")
     gap_ax.set_ylabel("version gap (versions)")
     drop_ax.set_title("Groups dropped as stale while collecting the batch")

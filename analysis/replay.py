@@ -82,6 +82,11 @@ class ReplayConfig:
                 "pass --batch-groups with the number of GRPO groups per trainer step"
             )
 
+    def describe(self) -> str:
+        """``K=2, M=none, B=8``, for titles and legends."""
+        limit = "none" if self.max_preempts is None else self.max_preempts
+        return f"K={self.keep_versions}, M={limit}, B={self.batch_groups}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "keep_versions": self.keep_versions,
