@@ -95,7 +95,9 @@ def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
                         f"{path}: a zip archive without data.pkl, not a torch.save file"
                     )
                 payload = archive.read(min(names, key=len))
-        except zipfile.BadZipFile as exc:
+        except LogFormatError:
+            raise
+        except Exception as exc:  # zipfile raises many types on damaged archives
             raise LogFormatError(f"{path}: damaged zip archive ({exc})") from exc
         return _restricted_load(payload, where=str(path))
     if trust_pickle:
