@@ -600,7 +600,8 @@ def _read_canonical(source: Source, extra: Sequence[str]) -> pl.DataFrame:
         frame = (
             pl.read_parquet(source.path) if source.format == "parquet" else pl.read_ipc(source.path)
         )
-    except Exception as exc:
+    # A damaged file can make polars panic (a BaseException), not only raise.
+    except (Exception, pl.exceptions.PanicException) as exc:
         raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in frame.columns]
     if missing:

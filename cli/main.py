@@ -50,9 +50,9 @@ def handles_errors(command: F) -> F:
         except KeyboardInterrupt:
             typer.echo("Interrupted; no partial output was left.", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
-        except (typer.Exit, typer.Abort, typer.BadParameter):
+        except (typer.Exit, typer.Abort, typer.BadParameter, SystemExit):
             raise
-        except Exception as error:
+        except BaseException as error:  # also a panic inside a native library
             if show_traceback:
                 traceback.print_exc()
             typer.echo(
