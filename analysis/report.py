@@ -19,7 +19,7 @@ from analysis.bias import who_gets_dropped
 from analysis.errors import OutputError
 from analysis.inspect import LogInspection
 from analysis.output import atomic_path, refuse_overwriting_inputs
-from analysis.replay import PreparedLog, ReplayConfig, ReplayResult, replay
+from analysis.replay import PreparedLog, ReplayResult
 from analysis.sweep import PARETO_NOTE, SweepResult, sweep
 
 _STYLE = """
@@ -81,11 +81,8 @@ def build_report(
     )
     focus = focus_setting(swept)
     config = focus.config
-    per_k = [
-        replay(prepared, ReplayConfig(keep_versions=k, max_preempts=config.max_preempts,
-                                      batch_groups=config.batch_groups))
-        for k in keep_versions
-    ]  # fmt: skip
+    # The sweep already replayed every K under the focus setting's M: reuse those results.
+    per_k = [r for r in swept.results if r.config.max_preempts == config.max_preempts]
     figures = [
         ("Tokens kept and version gap against K", plots.plot_sweep(swept)),
         ("Tokens kept over the K x M grid", plots.plot_heatmap(swept)),

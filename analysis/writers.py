@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -11,10 +12,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+import polars as pl
 
 from analysis.errors import OutputError
 from analysis.load import FieldMap
-from analysis.output import atomic_folder, atomic_path
+from analysis.output import atomic_folder, atomic_path, write_canonical_chunks
 from analysis.pickles import dump_pt
 
 LogFormat = Literal["jsonl", "artifacts", "pt"]
@@ -168,39 +170,18 @@ def write_canonical_parquet(
     fields: FieldMap | None = None,
 ) -> int:
     """Write records straight to the canonical Parquet layout, a chunk at a time."""
-    import pyarrow.parquet as pq
-
     from analysis.load import records_to_table
 
     fields = fields or FieldMap()
-    count = 0
-    writer = None
-    with atomic_path(Path(path)) as temp:
-        try:
-            chunk: list[dict[str, Any]] = []
-            for record in _with_end(records):
-                if record is not None:
-                    chunk.append(record)
-                if chunk and (record is None or len(chunk) >= chunk_records):
-                    table = records_to_table(
-                        chunk, fields=fields, source=str(path), first_record=count + 1
-                    )
-                    arrow = table.to_arrow()
-                    if writer is None:
-                        writer = pq.ParquetWriter(temp, arrow.schema)
-                    writer.write_table(arrow)
-                    count += len(chunk)
-                    chunk = []
-        finally:
-            if writer is not None:
-                writer.close()
-    return count
 
+    def chunks() -> Iterator[pl.DataFrame]:
+        done = 0
+        stream = iter(records)
+        while batch := list(itertools.islice(stream, chunk_records)):
+            yield records_to_table(batch, fields=fields, source=str(path), first_record=done + 1)
+            done += len(batch)
 
-def _with_end(records: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any] | None]:
-    """The records, then None: the signal to write the last chunk."""
-    yield from records
-    yield None
+    return write_canonical_chunks(chunks(), Path(path))
 
 
 # Simulated records carry both token-version forms, identical by construction; reading
