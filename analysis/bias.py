@@ -43,7 +43,7 @@ def arrival_delays(prepared: PreparedLog, table: pl.DataFrame) -> pl.DataFrame:
     index: dict[str, int] = {}
     delays: list[int | None] = []
     for own, versions in zip(
-        token_labels.to_list(), prepared.groups["trajectory_versions"].to_list(), strict=True
+        token_labels.to_list(), prepared.trajectory_versions().to_list(), strict=True
     ):
         for label in versions:
             index.setdefault(label, len(index))

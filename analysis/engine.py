@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 NO_VERSION = np.iinfo(np.int64).max // 4
 """Stands for the index of a group without versions: never below any cutoff."""
@@ -50,28 +49,6 @@ class GroupArrays:
         return len(self.samples)
 
 
-def group_arrays(groups: pl.DataFrame, trajectories: pl.DataFrame) -> GroupArrays:
-    """Flatten a prepared log's group and trajectory frames into arrays."""
-    exploded = groups.select("arrival", "trajectory_versions").explode("trajectory_versions")
-    exploded = exploded.filter(pl.col("trajectory_versions").is_not_null())
-    labels = exploded["trajectory_versions"].unique(maintain_order=True)
-    code_of = {label: code for code, label in enumerate(labels.to_list())}
-    codes = exploded["trajectory_versions"].replace_strict(code_of, return_dtype=pl.Int64)
-    checked = trajectories.filter(pl.col("span").is_not_null())
-    return GroupArrays(
-        labels=labels.to_list(),
-        codes=np.asarray(codes.to_numpy(), dtype=np.int64),
-        owner=np.asarray(exploded["arrival"].cast(pl.Int64).to_numpy(), dtype=np.int64),
-        samples=groups["samples"].cast(pl.Int64).to_numpy(),
-        trajectories=groups["trajectories"].cast(pl.Int64).to_numpy(),
-        tokens=groups["tokens"].cast(pl.Int64).fill_null(0).to_numpy(),
-        failed=np.asarray(groups["failed"].fill_null(False).to_numpy(), dtype=bool),
-        max_switches=groups["max_switches"].cast(pl.Int64).fill_null(-1).to_numpy(),
-        span=np.asarray(checked["span"].cast(pl.Int64).to_numpy(), dtype=np.int64),
-        span_owner=np.asarray(checked["arrival"].cast(pl.Int64).to_numpy(), dtype=np.int64),
-    )
-
-
 @dataclass(frozen=True)
 class Observation:
     """What observing the non-rejected groups in arrival order gives, for one ``max_preempts``."""
@@ -102,8 +79,9 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
     keep = ~rejected[arrays.owner]
     codes, owner = arrays.codes[keep], arrays.owner[keep]
     # A label's index is the rank of its first appearance among observed entries.
-    _, first = np.unique(codes, return_index=True)
-    first_sorted = np.sort(first)
+    first = np.full(len(arrays.labels), len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    first_sorted = np.sort(first[first < len(codes)])
     index_of_code = np.full(len(arrays.labels), -1, dtype=np.int64)
     index_of_code[codes[first_sorted]] = np.arange(len(first_sorted))
     index = index_of_code[codes]

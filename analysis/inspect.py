@@ -51,10 +51,7 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
     """Describe a loaded log: sizes, versions as Dressage would observe them, quality counts."""
     report = report or LoadReport()
     prepared = prepare(table)
-    versions: dict[str, None] = {}
-    for group_versions in prepared.groups["trajectory_versions"].to_list():
-        versions.update(dict.fromkeys(group_versions))
-    observed = tuple(versions)
+    observed = prepared.observation(None).versions
 
     span_end = pl.col("version_spans").list.last().struct.field("end")
     quality = {

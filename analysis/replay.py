@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from analysis.engine import (
     DROPPED_ARRIVAL,
@@ -26,7 +29,6 @@ from analysis.engine import (
     GroupArrays,
     Observation,
     collect,
-    group_arrays,
     observe,
 )
 from analysis.errors import ConfigError, MissingFieldError
@@ -103,18 +105,22 @@ class PreparedLog:
     trajectories: pl.DataFrame
     tokens_known: bool
     inferred_batch_groups: int | None
+    arrays: GroupArrays
+    """The groups as flat arrays for the collection loop."""
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_groups(self) -> int:
         return self.groups.height
 
-    @property
-    def arrays(self) -> GroupArrays:
-        """The groups as flat arrays for the collection loop (computed once)."""
-        if "arrays" not in self._cache:
-            self._cache["arrays"] = group_arrays(self.groups, self.trajectories)
-        return self._cache["arrays"]
+    def trajectory_versions(self) -> pl.Series:
+        """Each group's trajectory versions (SPEC §2) as a list, groups in arrival order."""
+        if "trajectory_versions" not in self._cache:
+            arrays = self.arrays
+            self._cache["trajectory_versions"] = _lists(
+                arrays.labels, arrays.codes, arrays.owner, arrays.n
+            )
+        return self._cache["trajectory_versions"]
 
     def observation(self, max_preempts: int | None) -> Observation:
         """Observation order under one ``max_preempts`` (computed once per value)."""
@@ -129,62 +135,68 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
 
     ``order_by`` names a column whose per-group maximum (the moment the group was
     complete) orders arrival instead of first appearance; ties keep first appearance.
+
+    The work is mostly on integer codes in NumPy: a group's code is its rank of first
+    appearance, realness is decided once per distinct label, and the trajectories that
+    have a single record (nearly all of them in most logs) are read without grouping.
     """
     if order_by is not None and order_by not in table.columns:
         raise MissingFieldError(
             f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
             "pass --order-by with a field that the log has"
         )
-    rows = table.select(*_PREPARE_COLUMNS, *([order_by] if order_by else [])).with_row_index("row")
-    rows = rows.with_columns(
-        pl.col("row").cast(pl.Int64),
-        response_tokens=pl.coalesce("response_length", "loss_mask_length"),
-        # Integer keys: grouping and joining a million rows on strings costs several times more.
-        group_key=pl.col("group_id").cast(pl.Categorical).to_physical().cast(pl.Int64),
-    )
-    groups = rows.group_by("group_key").agg(
-        group_id=pl.col("group_id").first(),
-        first_row=pl.col("row").min(),
-        samples=pl.len().cast(pl.Int64),
-        tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
-            pl.col("response_tokens").sum()
-        ),
-        failed=(pl.col("status") == "aborted").any(),
-        **({"order_key": pl.col(order_by).max()} if order_by else {}),
-    )
-    groups = groups.sort(*(["order_key"] if order_by else []), "first_row", nulls_last=True)
-    groups = groups.with_row_index("arrival").with_columns(pl.col("arrival").cast(pl.Int64))
+    rows = table.select(*_PREPARE_COLUMNS, *([order_by] if order_by else []))
+    # The pass over every token-version span runs beside the group work (both spend
+    # their time in polars, NumPy or Arrow, outside the GIL), so two cores share it.
+    with ThreadPoolExecutor(max_workers=1) as helper:
+        labelled = helper.submit(_record_spans, rows["version_spans"])
+        single_future = helper.submit(_single_record_rows, rows["group_id"], rows["trajectory_id"])
+        group_code, group_ids = _first_appearance_codes(rows["group_id"])
+        n_groups = len(group_ids)
+        position = _arrival_positions(rows, group_code, n_groups, order_by)
+        arrival = position[group_code]  # of each row
+        by_arrival = np.argsort(position)  # group code at each arrival position
+        response = rows.select(pl.coalesce("response_length", "loss_mask_length")).to_series()
+        response_missing = response.is_null().to_numpy()
+        response_tokens = response.fill_null(0).cast(pl.Int64).to_numpy()
+        aborted = (rows["status"] == "aborted").fill_null(False).to_numpy()
+        inferred_batch_groups = _infer_batch_groups(rows["trainer_step"], group_code)
+        end_code, end_labels = _first_appearance_codes(rows["end_version"])
+        single = single_future.result()
+        real_labels, record_span = labelled.result()
 
-    trajectories = _trajectory_facts(rows).join(
-        groups.select("group_key", "arrival"), on="group_key"
+    trajectories = _trajectory_facts(
+        rows, group_code, single, real_labels, record_span, response_tokens, response_missing
     )
-    per_group = trajectories.group_by("group_key").agg(
-        trajectories=pl.len().cast(pl.Int64), max_switches=pl.col("switches").max()
+    first_row = trajectories["first_row"].to_numpy()
+    trajectories = trajectories.with_columns(arrival=pl.Series(arrival[first_row]))
+    tokens = np.bincount(arrival, weights=response_tokens, minlength=n_groups).astype(np.int64)
+    tokens_missing = np.bincount(arrival, weights=response_missing, minlength=n_groups) > 0
+    arrays = _group_arrays(
+        trajectories,
+        end_code=end_code,
+        end_labels=end_labels,
+        samples=np.bincount(arrival, minlength=n_groups),
+        tokens=np.where(tokens_missing, 0, tokens),
+        failed=np.bincount(arrival, weights=aborted, minlength=n_groups) > 0,
     )
-    # One version per versioned trajectory, in order of first appearance (SPEC §2).
-    versioned = (
-        trajectories.filter(pl.col("version").is_not_null())
-        .sort("first_versioned_row")
-        .group_by("group_key", maintain_order=True)
-        .agg(trajectory_versions=pl.col("version"))
-    )
-    groups = (
-        groups.join(per_group, on="group_key", how="left", maintain_order="left")
-        .join(versioned, on="group_key", how="left", maintain_order="left")
-        .with_columns(pl.col("trajectory_versions").fill_null([]))
-        .select(
-            "arrival",
-            "group_id",
-            "samples",
-            "trajectories",
-            pl.exclude("arrival", "group_id", "samples", "trajectories", "group_key", "first_row"),
-        )
+    groups = pl.DataFrame(
+        {
+            "arrival": np.arange(n_groups, dtype=np.int64),
+            "group_id": pl.Series(group_ids, dtype=pl.String).gather(by_arrival),
+            "samples": arrays.samples,
+            "trajectories": arrays.trajectories,
+            "tokens": pl.Series(tokens).set(pl.Series(tokens_missing), None),
+            "failed": arrays.failed,
+            "max_switches": pl.Series(arrays.max_switches).replace(-1, None),
+        }
     )
     return PreparedLog(
         groups=groups,
-        trajectories=trajectories.sort("first_row").drop("group_key"),
-        tokens_known=rows.height == 0 or rows["response_tokens"].null_count() == 0,
-        inferred_batch_groups=_infer_batch_groups(rows),
+        trajectories=trajectories.drop("version_row"),
+        tokens_known=not response_missing.any(),
+        inferred_batch_groups=inferred_batch_groups,
+        arrays=arrays,
     )
 
 
@@ -192,6 +204,223 @@ _PREPARE_COLUMNS = (
     "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
     "response_length", "loss_mask_length", "trainer_step",
 )  # fmt: skip
+
+
+def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, list[Any]]:
+    """Code of each row's id (0 for the first id seen, 1 for the next new one...) and the ids.
+
+    A null id is an id of its own, like a null key in a group-by.
+    """
+    encoded = pc.dictionary_encode(ids.to_arrow(), null_encoding="encode")
+    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _arrival_positions(
+    rows: pl.DataFrame, group_code: np.ndarray, n_groups: int, order_by: str | None
+) -> np.ndarray:
+    """Arrival position of each group code (SPEC §5).
+
+    Codes are already in order of first appearance; ``order_by`` sorts groups by the
+    column's per-group maximum instead, nulls last, ties by first appearance.
+    """
+    if order_by is None:
+        return np.arange(n_groups, dtype=np.int64)
+    keys = (
+        rows.select(pl.col(order_by).alias("key"))
+        .with_columns(code=pl.Series(group_code))
+        .group_by("code")
+        .agg(pl.col("key").max())
+        .sort("key", "code", nulls_last=True)
+    )
+    position = np.empty(n_groups, dtype=np.int64)
+    position[keys["code"].to_numpy()] = np.arange(n_groups)
+    return position
+
+
+_VERSION = pl.element().struct.field("version")
+
+
+def real_labels_expr(spans: pl.Series) -> pl.Expr:
+    """An expression for ``list.eval`` giving the real labels of a record's spans, normalised.
+
+    Realness (SPEC §2) is decided once per distinct label written in the log; labels
+    that need stripping (rare) are mapped to their normal form, the others filtered.
+    """
+    written = (
+        spans.to_frame("spans")
+        .lazy()
+        .select(pl.col("spans").explode().struct.field("version").unique())
+        .collect()
+        .to_series()
+    )
+    normal = {text: real_label(text) for text in written.drop_nulls().to_list()}
+    if all(label is None or label == text for text, label in normal.items()):
+        not_real = [text for text, label in normal.items() if label is None]
+        return _VERSION.filter(~_VERSION.is_in(not_real))
+    return _VERSION.replace_strict(normal, default=None, return_dtype=pl.String).drop_nulls()
+
+
+def _record_spans(spans: pl.Series) -> tuple[pl.Expr, pl.Series]:
+    """The real-labels expression for these spans, and each record's own span."""
+    real_labels = real_labels_expr(spans)
+    span = pl.col("spans").list.eval(real_labels).list.n_unique().cast(pl.Int64)
+    return real_labels, spans.to_frame("spans").select(span).to_series()
+
+
+def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:
+    """Rows that are a trajectory by themselves: no id, or a (group, id) pair no other row has.
+
+    Decided on a 64-bit hash of the pair: a hash no other row shares implies a pair no
+    other row has; the rows that share one (the same pair, or rarely a collision) are
+    left to the exact grouping. Only rows in crowded hash buckets are sorted.
+    """
+    pair = ids.hash().to_numpy() ^ (group_ids.hash().to_numpy() * np.uint64(0x9E3779B97F4A7C15))
+    single = ids.is_null().to_numpy()
+    if pl.Series(pair).n_unique() == len(pair):
+        return np.ones(len(pair), dtype=bool)
+    n_buckets = 1 << max(4, (4 * len(pair)).bit_length())
+    bucket = (pair & np.uint64(n_buckets - 1)).astype(np.intp)
+    crowded = np.flatnonzero(np.bincount(bucket, minlength=n_buckets)[bucket] > 1)
+    unique = np.ones(len(pair), dtype=bool)
+    if len(crowded):
+        ordered = np.sort(pair[crowded])
+        shared = ordered[1:][ordered[1:] == ordered[:-1]]
+        unique[crowded] = ~np.isin(pair[crowded], shared)
+    return single | unique
+
+
+def _trajectory_facts(
+    rows: pl.DataFrame,
+    group_code: np.ndarray,
+    single: np.ndarray,
+    real_labels: pl.Expr,
+    record_span: pl.Series,
+    response_tokens: np.ndarray,
+    response_missing: np.ndarray,
+) -> pl.DataFrame:
+    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4).
+
+    A trajectory is (group, trajectory id); a record without an id is its own. The
+    trajectories that have a single record (``single``; nearly all in most logs) take
+    that record's facts without grouping; only the others are grouped. Sorted by first row.
+    """
+    n = rows.height
+    valid = rows["trajectory_id"].is_not_null() & rows["end_version"].is_not_null()
+    single_rows = np.flatnonzero(single)
+    every = len(single_rows) == n
+    singles = rows if every else rows[single_rows]
+    span = record_span if every else record_span.gather(single_rows)
+    facts = singles.select(
+        "group_id",
+        "trajectory_id",
+        first_row=pl.Series(single_rows),
+        records=pl.lit(1, dtype=pl.Int64),
+        tokens=pl.Series(response_tokens[single_rows]).set(
+            pl.Series(response_missing[single_rows]), None
+        ),
+        version=pl.when(valid.gather(single_rows)).then("end_version"),
+        first_versioned_row=pl.when(valid.gather(single_rows)).then(pl.Series(single_rows)),
+        span=span,
+        switches=(span - 1).clip(lower_bound=0),
+        version_row=pl.when(valid.gather(single_rows)).then(pl.Series(single_rows)),
+    )
+    if len(single_rows) < n:
+        multi_rows = np.flatnonzero(~single)
+        subset = rows[multi_rows].with_columns(
+            row=pl.Series(multi_rows),
+            group=pl.Series(group_code[multi_rows]),
+            tokens=pl.Series(response_tokens[multi_rows]),
+            tokens_missing=pl.Series(response_missing[multi_rows]),
+            valid=valid.gather(multi_rows),
+        )
+        multi = _multi_record_facts(subset, real_labels)
+        multi = multi.with_columns(
+            version=rows["end_version"].gather(multi["version_row"]),
+            switches=(pl.col("span") - 1).clip(lower_bound=0),
+        )
+        facts = pl.concat([facts, multi.select(facts.columns)]).sort("first_row")
+    return facts
+
+
+def _multi_record_facts(subset: pl.DataFrame, real_labels: pl.Expr) -> pl.DataFrame:
+    """Facts of the trajectories with several records, grouped by (group, trajectory id)."""
+    versioned = pl.col("valid")
+    return subset.group_by("group", "trajectory_id").agg(
+        group_id=pl.col("group_id").first(),
+        first_row=pl.col("row").min(),
+        records=pl.len().cast(pl.Int64),
+        tokens=pl.when(~pl.col("tokens_missing").any()).then(pl.col("tokens").sum()),
+        first_versioned_row=pl.col("row").filter(versioned).min(),
+        # The record with the highest (segment_index, position in the group) gives the
+        # version; within a group, row order is position order.
+        version_row=pl.col("row")
+        .filter(versioned)
+        .sort_by(pl.col("segment_index").filter(versioned), pl.col("row").filter(versioned))
+        .last(),
+        # Span: distinct real labels over all the trajectory's records.
+        span=pl.when(pl.col("version_spans").is_not_null().any())
+        .then(pl.col("version_spans").list.eval(real_labels).explode().drop_nulls().n_unique())
+        .cast(pl.Int64),
+    )
+
+
+def _group_arrays(
+    trajectories: pl.DataFrame,
+    *,
+    end_code: np.ndarray,
+    end_labels: list[str],
+    samples: np.ndarray,
+    tokens: np.ndarray,
+    failed: np.ndarray,
+) -> GroupArrays:
+    """Per-group arrays in arrival order from the trajectory facts and per-group sums."""
+    n_groups = len(samples)
+    arrival = trajectories["arrival"].to_numpy()
+    span = trajectories["span"].fill_null(-1).to_numpy()
+    checked = span >= 0
+    max_switches = np.full(n_groups, -1, dtype=np.int64)
+    np.maximum.at(max_switches, arrival[checked], np.maximum(span[checked] - 1, 0))
+    # One version per versioned trajectory, groups in arrival order, trajectories in
+    # order of their first versioned record (SPEC §2). The version is the end version
+    # of one record (``version_row``), whose label code is already known.
+    version_row = trajectories["version_row"].fill_null(-1).to_numpy()
+    versioned = version_row >= 0
+    owner = arrival[versioned]
+    order = np.lexsort((trajectories["first_versioned_row"].to_numpy()[versioned], owner))
+    codes = end_code[version_row[versioned][order]]
+    used = np.bincount(codes, minlength=len(end_labels)) > 0
+    recode = np.cumsum(used) - 1
+    return GroupArrays(
+        labels=[label for label, use in zip(end_labels, used.tolist(), strict=True) if use],
+        codes=recode[codes],
+        owner=owner[order],
+        samples=samples.astype(np.int64),
+        trajectories=np.bincount(arrival, minlength=n_groups),
+        tokens=tokens,
+        failed=failed,
+        max_switches=max_switches,
+        span=span[checked],
+        span_owner=arrival[checked],
+    )
+
+
+def _lists(labels: list[str], codes: np.ndarray, owner: np.ndarray, n_groups: int) -> pl.Series:
+    """The per-group lists of trajectory versions, from flat codes grouped by owner."""
+    offsets = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n_groups), out=offsets[1:])
+    values = pa.array(labels, pa.large_string()).take(pa.array(codes, pa.int64()))
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values)
+    return pl.Series("trajectory_versions", pl.from_arrow(lists)).cast(pl.List(pl.String))
+
+
+def _infer_batch_groups(steps: pl.Series, group_code: np.ndarray) -> int | None:
+    """Most common number of groups per trainer step (ties: the larger), or None."""
+    pairs = pl.DataFrame({"step": steps, "group": group_code}).drop_nulls("step")
+    if pairs.height == 0:
+        return None
+    per_step = pairs.group_by("step").agg(n=pl.col("group").n_unique())["n"]
+    counts = Counter(per_step.to_list())
+    return max(counts, key=lambda n: (counts[n], n))
 
 
 def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
@@ -209,92 +438,6 @@ def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
     return exploded.with_columns(
         pl.col("label").replace_strict(mapping, default=None, return_dtype=pl.String)
     ).drop_nulls("label")
-
-
-def _trajectory_facts(rows: pl.DataFrame) -> pl.DataFrame:
-    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4).
-
-    A trajectory is (group, trajectory id); a record without an id is its own. Most
-    trajectories have one record: their facts are that record's, read without grouping;
-    only the others are grouped.
-    """
-    valid = pl.col("trajectory_id").is_not_null() & pl.col("end_version").is_not_null()
-    labels = real_token_labels(rows, by="row")
-    single_record = (
-        pl.col("trajectory_id").is_null() | pl.struct("group_key", "trajectory_id").is_unique()
-    )
-    flagged = rows.with_columns(single=single_record)
-    single = (
-        flagged.filter("single")
-        .select(
-            "group_key",
-            "group_id",
-            "trajectory_id",
-            first_row="row",
-            records=pl.lit(1, dtype=pl.Int64),
-            tokens="response_tokens",
-            has_token_versions=pl.col("version_spans").is_not_null(),
-            version=pl.when(valid).then("end_version"),
-            first_versioned_row=pl.when(valid).then("row"),
-        )
-        .join(
-            labels.group_by("row").agg(real_labels=pl.col("label").n_unique().cast(pl.Int64)),
-            left_on="first_row",
-            right_on="row",
-            how="left",
-        )
-    )
-    multi_rows = flagged.filter(~pl.col("single"))
-    keys = ["group_key", "trajectory_id"]
-    multi = (
-        multi_rows.group_by(keys)
-        .agg(
-            group_id=pl.col("group_id").first(),
-            first_row=pl.col("row").min(),
-            records=pl.len().cast(pl.Int64),
-            tokens=pl.when(pl.col("response_tokens").null_count() == 0).then(
-                pl.col("response_tokens").sum()
-            ),
-            has_token_versions=pl.col("version_spans").is_not_null().any(),
-        )
-        # The record with the highest (segment_index, position in the group) gives the
-        # version; within a group, row order is position order.
-        .join(
-            multi_rows.filter(valid)
-            .group_by(keys)
-            .agg(
-                version=pl.col("end_version").sort_by("segment_index", "row").last(),
-                first_versioned_row=pl.col("row").min(),
-            ),
-            on=keys,
-            how="left",
-        )
-        .join(
-            labels.join(multi_rows.select("row", *keys), on="row")
-            .group_by(keys)
-            .agg(real_labels=pl.col("label").n_unique().cast(pl.Int64)),
-            on=keys,
-            how="left",
-        )
-    )
-    return (
-        pl.concat([single, multi.select(single.columns)], how="vertical_relaxed")
-        .with_columns(
-            span=pl.when(pl.col("has_token_versions")).then(pl.col("real_labels").fill_null(0))
-        )
-        .with_columns(switches=(pl.col("span") - 1).clip(lower_bound=0))
-        .drop("real_labels", "has_token_versions")
-    )
-
-
-def _infer_batch_groups(rows: pl.DataFrame) -> int | None:
-    """Most common number of groups per trainer step (ties: the larger), or None."""
-    steps = rows.filter(pl.col("trainer_step").is_not_null())
-    if steps.height == 0:
-        return None
-    per_step = steps.group_by("trainer_step").agg(n=pl.col("group_key").n_unique())["n"]
-    counts = Counter(per_step.to_list())
-    return max(counts, key=lambda n: (counts[n], n))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ and every summary figure of ``tests.reference`` must come out the same.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
 
 import analysis
 from tests.reference import replay_reference
 from tests.strategies import raw_logs
+
+# The module, not the function of the same name that the package exports.
+replay_module = importlib.import_module("analysis.replay")
 
 DECISION_COLUMNS = ["group_id", "decision", "stage", "batch", "version_index", "version_gap"]
 
@@ -88,3 +93,28 @@ def test_engine_agrees_with_reference(
         assert result.decisions.select(DECISION_COLUMNS).to_dicts() == expected.decisions
         summary = result.summary.to_dict()
         assert project(summary, expected.summary) == expected_summary(expected.summary)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=raw_logs())
+def test_single_record_shortcut_agrees_with_grouping(records: list[dict[str, Any]]) -> None:
+    """prepare() reads single-record trajectories without grouping; grouping every
+    trajectory instead must give the same facts, arrays and replay."""
+    table = analysis.records_to_table(records)
+    fast = analysis.prepare(table)
+    with pytest.MonkeyPatch.context() as patch:
+        # Only id-less records count as single: every other trajectory is grouped.
+        patch.setattr(
+            replay_module, "_single_record_rows", lambda groups, ids: ids.is_null().to_numpy()
+        )
+        grouped = analysis.prepare(table)
+    assert_frame_equal(fast.groups, grouped.groups)
+    assert_frame_equal(fast.trajectories, grouped.trajectories)
+    assert fast.trajectory_versions().to_list() == grouped.trajectory_versions().to_list()
+    for name in ("codes", "owner", "samples", "trajectories", "tokens", "max_switches", "span"):
+        assert getattr(fast.arrays, name).tolist() == getattr(grouped.arrays, name).tolist(), name
+    assert fast.arrays.labels == grouped.arrays.labels
+    config = analysis.ReplayConfig(keep_versions=1, max_preempts=0, batch_groups=2)
+    assert_frame_equal(
+        analysis.replay(fast, config).decisions, analysis.replay(grouped, config).decisions
+    )
