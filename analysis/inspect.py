@@ -83,7 +83,7 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         )
     return LogInspection(
         formats=tuple(report.formats),
-        sources=len(report.sources),
+        sources=report.files,
         records=table.height,
         groups=prepared.n_groups,
         trajectories=prepared.trajectories.height,

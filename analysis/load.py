@@ -7,12 +7,11 @@ run-length spans; an end version derived from them is flagged.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import glob
 import gzip
+import itertools
 import json
-import math
-import os
+import operator
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -20,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 import polars as pl
 import pyarrow as pa
 
+from analysis.artifacts import ERRORS, FileResult, is_artifact_folder, read_artifact_folder
 from analysis.errors import (
     InputNotFoundError,
     LogFormatError,
@@ -32,8 +31,16 @@ from analysis.errors import (
     UnknownFormatError,
     UnsafePickleError,
 )
-from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
-from analysis.pickles import SKIPPED, ZIP_MAGIC, load_pickled
+from analysis.labels import Span
+from analysis.pickles import ZIP_MAGIC, load_pickled
+from analysis.records import (
+    CANONICAL_COLUMNS,
+    FieldMap,
+    canonical_row,
+    parse_json,
+    read_json_file,
+    short_repr,
+)
 
 Format = Literal["jsonl", "artifacts", "pt", "parquet", "ipc"]
 OnBadRecord = Literal["fail", "skip"]
@@ -61,64 +68,20 @@ CANONICAL_SCHEMA: dict[str, pl.DataType] = {
     "log_prob_tokens": pl.Int64(),
 }
 """Columns of the canonical table; ``convert`` writes exactly these (plus --order-by fields)."""
+assert tuple(CANONICAL_SCHEMA) == CANONICAL_COLUMNS
 
 REQUIRED_COLUMNS = ("group_id", "trajectory_id", "segment_index", "end_version", "version_spans")
 
 
 @dataclass(frozen=True)
-class FieldMap:
-    """Where each meaning is found in a raw record: dotted paths, first non-null wins."""
-
-    group: tuple[str, ...] = (
-        "group_index",
-        "metadata.dressage_return_async_group_id",
-        "dressage_return_async_group_id",
-        "instance_id",
-        "metadata.instance_id",
-    )
-    trajectory: tuple[str, ...] = (
-        "metadata.parent_traj_id",
-        "parent_traj_id",
-        "trajectory_id",
-        "session_id",
-    )
-    segment: tuple[str, ...] = ("metadata.segment_index", "segment_index")
-    sample_id: tuple[str, ...] = ("index",)
-    end_version: tuple[str, ...] = (
-        "metadata.dressage_end_token_version",
-        "dressage_end_token_version",
-    )
-    token_versions: tuple[str, ...] = ("metadata.full_versions", "full_versions")
-    version_spans: tuple[str, ...] = ("metadata.version_spans", "version_spans")
-    trainer_step: tuple[str, ...] = (
-        "metadata.dressage_return_rollout_id",
-        "dressage_return_rollout_id",
-    )
-    tokens: tuple[str, ...] = ("tokens",)
-    response_length: tuple[str, ...] = ("response_length",)
-    loss_mask: tuple[str, ...] = ("loss_mask",)
-    reward: tuple[str, ...] = ("reward",)
-    status: tuple[str, ...] = ("status",)
-    remove_sample: tuple[str, ...] = ("remove_sample",)
-    rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
-    log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
-
-    def override(self, **paths: str | None) -> FieldMap:
-        """Return a copy where each given meaning is found only at the given path."""
-        return dataclasses.replace(self, **{k: (v,) for k, v in paths.items() if v})
-
-    @staticmethod
-    def meanings() -> tuple[str, ...]:
-        """The names accepted by :meth:`override` and by ``--field MEANING=PATH``."""
-        return tuple(f.name for f in dataclasses.fields(FieldMap))
-
-
-@dataclass(frozen=True)
 class Source:
-    """One input file and the format it is read as."""
+    """One input file and the format it is read as; or a whole artifact folder (``folder``)."""
 
     path: Path
     format: Format
+    folder: bool = False
+    files: int = 1
+    """How many files it stands for (an artifact folder's segment files, once read)."""
 
 
 _SKIP_REASONS = {
@@ -140,6 +103,11 @@ class LoadReport:
     @property
     def formats(self) -> list[str]:
         return sorted({s.format for s in self.sources})
+
+    @property
+    def files(self) -> int:
+        """How many input files were read (every segment file of an artifact folder counts)."""
+        return sum(source.files for source in self.sources)
 
     def skip(self, error: ReplayError) -> None:
         reason = _SKIP_REASONS.get(type(error).__name__, "bad record")
@@ -183,9 +151,9 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     if dumps:
         # slime writes one dump per trainer step; order them by the step they carry.
         return [Source(p, "pt") for p in dumps], []
-    artifacts = _artifact_files(root)
-    if artifacts:
-        return _artifact_sources(artifacts)
+    if is_artifact_folder(root):
+        # Its files are found, ordered and read together (analysis.artifacts).
+        return [Source(root, "artifacts", folder=True)], []
     logs = sorted(
         p
         for p in root.iterdir()
@@ -201,40 +169,6 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
         "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet; "
         "point at the run's log folder or files"
     )
-
-
-def _artifact_files(root: Path) -> list[tuple[int, str]]:
-    """(modification time, path) of every ``<instance>/<session>/samples/<n>.json`` below root.
-
-    os.scandir hands back types and stats without the per-path overhead of Path.glob,
-    which matters for folders of tens of thousands of segment files.
-    """
-    found = []
-    for instance in os.scandir(root):
-        if not instance.is_dir():
-            continue
-        for session in os.scandir(instance.path):
-            samples = os.path.join(session.path, "samples")
-            if not session.is_dir() or not os.path.isdir(samples):
-                continue
-            for entry in os.scandir(samples):
-                if entry.name.endswith(".json") and entry.is_file():
-                    found.append((entry.stat().st_mtime_ns, entry.path))
-    return found
-
-
-def _artifact_sources(files: list[tuple[int, str]]) -> tuple[list[Source], list[str]]:
-    stamped = sorted(files)
-    warnings = []
-    ties = Counter(stamp for stamp, _ in stamped)
-    tied = sum(n for n in ties.values() if n > 1)
-    if tied:
-        warnings.append(
-            f"{tied} of {len(files)} artifact files share a modification time with another, "
-            "so their arrival order falls back to path order (as after a plain copy); "
-            "pass --order-by with a completion-time field if the log has one"
-        )
-    return [Source(Path(p), "artifacts") for _, p in stamped], warnings
 
 
 def _file_format(path: Path) -> Format:
@@ -271,247 +205,6 @@ def _file_format(path: Path) -> Format:
 # --------------------------------------------------------------------------- records
 
 
-_MISSING = object()
-
-
-def _lookup(record: dict[str, Any], path: str) -> Any:
-    return _lookup_parts(record, _split(path))
-
-
-@functools.lru_cache(maxsize=256)
-def _split(path: str) -> tuple[str, ...]:
-    return tuple(path.split("."))
-
-
-def _lookup_parts(record: dict[str, Any], parts: tuple[str, ...]) -> Any:
-    value: Any = record
-    for part in parts:
-        if type(value) is not dict:
-            return _MISSING
-        value = value.get(part, _MISSING)
-        if value is _MISSING:
-            return _MISSING
-    return value
-
-
-def _first(record: dict[str, Any], paths: tuple[str, ...]) -> Any:
-    # The hot path of every loader: split paths are cached, lookups kept inline.
-    for path in paths:
-        value = _lookup_parts(record, _split(path))
-        if value is not _MISSING and value is not None and value is not SKIPPED:
-            return value
-    return None
-
-
-def _is_skipped(value: Any) -> bool:
-    return value is SKIPPED
-
-
-def _fields_present(record: dict[str, Any]) -> str:
-    names = [k for k in record if k != "metadata"]
-    metadata = record.get("metadata")
-    if isinstance(metadata, dict):
-        names += [f"metadata.{k}" for k in metadata]
-    return ", ".join(names[:40]) + (" ..." if len(names) > 40 else "")
-
-
-def _as_int(value: Any, what: str, where: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise LogFormatError(f"{where}: {what} must be an integer (found {_short(value)})")
-    if not -(2**63) <= value < 2**63:
-        raise LogFormatError(f"{where}: {what} is too large for a 64-bit integer ({_short(value)})")
-    return value
-
-
-def _short(value: Any) -> str:
-    """A value for an error message, cut so that a huge one cannot flood the terminal."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _as_id(value: Any) -> str | None:
-    text = label_text(value)
-    return text
-
-
-def _int_list(value: Any, what: str, where: str) -> list[Any] | None:
-    if value is None or type(value) is list:
-        return value
-    if not isinstance(value, (list, tuple)):
-        raise LogFormatError(f"{where}: {what} must be a list (found {type(value).__name__})")
-    return list(value)
-
-
-def _spans_from_field(value: Any, where: str) -> list[Span]:
-    if not isinstance(value, (list, tuple)):
-        raise LogFormatError(
-            f"{where}: version_spans must be a list of {{start, end, version}} "
-            f"(found {type(value).__name__})"
-        )
-    spans: list[Span] = []
-    expected = 0
-    for entry in value:
-        if not isinstance(entry, dict) or not {"start", "end", "version"} <= entry.keys():
-            raise LogFormatError(
-                f"{where}: version_spans entry {_short(entry)} lacks start/end/version"
-            )
-        start = _as_int(entry["start"], "version_spans start", where)
-        end = _as_int(entry["end"], "version_spans end", where)
-        if start != expected or end is None or end <= start:
-            raise LogFormatError(
-                f"{where}: version_spans must be consecutive runs from 0 "
-                f"(found start {start}, end {end} where start {expected} was due)"
-            )
-        label = label_text(entry["version"])
-        spans.append((start, end, "" if label is None else label))
-        expected = end
-    return spans
-
-
-def canonical_row(
-    record: Any,
-    *,
-    fields: FieldMap,
-    where: str,
-    file_step: int | None = None,
-    extra: Sequence[str] = (),
-) -> dict[str, Any]:
-    """Map one raw slime/Dressage record to a canonical row (without source columns)."""
-    if not isinstance(record, dict):
-        raise LogFormatError(
-            f"{where}: a record must be a JSON object (found {type(record).__name__})"
-        )
-    if "metadata" in record and not isinstance(record["metadata"], (dict, type(None))):
-        raise LogFormatError(
-            f"{where}: metadata must be an object (found {type(record['metadata']).__name__})"
-        )
-    try:
-        return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
-    except ValueError as exc:  # a label of the wrong type, from analysis.labels
-        raise LogFormatError(f"{where}: {exc}") from exc
-
-
-def _canonical_row(
-    record: dict[str, Any],
-    *,
-    fields: FieldMap,
-    where: str,
-    file_step: int | None,
-    extra: Sequence[str],
-) -> dict[str, Any]:
-    group = _first(record, fields.group)
-    if group is None:
-        raise MissingFieldError(
-            f"{where}: no group id (looked for {', '.join(fields.group)}); "
-            f"fields present: {_fields_present(record)}; pass --field group=PATH"
-        )
-    if isinstance(group, (dict, list)):
-        raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
-    trajectory = _first(record, fields.trajectory)
-    if isinstance(trajectory, (dict, list)):
-        raise LogFormatError(
-            f"{where}: trajectory id must be a scalar (found {_short(trajectory)})"
-        )
-    segment = _as_int(_first(record, fields.segment), "segment_index", where) or 0
-
-    tokens = _int_list(_first(record, fields.tokens), "tokens", where)
-    loss_mask = _int_list(_first(record, fields.loss_mask), "loss_mask", where)
-    response_length = _as_int(_first(record, fields.response_length), "response_length", where)
-    if response_length is not None and response_length < 0:
-        raise LogFormatError(f"{where}: response_length must be >= 0 (found {response_length})")
-
-    full_versions = _int_list(_first(record, fields.token_versions), "full_versions", where)
-    raw_spans = _first(record, fields.version_spans)
-    spans: list[Span] | None
-    if full_versions is not None:
-        spans = run_length_spans(full_versions)
-    elif raw_spans is not None:
-        spans = _spans_from_field(raw_spans, where)
-    else:
-        spans = None
-
-    end_raw = _first(record, fields.end_version)
-    end_version = real_label(end_raw)
-    derived = False
-    if end_raw is None and spans:
-        end_version = derive_end_version(
-            spans, response_length=response_length, loss_mask=loss_mask
-        )
-        derived = end_version is not None
-
-    step = file_step if file_step is not None else _first(record, fields.trainer_step)
-    reward = _first(record, fields.reward)
-    if isinstance(reward, bool) or not isinstance(reward, (int, float, type(None))):
-        reward = None  # rewards can be structured (dicts of sub-rewards); not a scalar here
-    status = _first(record, fields.status)
-    remove = _first(record, fields.remove_sample)
-
-    row = {
-        "group_id": _as_id(group),
-        "trajectory_id": _as_id(trajectory),
-        "segment_index": segment,
-        "sample_index": _as_int(_first(record, fields.sample_id), "index", where),
-        "end_version": end_version,
-        "end_version_derived": derived,
-        "version_spans": spans,
-        "token_count": None if tokens is None else len(tokens),
-        "trainer_step": _as_int(step, "trainer step", where),
-        "response_length": response_length,
-        "loss_mask_length": None if loss_mask is None else len(loss_mask),
-        "reward": _as_reward(reward, where),
-        "status": None if status is None else str(status).strip().lower(),
-        "remove_sample": None if remove is None else bool(remove),
-        **_log_prob_drift(record, fields, loss_mask, where),
-    }
-    for path in extra:
-        if path in CANONICAL_SCHEMA:
-            continue  # a canonical column is already there
-        value = _lookup(record, path)
-        row[path] = None if value is _MISSING or _is_skipped(value) else value
-    return row
-
-
-def _as_reward(value: int | float | None, where: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        reward = float(value)
-    except OverflowError:
-        raise LogFormatError(f"{where}: reward is too large ({_short(value)})") from None
-    return None if math.isnan(reward) else reward
-
-
-def _log_prob_drift(
-    record: dict[str, Any], fields: FieldMap, loss_mask: list[Any] | None, where: str
-) -> dict[str, Any]:
-    """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
-    rollout = _int_list(_first(record, fields.rollout_log_probs), "rollout_log_probs", where)
-    trainer = _int_list(_first(record, fields.log_probs), "log_probs", where)
-    if rollout is None or trainer is None:
-        return {"log_prob_drift": None, "log_prob_tokens": None}
-    if len(rollout) != len(trainer):
-        raise LogFormatError(
-            f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
-        )
-    mask = loss_mask if loss_mask is not None and len(loss_mask) == len(rollout) else None
-    try:
-        diffs = [
-            abs(float(a) - float(b))
-            for i, (a, b) in enumerate(zip(rollout, trainer, strict=True))
-            if mask is None or mask[i]
-        ]
-    except (TypeError, ValueError) as exc:
-        raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
-    if not diffs:
-        return {"log_prob_drift": None, "log_prob_tokens": 0}
-    return {"log_prob_drift": sum(diffs) / len(diffs), "log_prob_tokens": len(diffs)}
-
-
-# --------------------------------------------------------------------------- readers
-
-
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed object or the LogFormatError of an unparsable line)."""
     try:
@@ -523,7 +216,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    yield number, _parse_json(line)
+                    yield number, parse_json(line)
                 except json.JSONDecodeError as exc:
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
                     yield (
@@ -538,30 +231,6 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
         raise LogFormatError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
 
 
-def _parse_json(data: bytes) -> Any:
-    """orjson for speed; the standard parser for what it refuses but Python writes (NaN)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", "", 0) from None
-
-
-def _artifact_record(path: Path) -> Any:
-    try:
-        with path.open("rb") as handle:
-            return _parse_json(handle.read())
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
-    except OSError as exc:
-        raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
-
-
 def _dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[Any]]:
     obj = load_pickled(path, trust_pickle=trust_pickle)
     if isinstance(obj, dict) and "samples" in obj:
@@ -570,7 +239,7 @@ def _dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[A
             isinstance(rollout_id, bool) or not isinstance(rollout_id, int)
         ):
             raise LogFormatError(
-                f"{path}: rollout_id must be an integer (found {_short(rollout_id)})"
+                f"{path}: rollout_id must be an integer (found {short_repr(rollout_id)})"
             )
         samples = obj["samples"]
     elif isinstance(obj, list):
@@ -625,7 +294,7 @@ def _raw_records(
         for number, record in _jsonl_records(source.path):
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
-        document = _artifact_record(source.path)
+        document = read_json_file(source.path)
         if isinstance(document, list):
             for number, record in enumerate(document, start=1):
                 yield f"{source.path}: record {number}", number, None, record
@@ -720,7 +389,7 @@ def iter_log_chunks(
     fields = fields or FieldMap()
     report = report if report is not None else LoadReport()
     sources, warnings = detect_sources(inputs)
-    report.sources += sources
+    report.sources += [source for source in sources if not source.folder]  # folders once read
     report.warnings += warnings
 
     def skip_or_raise(error: ReplayError) -> None:
@@ -757,6 +426,16 @@ def iter_log_chunks(
                 continue
             yield table
             continue
+        if source.folder:
+            files, warnings = read_artifact_folder(source.path, fields=fields, extra=extra_fields)
+            report.sources.append(dataclasses.replace(source, files=len(files)))
+            report.warnings += warnings
+            for row in _folder_rows(files, skip_or_raise):
+                rows.append(row)
+                if len(rows) >= chunk_records:
+                    yield _rows_to_frame(rows, extra_fields, where=str(source.path))
+                    rows = []
+            continue
         path_text = str(source.path)
         records = _raw_records(source, dumps)
         while True:
@@ -789,14 +468,30 @@ def iter_log_chunks(
         yield _rows_to_frame(rows, extra_fields, where="inputs")
 
 
+def _folder_rows(
+    files: list[FileResult], skip_or_raise: Callable[[ReplayError], None]
+) -> Iterator[dict[str, Any]]:
+    """The rows of an artifact folder's files in arrival order; errors go to ``skip_or_raise``."""
+    for _, _, entries in files:
+        for _, row, error in entries:
+            if error is not None:
+                kind, message = error
+                skip_or_raise(ERRORS[kind](message))
+            elif row is not None:
+                yield row
+
+
 def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: str) -> pl.DataFrame:
-    columns: dict[str, pl.Series] = {
-        name: pl.Series(name, [row[name] for row in rows], dtype=dtype)
-        for name, dtype in CANONICAL_SCHEMA.items()
-        if name != "version_spans"
-    }
-    columns["version_spans"] = _spans_column([row["version_spans"] for row in rows])
-    columns = {name: columns[name] for name in CANONICAL_SCHEMA}
+    # One pass over the rows turns them into columns (a comprehension per column is slower).
+    values = zip(*map(operator.itemgetter(*CANONICAL_COLUMNS), rows), strict=True)
+    columns: dict[str, pl.Series] = {}
+    for (name, dtype), column in itertools.zip_longest(CANONICAL_SCHEMA.items(), values):
+        column = column or ()
+        columns[name] = (
+            _spans_column(column)
+            if name == "version_spans"
+            else pl.Series(name, column, dtype=dtype)
+        )
     for path in extra:
         if path in CANONICAL_SCHEMA:
             continue
@@ -809,7 +504,7 @@ def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: s
     return pl.DataFrame(columns)
 
 
-def _spans_column(per_record: list[list[Span] | None]) -> pl.Series:
+def _spans_column(per_record: Sequence[list[Span] | None]) -> pl.Series:
     """Build the spans column from flat Arrow arrays (a list of dicts per row is much slower)."""
     offsets = [0]
     starts: list[int] = []

@@ -1,0 +1,240 @@
+"""Read a Dressage artifact folder (``<instance>/<session>/samples/<segment>.json``) quickly.
+
+A run writes one small JSON file per segment, so a folder holds tens of thousands of
+them, and reading it is bound by opening, parsing and mapping files one at a time in
+Python. Two things make it faster than a plain loop:
+
+- the instance folders are shared with one helper process, which uses the second
+  core. The helper is a fresh interpreter started with ``-c`` that imports only the
+  record mapping (:mod:`analysis.records`, no polars): it never runs the caller's
+  script, so a script without a ``__main__`` guard is safe, and it starts in well
+  under a tenth of a second. It hands its rows back with :mod:`marshal` (plain data
+  only; nothing is unpickled). If it cannot start or fails, this process reads its
+  share too. ``DRESSAGE_REPLAY_HELPERS=0`` turns the helper off.
+- the cyclic garbage collector is paused while the rows pile up (they hold no cycles),
+  which otherwise rescans them again and again.
+
+Files are put in arrival order afterwards: modification time, then path (SPEC §5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import marshal
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError, ReplayError
+from analysis.records import FieldMap, canonical_row, parse_json
+
+HELPER_MIN_INSTANCES = 128
+"""Below this many instance folders the helper's start-up costs more than it saves."""
+
+ERRORS: dict[str, type[ReplayError]] = {
+    error.__name__: error for error in (InputNotFoundError, LogFormatError, MissingFieldError)
+}
+
+Entry = tuple[int, dict[str, Any] | None, tuple[str, str] | None]
+"""(record number, canonical row or None, (error class name, message) or None)."""
+
+FileResult = tuple[int, str, list[Entry]]
+"""(modification time in ns, path, entries in record order) of one segment file."""
+
+
+def is_artifact_folder(root: Path) -> bool:
+    """Whether ``root`` holds at least one ``<instance>/<session>/samples/<n>.json``."""
+    return any(
+        _segment_files(os.path.join(session, "samples"))
+        for instance in _directories(str(root))
+        for session in _directories(instance)
+    )
+
+
+def read_artifact_folder(
+    root: Path, *, fields: FieldMap, extra: Sequence[str] = ()
+) -> tuple[list[FileResult], list[str]]:
+    """Every segment file below ``root``, read and mapped, in arrival order; plus warnings."""
+    instances = sorted(_directories(str(root)))
+    warnings: list[str] = []
+    with _collector_paused():
+        helper = None
+        if (
+            len(instances) >= HELPER_MIN_INSTANCES
+            and os.environ.get("DRESSAGE_REPLAY_HELPERS") != "0"
+        ):
+            helper = _Helper(instances[1::2], fields, extra)
+        try:
+            results = read_shard(instances[0::2] if helper else instances, fields, extra)
+            if helper is not None:
+                shared, problem = helper.results()
+                if problem:
+                    warnings.append(f"{root}: the helper process failed ({problem}); read in one")
+                    shared = read_shard(instances[1::2], fields, extra)
+                results += shared
+        finally:
+            if helper is not None:
+                helper.stop()
+        results.sort(key=lambda result: (result[0], result[1]))
+    stamps: dict[int, int] = {}
+    for stamp, _, _ in results:
+        stamps[stamp] = stamps.get(stamp, 0) + 1
+    tied = sum(n for n in stamps.values() if n > 1)
+    if tied:
+        warnings.append(
+            f"{tied} of {len(results)} artifact files share a modification time with another, "
+            "so their arrival order falls back to path order (as after a plain copy); "
+            "pass --order-by with a completion-time field if the log has one"
+        )
+    return results, warnings
+
+
+def read_shard(
+    instances: Sequence[str], fields: FieldMap, extra: Sequence[str]
+) -> list[FileResult]:
+    """Read every segment file below the given instance folders, in no particular order."""
+    results = []
+    for instance in instances:
+        for session in _directories(instance):
+            files = _segment_files(os.path.join(session, "samples"))
+            results += [read_segment_file(path, fields, extra) for path in files]
+    return results
+
+
+def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
+    """One segment file (an object, or a list of them) as canonical rows or errors."""
+    try:
+        with open(path, "rb") as handle:
+            stamp = os.fstat(handle.fileno()).st_mtime_ns
+            data = handle.read()
+    except OSError as exc:
+        return 0, path, [(0, None, ("InputNotFoundError", f"{path}: cannot read ({exc.strerror})"))]
+    try:
+        document = parse_json(data)
+    except json.JSONDecodeError as exc:
+        return (
+            stamp,
+            path,
+            [(0, None, ("LogFormatError", f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"))],
+        )
+    if isinstance(document, list):
+        numbered = [(n, f"{path}: record {n}", record) for n, record in enumerate(document, 1)]
+    else:
+        numbered = [(1, path if os.sep == "/" else path.replace(os.sep, "/"), document)]
+    entries: list[Entry] = []
+    for number, where, record in numbered:
+        try:
+            row = canonical_row(record, fields=fields, where=where, extra=extra)
+        except (LogFormatError, MissingFieldError) as error:
+            entries.append((number, None, (type(error).__name__, str(error))))
+            continue
+        row["source"] = path
+        row["record"] = number
+        entries.append((number, row, None))
+    return stamp, path, entries
+
+
+def _directories(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return [entry.path for entry in entries if entry.is_dir()]
+    except OSError:
+        return []
+
+
+def _segment_files(samples: str) -> list[str]:
+    try:
+        with os.scandir(samples) as entries:
+            return [e.path for e in entries if e.name.endswith(".json") and e.is_file()]
+    except OSError:
+        return []  # a session without samples
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# The helper: ``python -P -c _BOOTSTRAP <analysis folder>``. It registers the analysis
+# folder as a bare package (skipping analysis/__init__.py, which imports polars), reads
+# its job from stdin and writes its results to stdout, both with marshal.
+_BOOTSTRAP = """\
+import signal, sys, types
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+package = types.ModuleType("analysis")
+package.__path__ = [sys.argv[1]]
+sys.modules["analysis"] = package
+from analysis.artifacts import helper_main
+helper_main()
+"""
+
+
+def helper_main() -> None:
+    """Entry point of the helper process."""
+    instances, field_paths, extra = marshal.load(sys.stdin.buffer)
+    fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
+    with _collector_paused():
+        results = read_shard(instances, fields, extra)
+    sys.stdout.buffer.write(marshal.dumps(results))
+
+
+class _Helper:
+    """One helper process reading a share of the instance folders."""
+
+    def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
+        self.instances = instances
+        job = marshal.dumps((instances, dataclasses.asdict(fields), list(extra)))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.future: Future[tuple[bytes, bytes]] | None = None
+        self.problem = ""
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", "-c", _BOOTSTRAP, str(Path(__file__).parent)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except (OSError, ValueError) as exc:
+            self.problem = f"cannot start {sys.executable or 'python'}: {exc}"
+            return
+        # communicate() feeds stdin and drains stdout and stderr without blocking us.
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.future = self.pool.submit(self.process.communicate, job)
+
+    def results(self) -> tuple[list[FileResult], str]:
+        """The helper's results, or ([], what went wrong)."""
+        if self.future is None or self.process is None:
+            return [], self.problem
+        try:
+            stdout, stderr = self.future.result()
+        except OSError as exc:
+            return [], str(exc)
+        if self.process.returncode != 0:
+            lines = stderr.decode(errors="replace").strip().splitlines()
+            return [], f"exit {self.process.returncode}: {lines[-1] if lines else 'no message'}"
+        try:
+            results = marshal.loads(stdout)
+        except (EOFError, ValueError, TypeError) as exc:
+            return [], f"unreadable results ({exc})"
+        return results, ""
+
+    def stop(self) -> None:
+        """Make sure the process is gone (after an error or Ctrl-C in this process)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.future is not None:
+            self.pool.shutdown(wait=True)

@@ -1,0 +1,382 @@
+"""One raw slime/Dressage record to one canonical row (SPEC §1), without polars.
+
+Kept apart from :mod:`analysis.load` so that a helper process reading an artifact
+folder (:mod:`analysis.artifacts`) starts in milliseconds: it imports only this module,
+:mod:`analysis.labels`, :mod:`analysis.errors` and :mod:`analysis.pickles`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError
+from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
+from analysis.pickles import SKIPPED
+
+CANONICAL_COLUMNS: tuple[str, ...] = (
+    "source",
+    "record",
+    "group_id",
+    "trajectory_id",
+    "segment_index",
+    "sample_index",
+    "end_version",
+    "end_version_derived",
+    "version_spans",
+    "token_count",
+    "trainer_step",
+    "response_length",
+    "loss_mask_length",
+    "reward",
+    "status",
+    "remove_sample",
+    "log_prob_drift",
+    "log_prob_tokens",
+)
+"""Columns of the canonical table, in order (their types are in ``analysis.load``)."""
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Where each meaning is found in a raw record: dotted paths, first non-null wins."""
+
+    group: tuple[str, ...] = (
+        "group_index",
+        "metadata.dressage_return_async_group_id",
+        "dressage_return_async_group_id",
+        "instance_id",
+        "metadata.instance_id",
+    )
+    trajectory: tuple[str, ...] = (
+        "metadata.parent_traj_id",
+        "parent_traj_id",
+        "trajectory_id",
+        "session_id",
+    )
+    segment: tuple[str, ...] = ("metadata.segment_index", "segment_index")
+    sample_id: tuple[str, ...] = ("index",)
+    end_version: tuple[str, ...] = (
+        "metadata.dressage_end_token_version",
+        "dressage_end_token_version",
+    )
+    token_versions: tuple[str, ...] = ("metadata.full_versions", "full_versions")
+    version_spans: tuple[str, ...] = ("metadata.version_spans", "version_spans")
+    trainer_step: tuple[str, ...] = (
+        "metadata.dressage_return_rollout_id",
+        "dressage_return_rollout_id",
+    )
+    tokens: tuple[str, ...] = ("tokens",)
+    response_length: tuple[str, ...] = ("response_length",)
+    loss_mask: tuple[str, ...] = ("loss_mask",)
+    reward: tuple[str, ...] = ("reward",)
+    status: tuple[str, ...] = ("status",)
+    remove_sample: tuple[str, ...] = ("remove_sample",)
+    rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
+    log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
+
+    def override(self, **paths: str | None) -> FieldMap:
+        """Return a copy where each given meaning is found only at the given path."""
+        return dataclasses.replace(self, **{k: (v,) for k, v in paths.items() if v})
+
+    @functools.cached_property
+    def compiled(self) -> dict[str, tuple[tuple[str, ...], ...]]:
+        """Each meaning's paths split at the dots, for the loaders' hot path."""
+        return {name: _compiled(getattr(self, name)) for name in self.meanings()}
+
+    @staticmethod
+    def meanings() -> tuple[str, ...]:
+        """The names accepted by :meth:`override` and by ``--field MEANING=PATH``."""
+        return tuple(f.name for f in dataclasses.fields(FieldMap))
+
+
+_MISSING = object()
+
+
+def _lookup(record: dict[str, Any], path: str) -> Any:
+    return _lookup_parts(record, _split(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _split(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
+def _lookup_parts(record: dict[str, Any], parts: tuple[str, ...]) -> Any:
+    value: Any = record
+    for part in parts:
+        if type(value) is not dict:
+            return _MISSING
+        value = value.get(part, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(paths: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(_split(path) for path in paths)
+
+
+def _first_of(record: dict[str, Any], candidates: tuple[tuple[str, ...], ...]) -> Any:
+    # The hot path of every loader (a dozen calls per record), kept to plain dict lookups.
+    for parts in candidates:
+        value: Any = record
+        for part in parts:
+            if type(value) is not dict:
+                value = None
+                break
+            value = value.get(part)
+            if value is None:
+                break
+        if value is not None and value is not SKIPPED:
+            return value
+    return None
+
+
+def _is_skipped(value: Any) -> bool:
+    return value is SKIPPED
+
+
+def _fields_present(record: dict[str, Any]) -> str:
+    names = [k for k in record if k != "metadata"]
+    metadata = record.get("metadata")
+    if isinstance(metadata, dict):
+        names += [f"metadata.{k}" for k in metadata]
+    return ", ".join(names[:40]) + (" ..." if len(names) > 40 else "")
+
+
+def _as_int(value: Any, what: str, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogFormatError(f"{where}: {what} must be an integer (found {short_repr(value)})")
+    if not -(2**63) <= value < 2**63:
+        raise LogFormatError(
+            f"{where}: {what} is too large for a 64-bit integer ({short_repr(value)})"
+        )
+    return value
+
+
+def short_repr(value: Any) -> str:
+    """A value for an error message, cut so that a huge one cannot flood the terminal."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _as_id(value: Any) -> str | None:
+    text = label_text(value)
+    return text
+
+
+def _int_list(value: Any, what: str, where: str) -> list[Any] | None:
+    if value is None or type(value) is list:
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise LogFormatError(f"{where}: {what} must be a list (found {type(value).__name__})")
+    return list(value)
+
+
+def _spans_from_field(value: Any, where: str) -> list[Span]:
+    if not isinstance(value, (list, tuple)):
+        raise LogFormatError(
+            f"{where}: version_spans must be a list of {{start, end, version}} "
+            f"(found {type(value).__name__})"
+        )
+    spans: list[Span] = []
+    expected = 0
+    for entry in value:
+        try:
+            start, end, version = entry["start"], entry["end"], entry["version"]
+        except (TypeError, KeyError):  # not an object, or a key missing
+            raise LogFormatError(
+                f"{where}: version_spans entry {short_repr(entry)} lacks start/end/version"
+            ) from None
+        if type(start) is not int or type(end) is not int or end >= 2**63:
+            start = _as_int(start, "version_spans start", where)
+            end = _as_int(end, "version_spans end", where)
+        if start != expected or end is None or end <= start:
+            raise LogFormatError(
+                f"{where}: version_spans must be consecutive runs from 0 "
+                f"(found start {start}, end {end} where start {expected} was due)"
+            )
+        label = version if type(version) is str else label_text(version)
+        spans.append((start, end, "" if label is None else label))
+        expected = end
+    return spans
+
+
+def canonical_row(
+    record: Any,
+    *,
+    fields: FieldMap,
+    where: str,
+    file_step: int | None = None,
+    extra: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Map one raw slime/Dressage record to a canonical row (without source columns)."""
+    if not isinstance(record, dict):
+        raise LogFormatError(
+            f"{where}: a record must be a JSON object (found {type(record).__name__})"
+        )
+    if "metadata" in record and not isinstance(record["metadata"], (dict, type(None))):
+        raise LogFormatError(
+            f"{where}: metadata must be an object (found {type(record['metadata']).__name__})"
+        )
+    try:
+        return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
+    except ValueError as exc:  # a label of the wrong type, from analysis.labels
+        raise LogFormatError(f"{where}: {exc}") from exc
+
+
+def _canonical_row(
+    record: dict[str, Any],
+    *,
+    fields: FieldMap,
+    where: str,
+    file_step: int | None,
+    extra: Sequence[str],
+) -> dict[str, Any]:
+    paths = fields.compiled
+    group = _first_of(record, paths["group"])
+    if group is None:
+        raise MissingFieldError(
+            f"{where}: no group id (looked for {', '.join(fields.group)}); "
+            f"fields present: {_fields_present(record)}; pass --field group=PATH"
+        )
+    if isinstance(group, (dict, list)):
+        raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
+    trajectory = _first_of(record, paths["trajectory"])
+    if isinstance(trajectory, (dict, list)):
+        raise LogFormatError(
+            f"{where}: trajectory id must be a scalar (found {short_repr(trajectory)})"
+        )
+    segment = _as_int(_first_of(record, paths["segment"]), "segment_index", where) or 0
+
+    tokens = _int_list(_first_of(record, paths["tokens"]), "tokens", where)
+    loss_mask = _int_list(_first_of(record, paths["loss_mask"]), "loss_mask", where)
+    response_length = _as_int(_first_of(record, paths["response_length"]), "response_length", where)
+    if response_length is not None and response_length < 0:
+        raise LogFormatError(f"{where}: response_length must be >= 0 (found {response_length})")
+
+    full_versions = _int_list(_first_of(record, paths["token_versions"]), "full_versions", where)
+    raw_spans = _first_of(record, paths["version_spans"])
+    spans: list[Span] | None
+    if full_versions is not None:
+        spans = run_length_spans(full_versions)
+    elif raw_spans is not None:
+        spans = _spans_from_field(raw_spans, where)
+    else:
+        spans = None
+
+    end_raw = _first_of(record, paths["end_version"])
+    end_version = real_label(end_raw)
+    derived = False
+    if end_raw is None and spans:
+        end_version = derive_end_version(
+            spans, response_length=response_length, loss_mask=loss_mask
+        )
+        derived = end_version is not None
+
+    step = file_step if file_step is not None else _first_of(record, paths["trainer_step"])
+    reward = _first_of(record, paths["reward"])
+    if isinstance(reward, bool) or not isinstance(reward, (int, float, type(None))):
+        reward = None  # rewards can be structured (dicts of sub-rewards); not a scalar here
+    status = _first_of(record, paths["status"])
+    remove = _first_of(record, paths["remove_sample"])
+
+    row = {
+        "group_id": _as_id(group),
+        "trajectory_id": _as_id(trajectory),
+        "segment_index": segment,
+        "sample_index": _as_int(_first_of(record, paths["sample_id"]), "index", where),
+        "end_version": end_version,
+        "end_version_derived": derived,
+        "version_spans": spans,
+        "token_count": None if tokens is None else len(tokens),
+        "trainer_step": _as_int(step, "trainer step", where),
+        "response_length": response_length,
+        "loss_mask_length": None if loss_mask is None else len(loss_mask),
+        "reward": _as_reward(reward, where),
+        "status": None if status is None else str(status).strip().lower(),
+        "remove_sample": None if remove is None else bool(remove),
+        **_log_prob_drift(record, fields, loss_mask, where),
+    }
+    for path in extra:
+        if path in CANONICAL_COLUMNS:
+            continue  # a canonical column is already there
+        value = _lookup(record, path)
+        row[path] = None if value is _MISSING or _is_skipped(value) else value
+    return row
+
+
+def _as_reward(value: int | float | None, where: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        reward = float(value)
+    except OverflowError:
+        raise LogFormatError(f"{where}: reward is too large ({short_repr(value)})") from None
+    return None if math.isnan(reward) else reward
+
+
+def _log_prob_drift(
+    record: dict[str, Any], fields: FieldMap, loss_mask: list[Any] | None, where: str
+) -> dict[str, Any]:
+    """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
+    paths = fields.compiled
+    rollout = _int_list(_first_of(record, paths["rollout_log_probs"]), "rollout_log_probs", where)
+    trainer = _int_list(_first_of(record, paths["log_probs"]), "log_probs", where)
+    if rollout is None or trainer is None:
+        return {"log_prob_drift": None, "log_prob_tokens": None}
+    if len(rollout) != len(trainer):
+        raise LogFormatError(
+            f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
+        )
+    mask = loss_mask if loss_mask is not None and len(loss_mask) == len(rollout) else None
+    try:
+        diffs = [
+            abs(float(a) - float(b))
+            for i, (a, b) in enumerate(zip(rollout, trainer, strict=True))
+            if mask is None or mask[i]
+        ]
+    except (TypeError, ValueError) as exc:
+        raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
+    if not diffs:
+        return {"log_prob_drift": None, "log_prob_tokens": 0}
+    return {"log_prob_drift": sum(diffs) / len(diffs), "log_prob_tokens": len(diffs)}
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def parse_json(data: bytes) -> Any:
+    """orjson for speed; the standard parser for what it refuses but Python writes (NaN)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
+def read_json_file(path: Path) -> Any:
+    try:
+        with path.open("rb") as handle:
+            return parse_json(handle.read())
+    except json.JSONDecodeError as exc:
+        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    except OSError as exc:
+        raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc

@@ -1,0 +1,100 @@
+"""Artifact folders read with a helper process give exactly what one process reads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polars.testing import assert_frame_equal
+
+import analysis
+from analysis import artifacts
+from analysis.writers import write_artifacts
+
+
+@pytest.fixture
+def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
+    """The small run as an artifact folder, one file made bad in each half of the instances."""
+    root = tmp_path / "artifacts"
+    write_artifacts(small_records, root)
+    instances = sorted(p for p in root.iterdir() if p.is_dir())
+    assert len(instances) > 8
+    for instance in (instances[0], instances[-1]):  # one in each share, whatever the split
+        segment = next(instance.glob("*/samples/*.json"))
+        segment.write_text('{"group_index": 1, "metadata": ')
+    # Distinct modification times, so arrival order does not fall back to paths.
+    for number, path in enumerate(sorted(root.rglob("*.json"))):
+        os.utime(path, ns=(1_700_000_000_000_000_000 + number * 1000,) * 2)
+    return root
+
+
+def load(folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool) -> Any:
+    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
+    report = analysis.LoadReport()
+    table = analysis.load_logs([folder], on_bad_record="skip", report=report)
+    return table, report
+
+
+def test_helper_reads_the_same_rows_in_the_same_order(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone, alone_report = load(folder, monkeypatch, helpers=False)
+    started: list[int] = []
+
+    class CountedHelper(artifacts._Helper):
+        def __init__(self, instances: list[str], *args: Any) -> None:
+            started.append(len(instances))
+            super().__init__(instances, *args)
+
+    monkeypatch.setattr(artifacts, "_Helper", CountedHelper)
+    shared, shared_report = load(folder, monkeypatch, helpers=True)
+    assert len(started) == 1 and started[0] > 0  # the helper took a share
+    assert alone.height > 0
+    assert_frame_equal(alone, shared)
+    assert shared_report.skipped == alone_report.skipped == {"bad record": 2}
+    assert shared_report.skipped_where == alone_report.skipped_where
+    assert shared_report.files == alone_report.files == len(list(folder.rglob("*.json")))
+    assert shared_report.warnings == alone_report.warnings == []
+
+
+def test_bad_file_in_the_helpers_share_fails_with_its_location(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2)
+    with pytest.raises(analysis.LogFormatError, match=r"samples/.*\.json:1: not valid JSON"):
+        analysis.load_logs([folder])
+
+
+def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone, _ = load(folder, monkeypatch, helpers=False)
+    monkeypatch.setattr(sys, "executable", str(folder / "no-such-python"))
+    shared, report = load(folder, monkeypatch, helpers=True)
+    assert_frame_equal(alone, shared)
+    assert any("helper process failed" in warning for warning in report.warnings)
+
+
+def test_helpers_can_be_turned_off(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = []
+    monkeypatch.setattr(artifacts, "_Helper", lambda *args: started.append(args))
+    monkeypatch.setenv("DRESSAGE_REPLAY_HELPERS", "0")
+    load(folder, monkeypatch, helpers=True)
+    assert started == []
+
+
+def test_the_helper_never_imports_polars() -> None:
+    """It must start in milliseconds: only the record mapping, never the whole library."""
+    probe = artifacts._BOOTSTRAP.replace(
+        "helper_main()", "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('polars', 'pyarrow', 'numpy', 'matplotlib')))"
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", probe, str(Path(artifacts.__file__).parent)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "[]"
