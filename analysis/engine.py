@@ -13,8 +13,8 @@ Work is split by what it depends on:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -65,8 +65,8 @@ class Observation:
     advanced: np.ndarray
     versions: tuple[str, ...]
     """Labels in observation order."""
-    loop_inputs: tuple[list[Any], ...]
-    """The arrays above as Python lists, for the sequential loop."""
+    failed: np.ndarray
+    """Whether each group is a failed (aborted) group."""
 
 
 def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
@@ -104,13 +104,7 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
         count_after=count_after,
         advanced=new_versions > 0,
         versions=versions,
-        loop_inputs=(
-            rejected.tolist(),
-            arrays.failed.tolist(),
-            min_index.tolist(),
-            count_after.tolist(),
-            (new_versions > 0).tolist(),
-        ),
+        failed=arrays.failed,
     )
 
 
@@ -128,61 +122,105 @@ class Collection:
 
 
 def collect(observation: Observation, *, keep_versions: int, batch_groups: int) -> Collection:
-    """The sequential part of SPEC §3: batches, drops on arrival and while pending."""
-    rejected, failed, min_index, count_after, advanced = observation.loop_inputs
-    n = len(rejected)
-    decision = [REJECTED] * n
-    batch_of = [-1] * n
-    current = [-1] * n
-    rows: list[tuple[int, int, bool, int, int, int]] = []
-    collecting: list[int] = []
-    arrival_drops = pending_drops = 0
+    """The sequential part of SPEC §3: batches, drops on arrival and while pending.
+
+    What needs no batch state is vectorised: a group is dropped on arrival from its own
+    stalest index and the version count when it arrives, and failed and rejected groups
+    never enter a batch. The rest is a walk over the groups that do enter batches, which
+    stops only where a group advances the versions (the moment pending groups can go
+    stale) and otherwise fills batches a slice at a time.
+    """
     keep = keep_versions
+    rejected, failed = observation.rejected, observation.failed
+    min_index, known = observation.min_index, observation.count_after
+    n = len(rejected)
+    now = known - 1
+    decision = np.full(n, REJECTED, dtype=np.int64)
+    batch_of = np.full(n, -1, dtype=np.int64)
+    current = np.where(rejected, -1, now)
+    observed = ~rejected
+    failing = observed & failed
+    stale = observed & ~failed & (min_index < known - keep) if keep else np.zeros(n, dtype=bool)
+    decision[failing] = FAILED
+    decision[stale] = DROPPED_ARRIVAL
+    entering_at = np.flatnonzero(observed & ~failed & ~stale)
+    entering = entering_at.tolist()
+    advancing = np.flatnonzero(observed & observation.advanced) if keep else entering_at[:0]
+    stalest = min_index.tolist() if len(advancing) else []
 
-    def emit(members: list[int], now: int, *, partial: bool, dropped: tuple[int, int]) -> None:
-        number = len(rows)
-        for member in members:
-            decision[member] = KEPT
-            batch_of[member] = number
-            current[member] = now
-        rows.append((number, len(members), partial, now, *dropped))
+    batches: list[list[int]] = []  # members of each emitted batch, in order
+    pending_drops: list[tuple[int, int]] = []  # (advancing group, how many it dropped)
+    collecting: list[int] = []
+    cursor = 0
 
-    for g in range(n):
-        if rejected[g]:
-            continue
-        known = count_after[g]
-        now = known - 1
-        cutoff = known - keep  # a group is stale when its stalest index is below this
-        if keep and advanced[g] and collecting:
-            still = []
-            for pending in collecting:
-                if min_index[pending] < cutoff:
-                    decision[pending] = DROPPED_PENDING
-                    current[pending] = now
-                    pending_drops += 1
-                else:
-                    still.append(pending)
-            collecting = still
-        if failed[g]:
-            decision[g] = FAILED
-            current[g] = now
-            continue
-        if keep and min_index[g] < cutoff:
-            decision[g] = DROPPED_ARRIVAL
-            current[g] = now
-            arrival_drops += 1
-            continue
-        collecting.append(g)
-        if len(collecting) == batch_groups:
-            emit(collecting, now, partial=False, dropped=(arrival_drops, pending_drops))
-            arrival_drops = pending_drops = 0
-            collecting = []
+    def enter(until: int) -> None:
+        """Append the entering groups before position ``until``, emitting full batches."""
+        nonlocal collecting, cursor
+        while cursor < until:
+            take = min(batch_groups - len(collecting), until - cursor)
+            collecting += entering[cursor : cursor + take]
+            cursor += take
+            if len(collecting) == batch_groups:
+                batches.append(collecting)
+                collecting = []
+
+    positions = np.searchsorted(entering_at, advancing).tolist()
+    for group, position in zip(advancing.tolist(), positions, strict=True):
+        enter(position)  # everything that arrived before this group
+        if collecting:
+            cutoff = int(known[group]) - keep
+            still = [member for member in collecting if stalest[member] >= cutoff]
+            if len(still) < len(collecting):
+                gone = [member for member in collecting if stalest[member] < cutoff]
+                decision[gone] = DROPPED_PENDING
+                current[gone] = now[group]
+                pending_drops.append((group, len(gone)))
+                collecting = still
+    enter(len(entering))
+    completed_by = [members[-1] for members in batches]
     if collecting:
-        now = int(count_after[-1]) - 1 if n else -1
-        emit(collecting, now, partial=True, dropped=(arrival_drops, pending_drops))
-    return Collection(
-        decision=np.array(decision, dtype=np.int64),
-        batch=np.array(batch_of, dtype=np.int64),
-        current=np.array(current, dtype=np.int64),
-        batch_rows=rows,
-    )
+        batches.append(collecting)
+        completed_by.append(n)  # the end of the log: drops up to it count for this batch
+    return _emitted(
+        batches, completed_by, stale, pending_drops, decision, batch_of, current,
+        final_now=int(known[-1]) - 1 if n else -1, now=now,
+    )  # fmt: skip
+
+
+def _emitted(
+    batches: list[list[int]],
+    completed_by: list[int],
+    stale: np.ndarray,
+    pending_drops: list[tuple[int, int]],
+    decision: np.ndarray,
+    batch_of: np.ndarray,
+    current: np.ndarray,
+    *,
+    final_now: int,
+    now: np.ndarray,
+) -> Collection:
+    """Mark the emitted batches' groups kept and count each batch's drops."""
+    n_batches = len(batches)
+    ends = np.array(completed_by, dtype=np.int64)
+    # A drop counts for the first batch emitted at or after it; later drops for none.
+    arrival = np.bincount(np.searchsorted(ends, np.flatnonzero(stale)), minlength=n_batches + 1)[
+        :n_batches
+    ]
+    pending = np.zeros(n_batches + 1, dtype=np.int64)
+    if pending_drops:
+        where, count = zip(*pending_drops, strict=True)
+        np.add.at(pending, np.searchsorted(ends, np.array(where)), np.array(count))
+    sizes = np.array([len(members) for members in batches], dtype=np.int64)
+    partial = ends == len(decision)
+    emitted_now = np.where(partial, final_now, now[np.minimum(ends, len(now) - 1)])
+    members = np.fromiter(itertools.chain.from_iterable(batches), np.int64, int(sizes.sum()))
+    decision[members] = KEPT
+    batch_of[members] = np.repeat(np.arange(n_batches), sizes)
+    current[members] = np.repeat(emitted_now, sizes)
+    rows = list(
+        zip(
+            range(n_batches), sizes.tolist(), partial.tolist(), emitted_now.tolist(),
+            arrival.tolist(), pending[:n_batches].tolist(), strict=True,
+        )
+    )  # fmt: skip
+    return Collection(decision=decision, batch=batch_of, current=current, batch_rows=rows)

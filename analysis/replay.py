@@ -7,6 +7,7 @@ sequential collection loop for one :class:`ReplayConfig` over compact per-group 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,9 @@ from analysis.errors import ConfigError, MissingFieldError
 from analysis.labels import real_label
 
 DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
+
+SPAN_TABLE_CELLS = 8_000_000
+"""Largest per-group table of span counts kept for sweeps (groups x spans; 64 MB)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,29 @@ class PreparedLog:
                 arrays.labels, arrays.codes, arrays.owner, arrays.n
             )
         return self._cache["trajectory_versions"]
+
+    def span_histogram(self, groups: np.ndarray | None) -> np.ndarray:
+        """How many checked trajectories have each span, over the selected groups (or all).
+
+        A sweep asks this for every setting, so a per-group table of span counts is built
+        once (when it is small, as it is in practice) and summed over the groups.
+        """
+        arrays = self.arrays
+        if "span_table" not in self._cache:
+            width = int(arrays.span.max()) + 1 if len(arrays.span) else 1
+            table = None
+            if arrays.n * width <= SPAN_TABLE_CELLS:
+                cells = np.bincount(
+                    arrays.span_owner * width + arrays.span, minlength=arrays.n * width
+                )
+                table = cells.reshape(arrays.n, width)
+            self._cache["span_table"] = (table, np.bincount(arrays.span, minlength=width))
+        table, everything = self._cache["span_table"]
+        if groups is None:
+            return everything
+        if table is not None:
+            return groups.astype(np.int64) @ table
+        return np.bincount(arrays.span[groups[arrays.span_owner]], minlength=len(everything))
 
     def observation(self, max_preempts: int | None) -> Observation:
         """Observation order under one ``max_preempts`` (computed once per value)."""
@@ -503,12 +530,27 @@ class ReplaySummary:
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """Everything one replay produced: per-group decisions, emitted batches, summary."""
+    """Everything one replay produced: per-group decisions, emitted batches, summary.
+
+    The two frames are built on first use: a sweep of many settings reads only the
+    summaries of most of them.
+    """
 
     config: ReplayConfig
-    decisions: pl.DataFrame
-    batches: pl.DataFrame
     summary: ReplaySummary
+    _prepared: PreparedLog = field(repr=False, compare=False)
+    _observation: Observation = field(repr=False, compare=False)
+    _collection: Collection = field(repr=False, compare=False)
+
+    @functools.cached_property
+    def decisions(self) -> pl.DataFrame:
+        """One row per group in arrival order: decision, stage, batch, version index and gap."""
+        return _decisions_frame(self._prepared, self._observation, self._collection)
+
+    @functools.cached_property
+    def batches(self) -> pl.DataFrame:
+        """One row per emitted batch."""
+        return _batches_frame(self._observation, self._collection, self.config)
 
 
 def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
@@ -556,9 +598,10 @@ def replay(
     )
     return ReplayResult(
         config=config,
-        decisions=_decisions_frame(prepared, observation, collection),
-        batches=_batches_frame(observation, collection, config),
         summary=_summarise(prepared, config, observation, collection),
+        _prepared=prepared,
+        _observation=observation,
+        _collection=collection,
     )
 
 
@@ -665,8 +708,10 @@ def _summarise(
         "mean": int(sums.sum()) / gap_count if gap_count else None,
         "max": int(largest.max()) if gap_count else None,
     }
-    kept_spans = arrays.span[decision[arrays.span_owner] == KEPT]
-    version_span = {"kept": _span_stats(kept_spans), "all": _span_stats(arrays.span)}
+    version_span = {
+        "kept": _span_stats(prepared.span_histogram(decision == KEPT)),
+        "all": _span_stats(prepared.span_histogram(None)),
+    }
 
     notes: list[str] = []
     rejected = counts["groups"]["rejected_span"] or 0
@@ -703,15 +748,19 @@ def _summarise(
     )
 
 
-def _span_stats(spans: np.ndarray) -> dict[str, Any]:
-    if len(spans) == 0:
+def _span_stats(histogram: np.ndarray) -> dict[str, Any]:
+    """Min, mean, max and histogram of spans, from how many trajectories have each span."""
+    present = np.flatnonzero(histogram)
+    if len(present) == 0:
         return {"min": None, "mean": None, "max": None, "histogram": {}}
-    histogram = np.bincount(spans)
+    counts = histogram[present]
     return {
-        "min": int(spans.min()),
-        "mean": float(spans.mean()),
-        "max": int(spans.max()),
-        "histogram": {str(k): int(c) for k, c in enumerate(histogram.tolist()) if c},
+        "min": int(present[0]),
+        "mean": float((present * counts).sum() / counts.sum()),
+        "max": int(present[-1]),
+        "histogram": {
+            str(k): int(c) for k, c in zip(present.tolist(), counts.tolist(), strict=True)
+        },
     }
 
 
