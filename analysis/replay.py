@@ -210,7 +210,7 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     groups = pl.DataFrame(
         {
             "arrival": np.arange(n_groups, dtype=np.int64),
-            "group_id": pl.Series(group_ids, dtype=pl.String).gather(by_arrival),
+            "group_id": group_ids.gather(by_arrival),
             "samples": arrays.samples,
             "trajectories": arrays.trajectories,
             "tokens": pl.Series(tokens).set(pl.Series(tokens_missing), None),
@@ -233,13 +233,14 @@ _PREPARE_COLUMNS = (
 )  # fmt: skip
 
 
-def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, list[Any]]:
+def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """Code of each row's id (0 for the first id seen, 1 for the next new one...) and the ids.
 
     A null id is an id of its own, like a null key in a group-by.
     """
     encoded = pc.dictionary_encode(ids.to_arrow(), null_encoding="encode")
-    return encoded.indices.to_numpy().astype(np.int64), encoded.dictionary.to_pylist()
+    distinct = pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
+    return encoded.indices.to_numpy().astype(np.int64), distinct
 
 
 def _arrival_positions(
@@ -395,7 +396,7 @@ def _group_arrays(
     trajectories: pl.DataFrame,
     *,
     end_code: np.ndarray,
-    end_labels: list[str],
+    end_labels: pl.Series,
     samples: np.ndarray,
     tokens: np.ndarray,
     failed: np.ndarray,
@@ -413,12 +414,15 @@ def _group_arrays(
     version_row = trajectories["version_row"].fill_null(-1).to_numpy()
     versioned = version_row >= 0
     owner = arrival[versioned]
-    order = np.lexsort((trajectories["first_versioned_row"].to_numpy()[versioned], owner))
+    first = trajectories["first_versioned_row"].to_numpy()[versioned]
+    steps, later = np.diff(owner), np.diff(first)
+    in_order = bool(np.all((steps > 0) | ((steps == 0) & (later > 0))))
+    order = np.arange(len(owner)) if in_order else np.lexsort((first, owner))
     codes = end_code[version_row[versioned][order]]
     used = np.bincount(codes, minlength=len(end_labels)) > 0
     recode = np.cumsum(used) - 1
     return GroupArrays(
-        labels=[label for label, use in zip(end_labels, used.tolist(), strict=True) if use],
+        labels=end_labels.filter(pl.Series(used)).to_list(),
         codes=recode[codes],
         owner=owner[order],
         samples=samples.astype(np.int64),
