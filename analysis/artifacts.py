@@ -26,7 +26,7 @@ import marshal
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,27 +52,41 @@ FileResult = tuple[int, str, list[Entry]]
 def is_artifact_folder(root: Path) -> bool:
     """Whether ``root`` holds at least one ``<instance>/<session>/samples/<n>.json``."""
     return any(
-        _segment_files(os.path.join(session, "samples"))
-        for instance in _directories(str(root))
-        for session in _directories(instance)
+        _segment_files(os.path.join(session, "samples"), [])
+        for instance in _directories(str(root), [])
+        for session in _directories(instance, [])
     )
 
 
 def read_artifact_folder(
-    root: Path, *, fields: FieldMap, extra: Sequence[str] = ()
+    root: Path,
+    *,
+    fields: FieldMap,
+    extra: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[FileResult], list[str]]:
-    """Every segment file below ``root``, read and mapped, in arrival order; plus warnings."""
-    instances = sorted(_directories(str(root)))
+    """Every segment file below ``root``, read and mapped, in arrival order; plus warnings.
+
+    The whole folder is read before anything is returned (arrival order needs every
+    file's modification time), so its rows are held in memory together: about 1.3 KB
+    per segment file. Folders that cannot be listed and files that cannot be read come
+    back as entries with an error, in place of their rows. ``progress(done, total)``
+    counts instance folders.
+    """
+    problems: list[FileResult] = []
+    instances = sorted(_directories(str(root), problems))
     warnings: list[str] = []
     with _collector_paused():
-        helper = None
-        if (
-            len(instances) >= HELPER_MIN_INSTANCES
-            and os.environ.get("DRESSAGE_REPLAY_HELPERS") != "0"
-        ):
-            helper = _Helper(instances[1::2], fields, extra)
+        helper = _Helper(instances[1::2], fields, extra) if _helper_wanted(instances) else None
         try:
-            results = read_shard(instances[0::2] if helper else instances, fields, extra)
+            # This process reads every other instance folder; the helper the rest.
+            step = 2 if helper else 1
+            tick = None
+            if progress is not None:
+                total = len(instances)
+                tick = lambda done: progress(min(done * step, total), total)  # noqa: E731
+            mine = instances[0::2] if helper else instances
+            results = read_shard(mine, fields, extra, tick=tick)
             if helper is not None:
                 shared, problem = helper.results()
                 if problem:
@@ -82,10 +96,14 @@ def read_artifact_folder(
         finally:
             if helper is not None:
                 helper.stop()
+        results += problems
         results.sort(key=lambda result: (result[0], result[1]))
+    if progress is not None:
+        progress(len(instances), len(instances))
     stamps: dict[int, int] = {}
     for stamp, _, _ in results:
-        stamps[stamp] = stamps.get(stamp, 0) + 1
+        if stamp >= 0:  # unreadable files have no time
+            stamps[stamp] = stamps.get(stamp, 0) + 1
     tied = sum(n for n in stamps.values() if n > 1)
     if tied:
         warnings.append(
@@ -97,14 +115,27 @@ def read_artifact_folder(
 
 
 def read_shard(
-    instances: Sequence[str], fields: FieldMap, extra: Sequence[str]
+    instances: Sequence[str],
+    fields: FieldMap,
+    extra: Sequence[str],
+    *,
+    tick: Callable[[int], None] | None = None,
+    parent: int | None = None,
 ) -> list[FileResult]:
-    """Read every segment file below the given instance folders, in no particular order."""
-    results = []
-    for instance in instances:
-        for session in _directories(instance):
-            files = _segment_files(os.path.join(session, "samples"))
+    """Read every segment file below the given instance folders, in no particular order.
+
+    ``tick(n)`` is called after the n-th instance folder. ``parent`` is the helper's
+    parent process id: the helper stops when its parent is gone.
+    """
+    results: list[FileResult] = []
+    for done, instance in enumerate(instances, start=1):
+        for session in _directories(instance, results):
+            files = _segment_files(os.path.join(session, "samples"), results)
             results += [read_segment_file(path, fields, extra) for path in files]
+        if tick is not None:
+            tick(done)
+        if parent is not None and os.getppid() != parent:
+            raise SystemExit(1)
     return results
 
 
@@ -115,7 +146,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
             stamp = os.fstat(handle.fileno()).st_mtime_ns
             data = handle.read()
     except OSError as exc:
-        return 0, path, [(0, None, ("InputNotFoundError", f"{path}: cannot read ({exc.strerror})"))]
+        return _unreadable(path, f"{path}: cannot read ({exc.strerror})")
     try:
         document = parse_json(data)
     except json.JSONDecodeError as exc:
@@ -141,20 +172,43 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
     return stamp, path, entries
 
 
-def _directories(path: str) -> list[str]:
+def _directories(path: str, problems: list[FileResult]) -> list[str]:
+    """Sub-folders of ``path``; a folder that exists but cannot be listed goes to ``problems``."""
     try:
         with os.scandir(path) as entries:
             return [entry.path for entry in entries if entry.is_dir()]
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        problems.append(_unreadable(path, f"{path}: cannot list the folder ({exc.strerror})"))
         return []
 
 
-def _segment_files(samples: str) -> list[str]:
+def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
+    """The ``*.json`` files of a session's ``samples`` folder (none when it has none)."""
     try:
         with os.scandir(samples) as entries:
             return [e.path for e in entries if e.name.endswith(".json") and e.is_file()]
-    except OSError:
-        return []  # a session without samples
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        problems.append(_unreadable(samples, f"{samples}: cannot list the folder ({exc.strerror})"))
+        return []
+
+
+def _unreadable(path: str, message: str) -> FileResult:
+    """A file or folder that could not be read: no time (-1, so it sorts first), an error."""
+    return -1, path, [(0, None, ("InputNotFoundError", message))]
+
+
+def _helper_wanted(instances: Sequence[str]) -> bool:
+    """A helper pays for a big folder, can be turned off, and needs a real interpreter."""
+    return (
+        len(instances) >= HELPER_MIN_INSTANCES
+        and os.environ.get("DRESSAGE_REPLAY_HELPERS") != "0"
+        and bool(sys.executable)
+        and not getattr(sys, "frozen", False)  # a frozen app's executable is the app
+    )
 
 
 @contextmanager
@@ -184,10 +238,10 @@ helper_main()
 
 def helper_main() -> None:
     """Entry point of the helper process."""
-    instances, field_paths, extra = marshal.load(sys.stdin.buffer)
+    instances, field_paths, extra, parent = marshal.load(sys.stdin.buffer)
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
     with _collector_paused():
-        results = read_shard(instances, fields, extra)
+        results = read_shard(instances, fields, extra, parent=parent)
     sys.stdout.buffer.write(marshal.dumps(results))
 
 
@@ -196,7 +250,7 @@ class _Helper:
 
     def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
         self.instances = instances
-        job = marshal.dumps((instances, dataclasses.asdict(fields), list(extra)))
+        job = marshal.dumps((instances, dataclasses.asdict(fields), list(extra), os.getpid()))
         self.process: subprocess.Popen[bytes] | None = None
         self.future: Future[tuple[bytes, bytes]] | None = None
         self.problem = ""
@@ -207,7 +261,7 @@ class _Helper:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError) as exc:
             self.problem = f"cannot start {sys.executable or 'python'}: {exc}"
             return
         # communicate() feeds stdin and drains stdout and stderr without blocking us.
@@ -229,6 +283,8 @@ class _Helper:
             results = marshal.loads(stdout)
         except (EOFError, ValueError, TypeError) as exc:
             return [], f"unreadable results ({exc})"
+        if not isinstance(results, list):
+            return [], f"unreadable results (a {type(results).__name__}, not a list)"
         return results, ""
 
     def stop(self) -> None:

@@ -7,8 +7,9 @@ Work is split by what it depends on:
 - :class:`Observation` (``max_preempts`` only): which groups are span-rejected, and, for
   the others, every label's index in observation order, each group's stalest / newest /
   summed version index and how many versions exist once it is observed; all vectorised;
-- :func:`collect` (``keep_versions`` and ``batch_groups``): the one sequential part, a
-  plain loop over groups doing a few integer comparisons each.
+- :func:`collect` (``keep_versions`` and ``batch_groups``): the one sequential part;
+  drops on arrival and failures are vectorised, and a walk over the groups that enter
+  batches fills them a slice at a time, stopping only where a version is first seen.
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ def _emitted(
     """Mark the emitted batches' groups kept and count each batch's drops."""
     n_batches = len(batches)
     ends = np.array(completed_by, dtype=np.int64)
-    # A drop counts for the first batch emitted at or after it; later drops for none.
+    # A drop counts in the row of the first batch emitted at or after it; drops after
+    # the last batch are in no batch row (the summary counts them all the same).
     arrival = np.bincount(np.searchsorted(ends, np.flatnonzero(stale)), minlength=n_batches + 1)[
         :n_batches
     ]

@@ -1,8 +1,9 @@
 """One raw slime/Dressage record to one canonical row (SPEC §1), without polars.
 
 Kept apart from :mod:`analysis.load` so that a helper process reading an artifact
-folder (:mod:`analysis.artifacts`) starts in milliseconds: it imports only this module,
-:mod:`analysis.labels`, :mod:`analysis.errors` and :mod:`analysis.pickles`.
+folder (:mod:`analysis.artifacts`) starts in milliseconds: it imports that module, this
+one, :mod:`analysis.labels`, :mod:`analysis.errors`, :mod:`analysis.pickles` and orjson,
+never polars, pyarrow or NumPy.
 """
 
 from __future__ import annotations

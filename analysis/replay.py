@@ -127,7 +127,8 @@ class PreparedLog:
         return self._cache["trajectory_versions"]
 
     def span_histogram(self, groups: np.ndarray | None) -> np.ndarray:
-        """How many checked trajectories have each span, over the selected groups (or all).
+        """How many checked trajectories have each span, in the groups selected by a
+        boolean mask over arrival positions (or in all groups when None).
 
         A sweep asks this for every setting, so a per-group table of span counts is built
         once (when it is small, as it is in practice) and summed over the groups.
@@ -172,9 +173,12 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
             f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
             "pass --order-by with a field that the log has"
         )
-    rows = table.select(*_PREPARE_COLUMNS, *([order_by] if order_by else []))
-    # The pass over every token-version span runs beside the group work (both spend
-    # their time in polars, NumPy or Arrow, outside the GIL), so two cores share it.
+    # The ordering column under a name of its own: it may be one of the columns above.
+    order = [pl.col(order_by).alias(_ORDER_KEY)] if order_by else []
+    rows = table.select(*_PREPARE_COLUMNS, *order)
+    # The passes over every token-version span and over the trajectory ids run in a
+    # second thread beside the group work; both sides spend most of their time in
+    # polars, NumPy or Arrow, which release the GIL, so the two cores share the work.
     with ThreadPoolExecutor(max_workers=1) as helper:
         labelled = helper.submit(_record_spans, rows["version_spans"])
         single_future = helper.submit(_single_record_rows, rows["group_id"], rows["trajectory_id"])
@@ -227,6 +231,8 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     )
 
 
+_ORDER_KEY = "\x00order_by"
+
 _PREPARE_COLUMNS = (
     "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
     "response_length", "loss_mask_length", "trainer_step",
@@ -254,7 +260,7 @@ def _arrival_positions(
     if order_by is None:
         return np.arange(n_groups, dtype=np.int64)
     keys = (
-        rows.select(pl.col(order_by).alias("key"))
+        rows.select(pl.col(_ORDER_KEY).alias("key"))
         .with_columns(code=pl.Series(group_code))
         .group_by("code")
         .agg(pl.col("key").max())

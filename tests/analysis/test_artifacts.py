@@ -98,3 +98,45 @@ def test_the_helper_never_imports_polars() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "[]"
+
+
+def test_a_folder_that_cannot_be_listed_is_a_skipped_file_not_silence(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests run as root, which reads any folder, so os.scandir is made to fail instead
+    (in this process only, hence without the helper)."""
+    samples = next(folder.glob("*/*/samples"))
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if str(path) == str(samples):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(artifacts.os, "scandir", scandir)
+    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 10**9)
+    report = analysis.LoadReport()
+    analysis.load_logs([folder], on_bad_record="skip", report=report)
+    assert report.skipped["unreadable file"] == 1
+    assert any("cannot list the folder (Permission denied)" in w for w in report.skipped_where)
+    with pytest.raises(analysis.InputNotFoundError, match="cannot list the folder"):
+        analysis.load_logs([folder])
+
+
+def test_no_interpreter_to_start_means_no_helper(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alone, _ = load(folder, monkeypatch, helpers=False)
+    monkeypatch.setattr(sys, "executable", None)
+    shared, report = load(folder, monkeypatch, helpers=True)
+    assert_frame_equal(alone, shared)
+    assert report.warnings == []  # not a failure: the helper is simply not wanted
+
+
+def test_progress_counts_instance_folders(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2)
+    calls: list[tuple[int, int]] = []
+    analysis.load_logs([folder], on_bad_record="skip", progress=lambda *c: calls.append(c))
+    done = [d / t for d, t in calls]
+    assert done == sorted(done) and done[-1] == 1.0
+    assert len(calls) > 5  # advances during the folder, not only at its end

@@ -283,6 +283,19 @@ def test_order_by_field_reorders_and_guards(tmp_path: Path) -> None:
         analysis.load_logs([path], extra_fields=["absent"])
 
 
+def test_order_by_a_column_the_replay_also_reads(tmp_path: Path) -> None:
+    """--order-by trainer_step: the ordering column is one prepare() reads anyway."""
+    path = tmp_path / "steps.jsonl"
+    rows = [
+        {"group_index": "second", "metadata": {"parent_traj_id": "a", "dressage_return_rollout_id": 2}},
+        {"group_index": "first", "metadata": {"parent_traj_id": "b", "dressage_return_rollout_id": 1}},
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = analysis.load_logs([path])
+    result = analysis.replay(table, analysis.ReplayConfig(batch_groups=1), order_by="trainer_step")
+    assert result.decisions["group_id"].to_list() == ["first", "second"]
+
+
 def test_single_pretty_json_file_and_absolute_glob(tmp_path: Path) -> None:
     one = tmp_path / "one.json"
     one.write_text(json.dumps({"group_index": 1, "metadata": {"parent_traj_id": "t"}}, indent=2))
