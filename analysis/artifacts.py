@@ -19,8 +19,10 @@ Files are put in arrival order afterwards: modification time, then path (SPEC §
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import gc
+import itertools
 import json
 import marshal
 import os
@@ -58,60 +60,72 @@ def is_artifact_folder(root: Path) -> bool:
     )
 
 
+CHUNK_FILES = 5_000
+"""Files whose results are handed on together (by this process and by the helper)."""
+
+
 def read_artifact_folder(
     root: Path,
     *,
     fields: FieldMap,
     extra: Sequence[str] = (),
+    on_chunk: Callable[[list[FileResult]], None],
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[FileResult], list[str]]:
-    """Every segment file below ``root``, read and mapped, in arrival order; plus warnings.
+) -> tuple[int, list[str]]:
+    """Read every segment file below ``root``; return how many there were, and warnings.
 
-    The whole folder is read before anything is returned (arrival order needs every
-    file's modification time), so its rows are held in memory together: about 1.3 KB
-    per segment file. Folders that cannot be listed and files that cannot be read come
-    back as entries with an error, in place of their rows. ``progress(done, total)``
-    counts instance folders.
+    The results go to ``on_chunk`` a few thousand files at a time, in no particular
+    order: the caller puts them in arrival order (modification time, then path) once
+    all are read, since the last file read may be the first to arrive. Folders that
+    cannot be listed and files that cannot be read come as entries with an error, in
+    place of rows. ``progress(done, total)`` counts instance folders.
     """
     problems: list[FileResult] = []
     instances = sorted(_directories(str(root), problems))
     warnings: list[str] = []
+    stamps = array.array("q")
+
+    def take(results: list[FileResult]) -> None:
+        stamps.extend(stamp for stamp, _, _ in results if stamp >= 0)  # -1: unreadable
+        on_chunk(results)
+
+    # This process reads every other instance folder, the helper the rest.
+    mine, theirs = instances[0::2], instances[1::2]
     with _collector_paused():
-        helper = _Helper(instances[1::2], fields, extra) if _helper_wanted(instances) else None
+        helper = _Helper(theirs, fields, extra) if _helper_wanted(instances) else None
         try:
-            # This process reads every other instance folder; the helper the rest.
-            step = 2 if helper else 1
+            if helper is None:
+                mine, theirs = instances, []
             tick = None
             if progress is not None:
-                total = len(instances)
-                tick = lambda done: progress(min(done * step, total), total)  # noqa: E731
-            mine = instances[0::2] if helper else instances
-            results = read_shard(mine, fields, extra, tick=tick)
+                total, scale = len(instances), len(instances) / max(1, len(mine))
+                tick = lambda done: progress(min(round(done * scale), total), total)  # noqa: E731
+            read_shard(mine, fields, extra, on_chunk=take, tick=tick)
             if helper is not None:
-                shared, problem = helper.results()
+                chunks, problem = helper.results()
                 if problem:
                     warnings.append(f"{root}: the helper process failed ({problem}); read in one")
-                    shared = read_shard(instances[1::2], fields, extra)
-                results += shared
+                    read_shard(theirs, fields, extra, on_chunk=take)
+                for chunk in chunks:
+                    take(marshal.loads(chunk))
         finally:
             if helper is not None:
                 helper.stop()
-        results += problems
-        results.sort(key=lambda result: (result[0], result[1]))
+        if problems:
+            take(problems)
     if progress is not None:
         progress(len(instances), len(instances))
-    stamps: dict[int, int] = {}
-    for stamp, _, _ in results:
-        if stamp >= 0:  # unreadable files have no time
-            stamps[stamp] = stamps.get(stamp, 0) + 1
-    tied = sum(n for n in stamps.values() if n > 1)
+    tied = 0
+    for _, run in itertools.groupby(sorted(stamps)):
+        count = sum(1 for _ in run)
+        tied += count if count > 1 else 0
     if tied:
         warnings.append(
-            f"{tied} of {len(results)} artifact files share a modification time with another, "
+            f"{tied} of {len(stamps)} artifact files share a modification time with another, "
             "so their arrival order falls back to path order (as after a plain copy); "
             "pass --order-by with a completion-time field if the log has one"
         )
-    return results, warnings
+    return len(stamps), warnings
 
 
 def read_shard(
@@ -119,24 +133,32 @@ def read_shard(
     fields: FieldMap,
     extra: Sequence[str],
     *,
+    on_chunk: Callable[[list[FileResult]], None],
     tick: Callable[[int], None] | None = None,
     parent: int | None = None,
-) -> list[FileResult]:
+    chunk_files: int | None = None,
+) -> None:
     """Read every segment file below the given instance folders, in no particular order.
 
-    ``tick(n)`` is called after the n-th instance folder. ``parent`` is the helper's
-    parent process id: the helper stops when its parent is gone.
+    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files. ``tick(n)`` is called
+    after the n-th instance folder. ``parent`` is the helper's parent process id: the
+    helper stops when its parent is gone.
     """
+    chunk_files = chunk_files or CHUNK_FILES
     results: list[FileResult] = []
     for done, instance in enumerate(instances, start=1):
         for session in _directories(instance, results):
             files = _segment_files(os.path.join(session, "samples"), results)
             results += [read_segment_file(path, fields, extra) for path in files]
+        if len(results) >= chunk_files:
+            on_chunk(results)
+            results = []
         if tick is not None:
             tick(done)
         if parent is not None and os.getppid() != parent:
             raise SystemExit(1)
-    return results
+    if results:
+        on_chunk(results)
 
 
 def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
@@ -238,11 +260,17 @@ helper_main()
 
 def helper_main() -> None:
     """Entry point of the helper process."""
-    instances, field_paths, extra, parent = marshal.load(sys.stdin.buffer)
+    instances, field_paths, extra, parent, chunk_files = marshal.load(sys.stdin.buffer)
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
+    out = sys.stdout.buffer
+
+    def send(results: list[FileResult]) -> None:
+        blob = marshal.dumps(results)
+        out.write(len(blob).to_bytes(8, "little") + blob)
+
     with _collector_paused():
-        results = read_shard(instances, fields, extra, parent=parent)
-    sys.stdout.buffer.write(marshal.dumps(results))
+        read_shard(instances, fields, extra, on_chunk=send, parent=parent, chunk_files=chunk_files)
+    out.flush()
 
 
 class _Helper:
@@ -250,7 +278,9 @@ class _Helper:
 
     def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
         self.instances = instances
-        job = marshal.dumps((instances, dataclasses.asdict(fields), list(extra), os.getpid()))
+        job = marshal.dumps(
+            (instances, dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES)
+        )
         self.process: subprocess.Popen[bytes] | None = None
         self.future: Future[tuple[bytes, bytes]] | None = None
         self.problem = ""
@@ -268,8 +298,8 @@ class _Helper:
         self.pool = ThreadPoolExecutor(max_workers=1)
         self.future = self.pool.submit(self.process.communicate, job)
 
-    def results(self) -> tuple[list[FileResult], str]:
-        """The helper's results, or ([], what went wrong)."""
+    def results(self) -> tuple[list[bytes], str]:
+        """The helper's chunks of results (marshal data), or ([], what went wrong)."""
         if self.future is None or self.process is None:
             return [], self.problem
         try:
@@ -279,13 +309,15 @@ class _Helper:
         if self.process.returncode != 0:
             lines = stderr.decode(errors="replace").strip().splitlines()
             return [], f"exit {self.process.returncode}: {lines[-1] if lines else 'no message'}"
-        try:
-            results = marshal.loads(stdout)
-        except (EOFError, ValueError, TypeError) as exc:
-            return [], f"unreadable results ({exc})"
-        if not isinstance(results, list):
-            return [], f"unreadable results (a {type(results).__name__}, not a list)"
-        return results, ""
+        chunks, offset = [], 0
+        while offset < len(stdout):
+            size = int.from_bytes(stdout[offset : offset + 8], "little")
+            chunk = stdout[offset + 8 : offset + 8 + size]
+            if size == 0 or len(chunk) != size:
+                return [], "unreadable results (a chunk is cut short)"
+            chunks.append(chunk)
+            offset += 8 + size
+        return chunks, ""
 
     def stop(self) -> None:
         """Make sure the process is gone (after an error or Ctrl-C in this process)."""

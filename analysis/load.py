@@ -429,22 +429,27 @@ def iter_log_chunks(
             yield table
             continue
         if source.folder:
+            if rows:
+                yield _rows_to_frame(rows, extra_fields, where=str(source.path))
+                rows = []
             within = None
             if progress is not None:
                 # Instance folders count as parts of this one source.
                 def within(part: int, parts: int, before: int = done - 1) -> None:
                     progress(before * parts + part, len(sources) * parts)
 
+            folder = _FolderTable(extra_fields, where=str(source.path))
             files, warnings = read_artifact_folder(
-                source.path, fields=fields, extra=extra_fields, progress=within
-            )
-            report.sources.append(dataclasses.replace(source, files=len(files)))
+                source.path, fields=fields, extra=extra_fields, on_chunk=folder.take,
+                progress=within,
+            )  # fmt: skip
+            report.sources.append(dataclasses.replace(source, files=files))
             report.warnings += warnings
-            for row in _folder_rows(files, skip_or_raise):
-                rows.append(row)
-                if len(rows) >= chunk_records:
-                    yield _rows_to_frame(rows, extra_fields, where=str(source.path))
-                    rows = []
+            for problem in folder.errors_in_order():
+                skip_or_raise(problem)
+            ordered = folder.table()
+            if ordered is not None:
+                yield ordered
             continue
         path_text = str(source.path)
         records = _raw_records(source, dumps)
@@ -478,17 +483,43 @@ def iter_log_chunks(
         yield _rows_to_frame(rows, extra_fields, where="inputs")
 
 
-def _folder_rows(
-    files: list[FileResult], skip_or_raise: Callable[[ReplayError], None]
-) -> Iterator[dict[str, Any]]:
-    """The rows of an artifact folder's files in arrival order; errors go to ``skip_or_raise``."""
-    for _, _, entries in files:
-        for _, row, error in entries:
-            if error is not None:
-                kind, message = error
-                skip_or_raise(ERRORS[kind](message))
-            elif row is not None:
-                yield row
+class _FolderTable:
+    """An artifact folder's results, turned into frames as they come and sorted at the end."""
+
+    def __init__(self, extra: Sequence[str], *, where: str) -> None:
+        self.extra, self.where = extra, where
+        self.frames: list[pl.DataFrame] = []
+        self.errors: list[tuple[int, str, int, ReplayError]] = []
+
+    def take(self, results: list[FileResult]) -> None:
+        rows, stamps = [], []
+        for stamp, path, entries in results:
+            for number, row, error in entries:
+                if error is not None:
+                    kind, message = error
+                    self.errors.append((stamp, path, number, ERRORS[kind](message)))
+                elif row is not None:
+                    rows.append(row)
+                    stamps.append(stamp)
+        if rows:
+            frame = _rows_to_frame(rows, self.extra, where=self.where)
+            self.frames.append(frame.with_columns(pl.Series(_MTIME, stamps, dtype=pl.Int64)))
+
+    def errors_in_order(self) -> list[ReplayError]:
+        return [error for *_, error in sorted(self.errors, key=lambda e: e[:3])]
+
+    def table(self) -> pl.DataFrame | None:
+        """All rows in arrival order: modification time, then path, then record number."""
+        if not self.frames:
+            return None
+        try:
+            table = pl.concat(self.frames, how="vertical_relaxed")
+        except pl.exceptions.PolarsError as exc:
+            raise LogFormatError(f"{self.where}: files disagree on column types ({exc})") from exc
+        return table.sort(_MTIME, "source", "record").drop(_MTIME)
+
+
+_MTIME = "\x00mtime"
 
 
 def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: str) -> pl.DataFrame:

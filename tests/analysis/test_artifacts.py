@@ -34,6 +34,7 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
 
 def load(folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool) -> Any:
     monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
+    monkeypatch.setattr(artifacts, "CHUNK_FILES", 7)  # many chunks, from both processes
     report = analysis.LoadReport()
     table = analysis.load_logs([folder], on_bad_record="skip", report=report)
     return table, report
