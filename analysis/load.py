@@ -385,8 +385,8 @@ def iter_log_chunks(
 
     For JSONL, dumps and tables, memory stays bounded by a chunk (``convert`` writes
     each as it comes). An artifact folder is the exception: it is read whole before its
-    first chunk, because arrival order needs every file's modification time, so its rows
-    (spans, not token lists; about 1.3 KB per segment file) are in memory together.
+    first chunk, because arrival order needs every file's modification time, so its part
+    of the table (spans, not token lists: about 230 bytes a segment file) is held whole.
     """
     fields = fields or FieldMap()
     report = report if report is not None else LoadReport()

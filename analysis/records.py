@@ -294,6 +294,7 @@ def _canonical_row(
     status = _first_of(record, paths["status"])
     remove = _first_of(record, paths["remove_sample"])
 
+    drift, drift_tokens = _log_prob_drift(record, fields, loss_mask, where)
     row = {
         "group_id": _as_id(group),
         "trajectory_id": _as_id(trajectory),
@@ -309,7 +310,8 @@ def _canonical_row(
         "reward": _as_reward(reward, where),
         "status": None if status is None else str(status).strip().lower(),
         "remove_sample": None if remove is None else bool(remove),
-        **_log_prob_drift(record, fields, loss_mask, where),
+        "log_prob_drift": drift,
+        "log_prob_tokens": drift_tokens,
     }
     for path in extra:
         if path in CANONICAL_COLUMNS:
@@ -331,13 +333,17 @@ def _as_reward(value: int | float | None, where: str) -> float | None:
 
 def _log_prob_drift(
     record: dict[str, Any], fields: FieldMap, loss_mask: list[Any] | None, where: str
-) -> dict[str, Any]:
+) -> tuple[float | None, int | None]:
     """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
     paths = fields.compiled
-    rollout = _int_list(_first_of(record, paths["rollout_log_probs"]), "rollout_log_probs", where)
-    trainer = _int_list(_first_of(record, paths["log_probs"]), "log_probs", where)
+    rollout_raw = _first_of(record, paths["rollout_log_probs"])
+    trainer_raw = _first_of(record, paths["log_probs"])
+    if rollout_raw is None and trainer_raw is None:
+        return None, None  # the common case, answered without building anything
+    rollout = _int_list(rollout_raw, "rollout_log_probs", where)
+    trainer = _int_list(trainer_raw, "log_probs", where)
     if rollout is None or trainer is None:
-        return {"log_prob_drift": None, "log_prob_tokens": None}
+        return None, None
     if len(rollout) != len(trainer):
         raise LogFormatError(
             f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
@@ -352,8 +358,8 @@ def _log_prob_drift(
     except (TypeError, ValueError) as exc:
         raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
     if not diffs:
-        return {"log_prob_drift": None, "log_prob_tokens": 0}
-    return {"log_prob_drift": sum(diffs) / len(diffs), "log_prob_tokens": len(diffs)}
+        return None, 0
+    return sum(diffs) / len(diffs), len(diffs)
 
 
 # --------------------------------------------------------------------------- readers

@@ -141,3 +141,11 @@ def test_progress_counts_instance_folders(folder: Path, monkeypatch: pytest.Monk
     done = [d / t for d, t in calls]
     assert done == sorted(done) and done[-1] == 1.0
     assert len(calls) > 5  # advances during the folder, not only at its end
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_named_like_a_segment_is_passed_over_without_blocking(tmp_path: Path) -> None:
+    """A file replaced by a FIFO after the listing must not hang the read."""
+    fifo = tmp_path / "0.json"
+    os.mkfifo(fifo)
+    assert artifacts.read_segment_file(str(fifo), analysis.FieldMap(), ())[2] == []
