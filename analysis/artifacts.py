@@ -9,12 +9,13 @@ Python. Two things make it faster than a plain loop:
   record mapping (:mod:`analysis.records`, no polars): it never runs the caller's
   script, so a script without a ``__main__`` guard is safe, and it starts in well
   under a tenth of a second. It hands its rows back with :mod:`marshal` (plain data
-  only; nothing is unpickled). If it cannot start or fails, this process reads its
-  share too. ``DRESSAGE_REPLAY_HELPERS=0`` turns the helper off.
-- the cyclic garbage collector is paused while the rows pile up (they hold no cycles),
-  which otherwise rescans them again and again.
+  only; nothing is unpickled), a few thousand files at a time. If it cannot start or
+  fails, this process reads its share too. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
+- files are read with plain os calls, and the cyclic garbage collector is paused while
+  results pile up (they hold no cycles), which otherwise rescans them again and again.
 
-Files are put in arrival order afterwards: modification time, then path (SPEC §5).
+The caller puts the files in arrival order once all are read: modification time, then
+path (SPEC §5); the last file read may be the first to arrive.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from analysis.records import FieldMap, canonical_row, parse_json
 HELPER_MIN_INSTANCES = 128
 """Below this many instance folders the helper's start-up costs more than it saves."""
 
+CHUNK_FILES = 5_000
+"""Files whose results are handed on together (by this process and by the helper)."""
+
 ERRORS: dict[str, type[ReplayError]] = {
     error.__name__: error for error in (InputNotFoundError, LogFormatError, MissingFieldError)
 }
@@ -59,10 +63,6 @@ def is_artifact_folder(root: Path) -> bool:
         for instance in _directories(str(root), [])
         for session in _directories(instance, [])
     )
-
-
-CHUNK_FILES = 5_000
-"""Files whose results are handed on together (by this process and by the helper)."""
 
 
 def read_artifact_folder(
@@ -90,13 +90,11 @@ def read_artifact_folder(
         stamps.extend(stamp for stamp, _, _ in results if stamp >= 0)  # -1: unreadable
         on_chunk(results)
 
-    # This process reads every other instance folder, the helper the rest.
-    mine, theirs = instances[0::2], instances[1::2]
     with _collector_paused():
-        helper = _Helper(theirs, fields, extra) if _helper_wanted(instances) else None
+        # This process reads every other instance folder, the helper the rest.
+        helper = _Helper(instances[1::2], fields, extra) if _helper_wanted(instances) else None
+        mine = instances[0::2] if helper else instances
         try:
-            if helper is None:
-                mine, theirs = instances, []
             tick = None
             if progress is not None:
                 total, scale = len(instances), len(instances) / max(1, len(mine))
@@ -106,7 +104,7 @@ def read_artifact_folder(
                 chunks, problem = helper.results()
                 if problem:
                     warnings.append(f"{root}: the helper process failed ({problem}); read in one")
-                    read_shard(theirs, fields, extra, on_chunk=take)
+                    read_shard(instances[1::2], fields, extra, on_chunk=take)
                 for chunk in chunks:
                     take(marshal.loads(chunk))
         finally:
@@ -303,7 +301,6 @@ class _Helper:
     """One helper process reading a share of the instance folders."""
 
     def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
-        self.instances = instances
         job = marshal.dumps(
             (instances, dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES)
         )
@@ -324,7 +321,7 @@ class _Helper:
         self.pool = ThreadPoolExecutor(max_workers=1)
         self.future = self.pool.submit(self.process.communicate, job)
 
-    def results(self) -> tuple[list[bytes], str]:
+    def results(self) -> tuple[list[memoryview], str]:
         """The helper's chunks of results (marshal data), or ([], what went wrong)."""
         if self.future is None or self.process is None:
             return [], self.problem
@@ -335,10 +332,10 @@ class _Helper:
         if self.process.returncode != 0:
             lines = stderr.decode(errors="replace").strip().splitlines()
             return [], f"exit {self.process.returncode}: {lines[-1] if lines else 'no message'}"
-        chunks, offset = [], 0
-        while offset < len(stdout):
-            size = int.from_bytes(stdout[offset : offset + 8], "little")
-            chunk = stdout[offset + 8 : offset + 8 + size]
+        chunks, offset, output = [], 0, memoryview(stdout)  # views: no copies
+        while offset < len(output):
+            size = int.from_bytes(output[offset : offset + 8], "little")
+            chunk = output[offset + 8 : offset + 8 + size]
             if size == 0 or len(chunk) != size:
                 return [], "unreadable results (a chunk is cut short)"
             chunks.append(chunk)
