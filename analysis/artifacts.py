@@ -28,16 +28,18 @@ import json
 import marshal
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError, ReplayError
 from analysis.records import FieldMap, canonical_row, parse_json
+
+if TYPE_CHECKING:  # the helper process never needs these: it starts faster without
+    import subprocess
+    from concurrent.futures import Future
 
 HELPER_MIN_INSTANCES = 128
 """Below this many instance folders the helper's start-up costs more than it saves."""
@@ -301,6 +303,9 @@ class _Helper:
     """One helper process reading a share of the instance folders."""
 
     def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor
+
         job = marshal.dumps(
             (instances, dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES)
         )
