@@ -461,20 +461,13 @@ def _infer_batch_groups(steps: pl.Series, group_code: np.ndarray) -> int | None:
 
 
 def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
-    """(``by``, label) for every real token-version label of each record, normalised.
-
-    Labels are few, so realness is decided once per distinct label, not once per span.
-    """
-    exploded = (
-        rows.filter(pl.col("version_spans").is_not_null())
-        .select(by, label=pl.col("version_spans").list.eval(pl.element().struct.field("version")))
+    """(``by``, label) for every real token-version label of each record, normalised."""
+    real = real_labels_expr(rows["version_spans"])
+    return (
+        rows.select(by, label=pl.col("version_spans").list.eval(real))
         .explode("label")
+        .drop_nulls("label")
     )
-    distinct = exploded["label"].drop_nulls().unique().to_list()
-    mapping = {label: real_label(label) for label in distinct}
-    return exploded.with_columns(
-        pl.col("label").replace_strict(mapping, default=None, return_dtype=pl.String)
-    ).drop_nulls("label")
 
 
 @dataclass(frozen=True)
