@@ -34,7 +34,7 @@ class GroupArrays:
     codes: np.ndarray
     """Label code of every versioned trajectory, groups in arrival order, trajectories in order."""
     owner: np.ndarray
-    """Arrival position of the group each entry of ``codes`` belongs to."""
+    """Arrival position of the group each entry of ``codes`` belongs to (non-decreasing)."""
     samples: np.ndarray
     trajectories: np.ndarray
     tokens: np.ndarray
@@ -77,8 +77,10 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
         rejected = np.zeros(n, dtype=bool)
     else:
         rejected = arrays.max_switches > max_preempts
-    keep = ~rejected[arrays.owner]
-    codes, owner = arrays.codes[keep], arrays.owner[keep]
+    codes, owner = arrays.codes, arrays.owner
+    if rejected.any():
+        keep = ~rejected[owner]
+        codes, owner = codes[keep], owner[keep]
     # A label's index is the rank of its first appearance among observed entries.
     first = np.full(len(arrays.labels), len(codes), dtype=np.int64)
     np.minimum.at(first, codes, np.arange(len(codes)))
@@ -89,12 +91,19 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
 
     new_versions = np.bincount(owner[first_sorted], minlength=n)
     count_after = np.cumsum(new_versions)
+    # Entries are grouped by owner (groups in arrival order), so per-group figures are
+    # reductions over contiguous slices.
+    starts = np.flatnonzero(np.diff(owner, prepend=-1))
+    present = owner[starts]
     min_index = np.full(n, NO_VERSION, dtype=np.int64)
     max_index = np.zeros(n, dtype=np.int64)
-    np.minimum.at(min_index, owner, index)
-    np.maximum.at(max_index, owner, index)
-    sum_index = np.bincount(owner, weights=index, minlength=n).astype(np.int64)
-    versioned = np.bincount(owner, minlength=n)
+    sum_index = np.zeros(n, dtype=np.int64)
+    versioned = np.zeros(n, dtype=np.int64)
+    if len(starts):
+        min_index[present] = np.minimum.reduceat(index, starts)
+        max_index[present] = np.maximum.reduceat(index, starts)
+        sum_index[present] = np.add.reduceat(index, starts)
+        versioned[present] = np.diff(starts, append=len(owner))
     versions = tuple(arrays.labels[code] for code in codes[first_sorted])
     return Observation(
         rejected=rejected,

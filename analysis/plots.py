@@ -198,7 +198,7 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
     outcomes = trajectory_outcomes(prepared, result).filter(pl.col("span").is_not_null())
     all_spans = Counter(outcomes["span"].to_list())
     kept_spans = Counter(outcomes.filter(pl.col("decision") == "kept")["span"].to_list())
-    unchecked = prepared.trajectories.height - outcomes.height
+    unchecked = prepared.n_trajectories - outcomes.height
 
     figure = _new_figure(8, 4.8)
     ax = figure.subplots()

@@ -8,8 +8,9 @@ sequential collection loop for one :class:`ReplayConfig` over compact per-group 
 from __future__ import annotations
 
 import functools
+import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,16 +103,49 @@ class ReplayConfig:
 
 
 @dataclass(frozen=True)
+class TrajectoryArrays:
+    """Per-trajectory facts as flat arrays, trajectories in order of their first record.
+
+    -1 stands for "none" in ``span`` (no token versions), ``version_row`` and
+    ``first_versioned_row`` (no version).
+    """
+
+    first_row: np.ndarray
+    records: np.ndarray
+    tokens: np.ndarray
+    tokens_missing: np.ndarray
+    span: np.ndarray
+    version_row: np.ndarray
+    """The record whose end version is the trajectory's version (SPEC §2)."""
+    first_versioned_row: np.ndarray
+    arrival: np.ndarray
+    """Arrival position of the trajectory's group."""
+    single_records: bool = False
+    """Every trajectory is one record: the arrays are per record, in row order."""
+
+
+@dataclass(frozen=True)
 class PreparedLog:
     """Setting-independent facts of a log, one row per group (arrival order) and per trajectory."""
 
     groups: pl.DataFrame
-    trajectories: pl.DataFrame
     tokens_known: bool
     inferred_batch_groups: int | None
     arrays: GroupArrays
     """The groups as flat arrays for the collection loop."""
+    per_trajectory: TrajectoryArrays = field(repr=False, compare=False)
+    _rows: pl.DataFrame = field(repr=False, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def trajectories(self) -> pl.DataFrame:
+        """One row per trajectory in order of its first record: ids, records, tokens,
+        version, span, switches and the group's arrival position (built on first use)."""
+        return _trajectory_frame(self._rows, self.per_trajectory)
+
+    @property
+    def n_trajectories(self) -> int:
+        return len(self.per_trajectory.first_row)
 
     @property
     def n_groups(self) -> int:
@@ -181,35 +215,36 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     # polars, NumPy or Arrow, which release the GIL, so the two cores share the work.
     with ThreadPoolExecutor(max_workers=1) as helper:
         labelled = helper.submit(_record_spans, rows["version_spans"])
-        single_future = helper.submit(_single_record_rows, rows["group_id"], rows["trajectory_id"])
         group_code, group_ids = _first_appearance_codes(rows["group_id"])
         n_groups = len(group_ids)
+        single = _single_record_rows(rows["group_id"], rows["trajectory_id"])
+        inferred_batch_groups = _infer_batch_groups(rows["trainer_step"], group_code)
         position = _arrival_positions(rows, group_code, n_groups, order_by)
         arrival = position[group_code]  # of each row
         by_arrival = np.argsort(position)  # group code at each arrival position
-        response = rows.select(pl.coalesce("response_length", "loss_mask_length")).to_series()
+        response = rows["response_length"]
+        if response.null_count():
+            response = rows.select(pl.coalesce("response_length", "loss_mask_length")).to_series()
         response_missing = response.is_null().to_numpy()
         response_tokens = response.fill_null(0).cast(pl.Int64).to_numpy()
         aborted = (rows["status"] == "aborted").fill_null(False).to_numpy()
-        inferred_batch_groups = _infer_batch_groups(rows["trainer_step"], group_code)
         end_code, end_labels = _first_appearance_codes(rows["end_version"])
-        single = single_future.result()
         real_labels, record_span = labelled.result()
 
-    trajectories = _trajectory_facts(
-        rows, group_code, single, real_labels, record_span, response_tokens, response_missing
+    per_trajectory = _trajectory_arrays(
+        rows, single, real_labels, record_span, response_tokens, response_missing, arrival
     )
-    first_row = trajectories["first_row"].to_numpy()
-    trajectories = trajectories.with_columns(arrival=pl.Series(arrival[first_row]))
-    tokens = np.bincount(arrival, weights=response_tokens, minlength=n_groups).astype(np.int64)
-    tokens_missing = np.bincount(arrival, weights=response_missing, minlength=n_groups) > 0
+    by_row = _ByGroup(arrival, n_groups)
+    tokens = by_row.sum(response_tokens)
+    tokens_missing = by_row.any(response_missing)
     arrays = _group_arrays(
-        trajectories,
+        per_trajectory,
+        by_trajectory=by_row if per_trajectory.arrival is arrival else None,
         end_code=end_code,
         end_labels=end_labels,
-        samples=np.bincount(arrival, minlength=n_groups),
+        samples=by_row.count(),
         tokens=np.where(tokens_missing, 0, tokens),
-        failed=np.bincount(arrival, weights=aborted, minlength=n_groups) > 0,
+        failed=by_row.any(aborted),
     )
     groups = pl.DataFrame(
         {
@@ -224,10 +259,11 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     )
     return PreparedLog(
         groups=groups,
-        trajectories=trajectories.drop("version_row"),
         tokens_known=not response_missing.any(),
         inferred_batch_groups=inferred_batch_groups,
         arrays=arrays,
+        per_trajectory=per_trajectory,
+        _rows=rows,
     )
 
 
@@ -242,9 +278,22 @@ _PREPARE_COLUMNS = (
 def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """Code of each row's id (0 for the first id seen, 1 for the next new one...) and the ids.
 
-    A null id is an id of its own, like a null key in a group-by.
+    A null id is an id of its own, like a null key in a group-by. Logs keep a group's
+    records, and records of one version, mostly together, so when runs of equal ids are
+    few only the first id of each run is hashed. Arrow only, no polars: this runs beside
+    polars work in another thread, and polars would queue it behind that work.
     """
-    encoded = pc.dictionary_encode(ids.to_arrow(), null_encoding="encode")
+    values = ids.to_arrow()
+    if len(values) > 1 and values.null_count == 0:
+        new_run = np.ones(len(values), dtype=bool)
+        new_run[1:] = pc.not_equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(new_run)
+        if 2 * len(starts) <= len(values):
+            encoded = pc.dictionary_encode(values.take(pa.array(starts)))
+            run_code = encoded.indices.to_numpy().astype(np.int64)
+            codes = np.repeat(run_code, np.diff(starts, append=len(values)))
+            return codes, pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
+    encoded = pc.dictionary_encode(values, null_encoding="encode")
     distinct = pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
     return encoded.indices.to_numpy().astype(np.int64), distinct
 
@@ -274,12 +323,8 @@ def _arrival_positions(
 _VERSION = pl.element().struct.field("version")
 
 
-def real_labels_expr(spans: pl.Series) -> pl.Expr:
-    """An expression for ``list.eval`` giving the real labels of a record's spans, normalised.
-
-    Realness (SPEC §2) is decided once per distinct label written in the log; labels
-    that need stripping (rare) are mapped to their normal form, the others filtered.
-    """
+def written_labels(spans: pl.Series) -> list[str]:
+    """The distinct labels written in a ``version_spans`` column, as written."""
     written = (
         spans.to_frame("spans")
         .lazy()
@@ -287,18 +332,141 @@ def real_labels_expr(spans: pl.Series) -> pl.Expr:
         .collect()
         .to_series()
     )
-    normal = {text: real_label(text) for text in written.drop_nulls().to_list()}
+    return written.drop_nulls().to_list()
+
+
+def real_labels_expr(written: Iterable[str]) -> pl.Expr:
+    """An expression for ``list.eval`` giving the real labels of a record's spans, normalised.
+
+    ``written`` are the distinct labels of the spans (:func:`written_labels`). Realness
+    (SPEC §2) is decided once per distinct label; labels that need stripping (rare) are
+    mapped to their normal form, the others filtered.
+    """
+    normal = {text: real_label(text) for text in written}
     if all(label is None or label == text for text, label in normal.items()):
         not_real = [text for text, label in normal.items() if label is None]
         return _VERSION.filter(~_VERSION.is_in(not_real))
     return _VERSION.replace_strict(normal, default=None, return_dtype=pl.String).drop_nulls()
 
 
-def _record_spans(spans: pl.Series) -> tuple[pl.Expr, pl.Series]:
-    """The real-labels expression for these spans, and each record's own span."""
-    real_labels = real_labels_expr(spans)
-    span = pl.col("spans").list.eval(real_labels).list.n_unique().cast(pl.Int64)
-    return real_labels, spans.to_frame("spans").select(span).to_series()
+def _record_spans(spans: pl.Series) -> tuple[pl.Expr, np.ndarray]:
+    """The real-labels expression for these spans, and each record's own span (-1: no spans)."""
+    from_views = _spans_from_views(spans)
+    if from_views is not None:
+        written, span = from_views
+        return real_labels_expr(written), span
+    real_labels = real_labels_expr(written_labels(spans))
+    count = pl.col("spans").list.eval(real_labels).list.n_unique().cast(pl.Int64)
+    return real_labels, spans.to_frame("spans").select(count).to_series().fill_null(-1).to_numpy()
+
+
+_INLINE_BYTES = 12
+"""An Arrow string view holds a string of at most this many bytes whole (zero-padded)."""
+
+
+def _spans_from_views(spans: pl.Series) -> tuple[list[str], np.ndarray] | None:
+    """Each record's span and the distinct written labels, from the labels' Arrow views.
+
+    A label of at most 12 bytes lives whole in its 16-byte view, so the views are keys
+    that can be encoded as integers, without hashing strings: one single-threaded pass
+    that leaves polars' threads to the rest of :func:`prepare`. None (and the caller
+    uses polars) when the column does not have this form: labels that are null or
+    longer than 12 bytes, nulls inside a list, or a polars without string views.
+    """
+    compat = getattr(pl, "CompatLevel", None)
+    if compat is None or sys.byteorder != "little":
+        return None
+    lists = spans.to_arrow(compat_level=compat.newest())
+    if not isinstance(lists, (pa.ListArray, pa.LargeListArray)):
+        return None
+    entries = lists.values
+    if not pa.types.is_struct(entries.type) or entries.offset or entries.null_count:
+        return None
+    if entries.type.get_field_index("version") < 0:
+        return None
+    labels = entries.field("version")
+    if labels.type != pa.string_view() or labels.null_count:
+        return None
+    offsets = lists.offsets.to_numpy()
+    first, last = int(offsets[0]), int(offsets[-1])
+    start = labels.offset + first
+    words = np.frombuffer(labels.buffers()[1], dtype=np.uint64)[
+        2 * start : 2 * (start + last - first)
+    ]
+    views = words.reshape(-1, 2)
+    if len(views) and int(views.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
+        return None
+    low, high = views[:, 0], views[:, 1]
+    short = not high.any()  # labels of at most 4 bytes: the first word is the whole view
+    if not short:
+        keys = pa.Array.from_buffers(pa.binary(16), len(views), [None, pa.py_buffer(views)])
+    else:
+        keys = pa.array(low)
+    encoded = pc.dictionary_encode(keys)
+    if not short:
+        distinct = np.frombuffer(encoded.dictionary.buffers()[1], dtype=np.uint64)
+        distinct = distinct.reshape(-1, 2)[encoded.dictionary.offset :][: len(encoded.dictionary)]
+    else:
+        distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
+        distinct[:, 0] = encoded.dictionary.to_numpy()
+    try:
+        written = [_view_text(view) for view in distinct.tolist()]
+    except UnicodeDecodeError:
+        return None
+    if len(set(written)) < len(written):
+        return None  # padding that is not zero: views are not keys after all
+    code = _label_codes(written)[encoded.indices.to_numpy()]
+    real = code >= 0
+    record = np.repeat(np.arange(len(lists), dtype=np.int32), np.diff(offsets))
+    span = _distinct_per_record(record[real], code[real], len(lists))
+    if lists.null_count:
+        span[lists.is_null().to_numpy(zero_copy_only=False)] = -1
+    return written, span
+
+
+def _view_text(view: list[int]) -> str:
+    """The string an inline 16-byte view holds (length, then up to 12 bytes)."""
+    low, high = view
+    raw = low.to_bytes(8, "little")[4:] + high.to_bytes(8, "little")
+    return raw[: low & 0xFFFFFFFF].decode("utf-8")
+
+
+def _label_codes(written: list[str]) -> np.ndarray:
+    """Code of each written label's normal form, -1 for labels that are not real.
+
+    Codes follow the labels' natural order (integers by value), so that the codes of a
+    record's spans, in version order, rarely decrease; see :func:`_distinct_per_record`.
+    """
+    normal = [real_label(text) for text in written]
+    ordered = sorted({label for label in normal if label is not None}, key=_natural_key)
+    code_of = {label: code for code, label in enumerate(ordered)}
+    return np.array([-1 if label is None else code_of[label] for label in normal], np.int32)
+
+
+def _natural_key(label: str) -> tuple[int, int, str]:
+    digits = label[1:] if label.startswith("-") else label
+    return (0, int(label), label) if digits.isdigit() and digits.isascii() else (1, 0, label)
+
+
+def _distinct_per_record(record: np.ndarray, code: np.ndarray, n_records: int) -> np.ndarray:
+    """How many distinct codes each record has, from (record, code) pairs grouped by record.
+
+    Within a record whose codes never decrease, a code is new where it differs from the
+    previous one; only the records where a code decreases are sorted.
+    """
+    same = record[1:] == record[:-1]
+    new = np.ones(len(code), dtype=bool)
+    new[1:] = ~same | (code[1:] != code[:-1])
+    count = np.bincount(record[new], minlength=n_records)
+    unsorted = np.unique(record[1:][same & (code[1:] < code[:-1])])
+    if len(unsorted):
+        pick = np.isin(record, unsorted)
+        order = np.lexsort((code[pick], record[pick]))
+        pairs_record, pairs_code = record[pick][order], code[pick][order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (pairs_record[1:] != pairs_record[:-1]) | (pairs_code[1:] != pairs_code[:-1])
+        count[unsorted] = np.bincount(pairs_record[first], minlength=n_records)[unsorted]
+    return count.astype(np.int64, copy=False)
 
 
 def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:
@@ -323,84 +491,131 @@ def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:
     return single | unique
 
 
-def _trajectory_facts(
+def _trajectory_arrays(
     rows: pl.DataFrame,
-    group_code: np.ndarray,
     single: np.ndarray,
     real_labels: pl.Expr,
-    record_span: pl.Series,
+    record_span: np.ndarray,
     response_tokens: np.ndarray,
     response_missing: np.ndarray,
-) -> pl.DataFrame:
-    """Per trajectory: its group, version (SPEC §2), span and switches (SPEC §4).
+    arrival: np.ndarray,
+) -> TrajectoryArrays:
+    """Per trajectory: records, tokens, span and the record that gives its version (SPEC §2, §4).
 
     A trajectory is (group, trajectory id); a record without an id is its own. The
     trajectories that have a single record (``single``; nearly all in most logs) take
-    that record's facts without grouping; only the others are grouped. Sorted by first row.
+    that record's facts without grouping; only the others are grouped.
     """
-    n = rows.height
-    valid = rows["trajectory_id"].is_not_null() & rows["end_version"].is_not_null()
+    valid = (rows["trajectory_id"].is_not_null() & rows["end_version"].is_not_null()).to_numpy()
+    span = record_span
+    every_row = np.arange(rows.height)
+    if single.all():  # the per-record arrays are the per-trajectory ones
+        versioned_rows = np.where(valid, every_row, -1)
+        return TrajectoryArrays(
+            first_row=every_row,
+            records=np.ones(rows.height, dtype=np.int64),
+            tokens=response_tokens,
+            tokens_missing=response_missing,
+            span=span,
+            version_row=versioned_rows,
+            first_versioned_row=versioned_rows,
+            arrival=arrival,
+            single_records=True,
+        )
     single_rows = np.flatnonzero(single)
-    every = len(single_rows) == n
-    singles = rows if every else rows[single_rows]
-    span = record_span if every else record_span.gather(single_rows)
-    facts = singles.select(
-        "group_id",
-        "trajectory_id",
-        first_row=pl.Series(single_rows),
-        records=pl.lit(1, dtype=pl.Int64),
-        tokens=pl.Series(response_tokens[single_rows]).set(
-            pl.Series(response_missing[single_rows]), None
-        ),
-        version=pl.when(valid.gather(single_rows)).then("end_version"),
-        first_versioned_row=pl.when(valid.gather(single_rows)).then(pl.Series(single_rows)),
-        span=span,
-        switches=(span - 1).clip(lower_bound=0),
-        version_row=pl.when(valid.gather(single_rows)).then(pl.Series(single_rows)),
+    versioned_rows = np.where(valid[single_rows], single_rows, -1)
+    parts = {
+        "first_row": single_rows,
+        "records": np.ones(len(single_rows), dtype=np.int64),
+        "tokens": response_tokens[single_rows],
+        "tokens_missing": response_missing[single_rows],
+        "span": span[single_rows],
+        "version_row": versioned_rows,
+        "first_versioned_row": versioned_rows,
+    }
+    multi_rows = np.flatnonzero(~single)
+    subset = rows[multi_rows].with_columns(
+        row=pl.Series(multi_rows),
+        group=pl.Series(arrival[multi_rows]),
+        tokens=pl.Series(response_tokens[multi_rows]),
+        tokens_missing=pl.Series(response_missing[multi_rows]),
+        valid=pl.Series(valid[multi_rows]),
     )
-    if len(single_rows) < n:
-        multi_rows = np.flatnonzero(~single)
-        subset = rows[multi_rows].with_columns(
-            row=pl.Series(multi_rows),
-            group=pl.Series(group_code[multi_rows]),
-            tokens=pl.Series(response_tokens[multi_rows]),
-            tokens_missing=pl.Series(response_missing[multi_rows]),
-            valid=valid.gather(multi_rows),
-        )
-        multi = _multi_record_facts(subset, real_labels)
-        multi = multi.with_columns(
-            version=rows["end_version"].gather(multi["version_row"]),
-            switches=(pl.col("span") - 1).clip(lower_bound=0),
-        )
-        facts = pl.concat([facts, multi.select(facts.columns)]).sort("first_row")
-    return facts
+    multi = _multi_record_facts(subset, real_labels)
+    order = np.argsort(np.concatenate([single_rows, multi["first_row"].to_numpy()]))
+    merged = {
+        name: np.concatenate([values, multi[name].to_numpy()])[order]
+        for name, values in parts.items()
+    }
+    return TrajectoryArrays(
+        first_row=merged["first_row"],
+        records=merged["records"],
+        tokens=merged["tokens"],
+        tokens_missing=merged["tokens_missing"],
+        span=merged["span"],
+        version_row=merged["version_row"],
+        first_versioned_row=merged["first_versioned_row"],
+        arrival=arrival[merged["first_row"]],
+    )
 
 
 def _multi_record_facts(subset: pl.DataFrame, real_labels: pl.Expr) -> pl.DataFrame:
     """Facts of the trajectories with several records, grouped by (group, trajectory id)."""
     versioned = pl.col("valid")
     return subset.group_by("group", "trajectory_id").agg(
-        group_id=pl.col("group_id").first(),
         first_row=pl.col("row").min(),
         records=pl.len().cast(pl.Int64),
-        tokens=pl.when(~pl.col("tokens_missing").any()).then(pl.col("tokens").sum()),
-        first_versioned_row=pl.col("row").filter(versioned).min(),
+        tokens=pl.col("tokens").sum(),
+        tokens_missing=pl.col("tokens_missing").any(),
+        first_versioned_row=pl.col("row").filter(versioned).min().fill_null(-1),
         # The record with the highest (segment_index, position in the group) gives the
         # version; within a group, row order is position order.
         version_row=pl.col("row")
         .filter(versioned)
         .sort_by(pl.col("segment_index").filter(versioned), pl.col("row").filter(versioned))
-        .last(),
+        .last()
+        .fill_null(-1),
         # Span: distinct real labels over all the trajectory's records.
         span=pl.when(pl.col("version_spans").is_not_null().any())
         .then(pl.col("version_spans").list.eval(real_labels).explode().drop_nulls().n_unique())
-        .cast(pl.Int64),
+        .cast(pl.Int64)
+        .fill_null(-1),
     )
 
 
+def _trajectory_frame(rows: pl.DataFrame, facts: TrajectoryArrays) -> pl.DataFrame:
+    """The per-trajectory arrays as a frame, with ids and versions read from the records."""
+    every = len(facts.first_row) == rows.height  # then first_row is every row in order
+    first_row = pl.Series(facts.first_row)
+    no_span = pl.Series(facts.span < 0)
+    span = pl.Series(facts.span).set(no_span, None)
+    return pl.DataFrame(
+        {
+            "group_id": rows["group_id"] if every else rows["group_id"].gather(first_row),
+            "trajectory_id": (
+                rows["trajectory_id"] if every else rows["trajectory_id"].gather(first_row)
+            ),
+            "first_row": first_row,
+            "records": facts.records,
+            "tokens": pl.Series(facts.tokens).set(pl.Series(facts.tokens_missing), None),
+            "version": rows["end_version"].gather(_nullable(facts.version_row)),
+            "first_versioned_row": _nullable(facts.first_versioned_row),
+            "span": span,
+            "switches": (span - 1).clip(lower_bound=0),
+            "arrival": facts.arrival,
+        }
+    )
+
+
+def _nullable(values: np.ndarray) -> pl.Series:
+    """An Int64 series with null where ``values`` is -1."""
+    return pl.Series(values, dtype=pl.Int64).set(pl.Series(values < 0), None)
+
+
 def _group_arrays(
-    trajectories: pl.DataFrame,
+    facts: TrajectoryArrays,
     *,
+    by_trajectory: _ByGroup | None,
     end_code: np.ndarray,
     end_labels: pl.Series,
     samples: np.ndarray,
@@ -409,36 +624,83 @@ def _group_arrays(
 ) -> GroupArrays:
     """Per-group arrays in arrival order from the trajectory facts and per-group sums."""
     n_groups = len(samples)
-    arrival = trajectories["arrival"].to_numpy()
-    span = trajectories["span"].fill_null(-1).to_numpy()
+    arrival, span = facts.arrival, facts.span
+    by_trajectory = by_trajectory or _ByGroup(arrival, n_groups)
     checked = span >= 0
-    max_switches = np.full(n_groups, -1, dtype=np.int64)
-    np.maximum.at(max_switches, arrival[checked], np.maximum(span[checked] - 1, 0))
+    every_checked = bool(checked.all())
+    switches = np.maximum(span - 1, 0)
+    max_switches = by_trajectory.max(switches if every_checked else np.where(checked, switches, -1))
     # One version per versioned trajectory, groups in arrival order, trajectories in
     # order of their first versioned record (SPEC §2). The version is the end version
     # of one record (``version_row``), whose label code is already known.
-    version_row = trajectories["version_row"].fill_null(-1).to_numpy()
-    versioned = version_row >= 0
-    owner = arrival[versioned]
-    first = trajectories["first_versioned_row"].to_numpy()[versioned]
-    steps, later = np.diff(owner), np.diff(first)
-    in_order = bool(np.all((steps > 0) | ((steps == 0) & (later > 0))))
-    order = np.arange(len(owner)) if in_order else np.lexsort((first, owner))
-    codes = end_code[version_row[versioned][order]]
+    version_row, first, owner = facts.version_row, facts.first_versioned_row, arrival
+    every_versioned = bool((version_row >= 0).all())
+    if not every_versioned:
+        versioned = version_row >= 0
+        version_row, first, owner = version_row[versioned], first[versioned], owner[versioned]
+    # Usually already in that order: one record per trajectory, rows in arrival order.
+    in_order = by_trajectory.starts is not None and every_versioned and facts.single_records
+    if not in_order:
+        steps, later = np.diff(owner), np.diff(first)
+        if not np.all((steps > 0) | ((steps == 0) & (later > 0))):
+            order = np.lexsort((first, owner))
+            version_row, owner = version_row[order], owner[order]
+    codes = end_code if in_order else end_code[version_row]
     used = np.bincount(codes, minlength=len(end_labels)) > 0
-    recode = np.cumsum(used) - 1
+    if not used.all():
+        codes = (np.cumsum(used) - 1)[codes]
     return GroupArrays(
         labels=end_labels.filter(pl.Series(used)).to_list(),
-        codes=recode[codes],
-        owner=owner[order],
+        codes=codes,
+        owner=owner,
         samples=samples.astype(np.int64),
-        trajectories=np.bincount(arrival, minlength=n_groups),
+        trajectories=by_trajectory.count(),
         tokens=tokens,
         failed=failed,
         max_switches=max_switches,
-        span=span[checked],
-        span_owner=arrival[checked],
+        span=span if every_checked else span[checked],
+        span_owner=arrival if every_checked else arrival[checked],
     )
+
+
+class _ByGroup:
+    """Per-group reductions of values given each one's group position (0 .. n_groups - 1).
+
+    Every group must have a value. When the values are already in group order, as they
+    are in most logs, a reduction is one pass over contiguous slices (``reduceat``);
+    otherwise it scatters by position.
+    """
+
+    def __init__(self, position: np.ndarray, n_groups: int) -> None:
+        self.position, self.n_groups = position, n_groups
+        self.starts: np.ndarray | None = None
+        if len(position) and bool(np.all(position[1:] >= position[:-1])):
+            starts = np.flatnonzero(np.diff(position, prepend=-1))
+            self.starts = starts if len(starts) == n_groups else None
+
+    def count(self) -> np.ndarray:
+        if self.starts is not None:
+            return np.diff(self.starts, append=len(self.position))
+        return np.bincount(self.position, minlength=self.n_groups)
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        if self.starts is not None:
+            return np.add.reduceat(values.astype(np.int64, copy=False), self.starts)
+        totals = np.zeros(self.n_groups, dtype=np.int64)
+        np.add.at(totals, self.position, values)
+        return totals
+
+    def any(self, flags: np.ndarray) -> np.ndarray:
+        if self.starts is not None:
+            return np.logical_or.reduceat(flags, self.starts)
+        return np.bincount(self.position, weights=flags, minlength=self.n_groups) > 0
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        if self.starts is not None:
+            return np.maximum.reduceat(values, self.starts)
+        largest = np.full(self.n_groups, np.iinfo(values.dtype).min, dtype=values.dtype)
+        np.maximum.at(largest, self.position, values)
+        return largest
 
 
 def _lists(labels: list[str], codes: np.ndarray, owner: np.ndarray, n_groups: int) -> pl.Series:
@@ -455,6 +717,10 @@ def _infer_batch_groups(steps: pl.Series, group_code: np.ndarray) -> int | None:
     pairs = pl.DataFrame({"step": steps, "group": group_code}).drop_nulls("step")
     if pairs.height == 0:
         return None
+    # A group's records mostly sit together: keep the first row of each run of one
+    # (step, group) pair before the exact count of distinct groups per step.
+    new_pair = (pl.col("step").diff() != 0) | (pl.col("group").diff() != 0)
+    pairs = pairs.filter(new_pair.fill_null(True))
     per_step = pairs.group_by("step").agg(n=pl.col("group").n_unique())["n"]
     counts = Counter(per_step.to_list())
     return max(counts, key=lambda n: (counts[n], n))
@@ -462,7 +728,7 @@ def _infer_batch_groups(steps: pl.Series, group_code: np.ndarray) -> int | None:
 
 def real_token_labels(rows: pl.DataFrame, *, by: str) -> pl.DataFrame:
     """(``by``, label) for every real token-version label of each record, normalised."""
-    real = real_labels_expr(rows["version_spans"])
+    real = real_labels_expr(written_labels(rows["version_spans"]))
     return (
         rows.select(by, label=pl.col("version_spans").list.eval(real))
         .explode("label")
@@ -746,7 +1012,7 @@ def _summarise(
         version_gap=version_gap,
         version_span=version_span,
         versions=observation.versions,
-        unchecked_trajectories=prepared.trajectories.height - len(arrays.span),
+        unchecked_trajectories=prepared.n_trajectories - len(arrays.span),
         notes=tuple(notes),
     )
 

@@ -1,0 +1,144 @@
+"""prepare()'s shortcuts agree with the plain way of computing the same facts.
+
+Each shortcut (spans read from Arrow string views, ids encoded by runs, per-group sums
+over contiguous slices) is compared with a plain Python computation or with the
+general path on generated inputs, and checked to be taken where it should be.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+import analysis
+from analysis.labels import real_label
+from analysis.load import SPAN_TYPE
+from tests.strategies import raw_logs
+
+replay_module = importlib.import_module("analysis.replay")
+
+# Short labels (at most 12 bytes, held whole in a string view), including labels that
+# are not real, labels that need stripping, two spellings of one number, non-ASCII
+# text and a NUL byte.
+SHORT_LABELS = [
+    "-1", "0", "1", "2", "3", "03", "10", "11", "v2", "v10", " 3", "3 ", "", "none",
+    "Unknown", "é", "版本7", "a\x00b", "123456789012", "-7",
+]  # fmt: skip
+LONG_LABEL = "weights-0123456789"  # 18 bytes: not inline in a view
+
+label_lists = st.lists(st.lists(st.sampled_from(SHORT_LABELS), max_size=8) | st.none(), max_size=40)
+
+
+def spans_column(records: list[list[str] | None]) -> pl.Series:
+    """A version_spans column with one span per label (positions do not matter here)."""
+    rows = [
+        None
+        if labels is None
+        else [{"start": i, "end": i + 1, "version": label} for i, label in enumerate(labels)]
+        for labels in records
+    ]
+    return pl.Series("version_spans", rows, dtype=SPAN_TYPE)
+
+
+def plain_span(labels: list[str] | None) -> int:
+    """Distinct real labels of one record (SPEC §2), -1 for a record without spans."""
+    if labels is None:
+        return -1
+    return len({real_label(label) for label in labels} - {None})
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=label_lists, cut=st.integers(0, 5))
+def test_views_give_each_records_span(records: list[list[str] | None], cut: int) -> None:
+    # A slice of a longer column (Arrow offsets that do not start at 0), in two chunks.
+    spans = spans_column([["9", "8"]] * cut + records)
+    spans = pl.concat([spans.slice(cut, len(records) // 2), spans.slice(cut + len(records) // 2)])
+    from_views = replay_module._spans_from_views(spans)
+    assert from_views is not None  # short labels without nulls take the view path
+    written, span = from_views
+    assert span.tolist() == [plain_span(labels) for labels in records]
+    assert sorted(written) == sorted({label for labels in records if labels for label in labels})
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=label_lists, long_at=st.integers(0, 39))
+def test_long_labels_take_the_polars_path(records: list[list[str] | None], long_at: int) -> None:
+    records = [*records, [LONG_LABEL, "1", LONG_LABEL]]
+    records.insert(long_at % len(records), ["3", LONG_LABEL.upper(), "-1"])
+    spans = spans_column(records)
+    assert replay_module._spans_from_views(spans) is None
+    _, span = replay_module._record_spans(spans)
+    assert span.tolist() == [plain_span(labels) for labels in records]
+
+
+def test_null_labels_take_the_polars_path() -> None:
+    spans = pl.Series(
+        "version_spans",
+        [[{"start": 0, "end": 1, "version": None}, {"start": 1, "end": 2, "version": "4"}]],
+        dtype=SPAN_TYPE,
+    )
+    assert replay_module._spans_from_views(spans) is None
+    assert replay_module._record_spans(spans)[1].tolist() == [1]
+
+
+def test_codes_that_decrease_within_a_record_are_counted_exactly() -> None:
+    # Natural order puts 2 before 10; a record that goes back (10 -> 2 -> 10) must still
+    # count two labels, next to records in order.
+    records = [["-1", "2", "10"], ["10", "2", "10", "-1", "2"], ["2", " 2", "2 "], ["7"], []]
+    _, span = replay_module._spans_from_views(spans_column(records))
+    assert span.tolist() == [2, 2, 1, 1, 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ids=st.lists(st.sampled_from(["a", "b", "c", "d", None]), max_size=60))
+def test_first_appearance_codes_by_runs_and_by_hashing_agree(ids: list[str | None]) -> None:
+    series = pl.Series("id", ids, dtype=pl.String)
+    codes, distinct = replay_module._first_appearance_codes(series)
+    seen: dict[Any, int] = {}
+    expected = [seen.setdefault(value, len(seen)) for value in ids]
+    assert codes.tolist() == expected
+    assert distinct.to_list() == list(seen)
+
+
+def test_long_runs_are_encoded_by_runs() -> None:
+    ids = pl.Series("id", ["g1"] * 5 + ["g0"] * 3 + ["g1"] * 4)
+    codes, distinct = replay_module._first_appearance_codes(ids)
+    assert codes.tolist() == [0] * 5 + [1] * 3 + [0] * 4
+    assert distinct.to_list() == ["g1", "g0"]
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_per_group_reductions(in_order: bool) -> None:
+    rng = np.random.default_rng(7)
+    position = np.repeat(np.arange(50), rng.integers(1, 6, size=50))
+    if not in_order:
+        rng.shuffle(position)
+    values = rng.integers(-5, 100, size=len(position))
+    flags = values % 7 == 0
+    by_group = replay_module._ByGroup(position, 50)
+    assert (by_group.starts is not None) == in_order
+    assert by_group.count().tolist() == [int((position == g).sum()) for g in range(50)]
+    assert by_group.sum(values).tolist() == [int(values[position == g].sum()) for g in range(50)]
+    assert by_group.any(flags).tolist() == [bool(flags[position == g].any()) for g in range(50)]
+    assert by_group.max(values).tolist() == [int(values[position == g].max()) for g in range(50)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=raw_logs())
+def test_prepare_with_and_without_the_view_path(records: list[dict[str, Any]]) -> None:
+    table = analysis.records_to_table(records)
+    fast = analysis.prepare(table)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay_module, "_spans_from_views", lambda spans: None)
+        slow = analysis.prepare(table)
+    assert_frame_equal(fast.groups, slow.groups)
+    assert_frame_equal(fast.trajectories, slow.trajectories)
+    for name in ("codes", "owner", "max_switches", "span", "span_owner"):
+        assert getattr(fast.arrays, name).tolist() == getattr(slow.arrays, name).tolist(), name
