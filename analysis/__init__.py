@@ -41,6 +41,7 @@ from analysis.output import (
     write_frame_to,
 )
 from analysis.replay import (
+    REPLAY_COLUMNS,
     PreparedLog,
     ReplayConfig,
     ReplayResult,
@@ -56,6 +57,7 @@ from analysis.writers import log_format_for, write_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
+    "REPLAY_COLUMNS",
     "BiasReport",
     "CompareResult",
     "ConfigError",

@@ -263,27 +263,47 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _read_canonical(source: Source, extra: Sequence[str]) -> pl.DataFrame:
+def _read_canonical(
+    source: Source, extra: Sequence[str], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """A canonical Parquet or Arrow file as the canonical table; only ``columns`` (and
+    the extra fields) are read when given."""
     extra = [path for path in extra if path not in CANONICAL_SCHEMA]
+    parquet = source.format == "parquet"
     try:
-        frame = (
-            pl.read_parquet(source.path) if source.format == "parquet" else pl.read_ipc(source.path)
-        )
+        present = list((pl.read_parquet_schema if parquet else pl.read_ipc_schema)(source.path))
     # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
         raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
-    missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in frame.columns]
+    missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
         raise MissingFieldError(
             f"{source.path}: not in the canonical layout: lacks {', '.join(missing)} "
-            f"(columns: {', '.join(frame.columns)}); write it with `dressage-replay convert`"
+            f"(columns: {', '.join(present)}); write it with `dressage-replay convert`"
             + (" --order-by FIELD to keep an ordering field" if extra else "")
         )
-    for name, dtype in CANONICAL_SCHEMA.items():
-        if name not in frame.columns:
-            frame = frame.with_columns(pl.lit(None, dtype=dtype).alias(name))
-    frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
-    return frame.select(*CANONICAL_SCHEMA, *extra).cast(CANONICAL_SCHEMA)  # type: ignore[arg-type]
+    wanted = {
+        name: dtype
+        for name, dtype in CANONICAL_SCHEMA.items()
+        if columns is None or name in columns
+    }
+    # The source column is the file path, not whatever the file says.
+    read = [name for name in present if name in extra or (name in wanted and name != "source")]
+    try:
+        frame = (
+            pl.read_parquet(source.path, columns=read)
+            if parquet
+            else pl.read_ipc(source.path, columns=read)
+        )
+    except (Exception, pl.exceptions.PanicException) as exc:
+        raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
+    absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
+    frame = frame.with_columns(
+        pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
+    )
+    if "source" in wanted:
+        frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
+    return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
 
 
 def _raw_records(
@@ -315,12 +335,15 @@ def load_logs(
     trust_pickle: bool = False,
     report: LoadReport | None = None,
     progress: Callable[[int, int], None] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pl.DataFrame:
     """Read every input, in the order given, into the canonical table.
 
     ``extra_fields`` are dotted paths kept as extra columns of the same name (for
     ``--order-by``). Pass a :class:`LoadReport` to learn formats, skips and warnings;
-    ``progress(files_done, files_total)`` is called after each file.
+    ``progress(files_done, files_total)`` is called after each file. ``columns`` keeps
+    only those canonical columns (``analysis.REPLAY_COLUMNS`` is what a replay needs);
+    Parquet and Arrow inputs then read nothing else.
 
     Examples
     --------
@@ -335,11 +358,11 @@ def load_logs(
     frames = list(
         iter_log_chunks(
             inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
-            trust_pickle=trust_pickle, report=report, progress=progress,
+            trust_pickle=trust_pickle, report=report, progress=progress, columns=columns,
         )
     )  # fmt: skip
     if not frames:
-        return _rows_to_frame([], extra_fields, where="")
+        return _kept_columns(_rows_to_frame([], extra_fields, where=""), columns, extra_fields)
     try:
         table = pl.concat(frames, how="vertical_relaxed")
     except pl.exceptions.PolarsError as exc:
@@ -380,6 +403,7 @@ def iter_log_chunks(
     report: LoadReport | None = None,
     progress: Callable[[int, int], None] | None = None,
     chunk_records: int = 50_000,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """Yield the canonical table in chunks of at most ``chunk_records`` raw records.
 
@@ -387,7 +411,42 @@ def iter_log_chunks(
     each as it comes). An artifact folder is the exception: it is read whole before its
     first chunk, because arrival order needs every file's modification time, so its part
     of the table (spans, not token lists: about 230 bytes a segment file) is held whole.
+    ``columns`` keeps only those canonical columns, as in :func:`load_logs`.
     """
+    unknown = [name for name in columns or () if name not in CANONICAL_SCHEMA]
+    if unknown:
+        raise ValueError(f"not canonical columns: {', '.join(unknown)}")
+    chunks = _log_chunks(
+        inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
+        trust_pickle=trust_pickle, report=report, progress=progress,
+        chunk_records=chunk_records, columns=columns,
+    )  # fmt: skip
+    for chunk in chunks:
+        yield _kept_columns(chunk, columns, extra_fields)
+
+
+def _kept_columns(
+    frame: pl.DataFrame, columns: Sequence[str] | None, extra: Sequence[str]
+) -> pl.DataFrame:
+    """The canonical ``columns`` of a frame (all when None) and the extra fields."""
+    if columns is None:
+        return frame
+    extra = [path for path in extra if path not in CANONICAL_SCHEMA]
+    return frame.select(*[name for name in CANONICAL_SCHEMA if name in columns], *extra)
+
+
+def _log_chunks(
+    inputs: Sequence[str | Path],
+    *,
+    fields: FieldMap | None,
+    extra_fields: Sequence[str],
+    on_bad_record: OnBadRecord,
+    trust_pickle: bool,
+    report: LoadReport | None,
+    progress: Callable[[int, int], None] | None,
+    chunk_records: int,
+    columns: Sequence[str] | None,
+) -> Iterator[pl.DataFrame]:
     fields = fields or FieldMap()
     report = report if report is not None else LoadReport()
     sources, warnings = detect_sources(inputs)
@@ -422,7 +481,7 @@ def iter_log_chunks(
                 yield _rows_to_frame(rows, extra_fields, where=str(source.path))
                 rows = []
             try:
-                table = _read_canonical(source, extra_fields)
+                table = _read_canonical(source, extra_fields, columns)
             except LogFormatError as error:
                 skip_or_raise(error)
                 continue

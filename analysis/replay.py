@@ -209,7 +209,7 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         )
     # The ordering column under a name of its own: it may be one of the columns above.
     order = [pl.col(order_by).alias(_ORDER_KEY)] if order_by else []
-    rows = table.select(*_PREPARE_COLUMNS, *order)
+    rows = table.select(*REPLAY_COLUMNS, *order)
     # The passes over every token-version span and over the trajectory ids run in a
     # second thread beside the group work; both sides spend most of their time in
     # polars, NumPy or Arrow, which release the GIL, so the two cores share the work.
@@ -269,10 +269,11 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
 
 _ORDER_KEY = "\x00order_by"
 
-_PREPARE_COLUMNS = (
+REPLAY_COLUMNS = (
     "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
     "response_length", "loss_mask_length", "trainer_step",
 )  # fmt: skip
+"""The canonical columns that :func:`prepare` (and so a replay or sweep) reads."""
 
 
 def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
@@ -396,32 +397,55 @@ def _spans_from_views(spans: pl.Series) -> tuple[list[str], np.ndarray] | None:
     views = words.reshape(-1, 2)
     if len(views) and int(views.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
         return None
-    low, high = views[:, 0], views[:, 1]
-    short = not high.any()  # labels of at most 4 bytes: the first word is the whole view
-    if not short:
+    span = np.empty(len(lists), dtype=np.int64)
+    written: dict[str, None] = {}
+    lengths = np.diff(offsets)
+    # In slices of records, so that the temporary arrays stay small enough to be reused
+    # from one slice to the next instead of being new memory each time.
+    for begin in range(0, len(lists), _SLICE_RECORDS):
+        end = min(begin + _SLICE_RECORDS, len(lists))
+        part = views[offsets[begin] - first : offsets[end] - first]
+        counted = _slice_spans(part, lengths[begin:end], written)
+        if counted is None:
+            return None
+        span[begin:end] = counted
+    if lists.null_count:
+        span[lists.is_null().to_numpy(zero_copy_only=False)] = -1
+    return list(written), span
+
+
+_SLICE_RECORDS = 1 << 17
+
+
+def _slice_spans(
+    views: np.ndarray, lengths: np.ndarray, written: dict[str, None]
+) -> np.ndarray | None:
+    """Spans of a slice of records from their labels' views; adds the labels to ``written``.
+
+    None when the views turn out not to be keys (padding that is not zero, bad UTF-8).
+    """
+    high = views[:, 1]
+    if high.any():
         keys = pa.Array.from_buffers(pa.binary(16), len(views), [None, pa.py_buffer(views)])
-    else:
-        keys = pa.array(low)
-    encoded = pc.dictionary_encode(keys)
-    if not short:
-        distinct = np.frombuffer(encoded.dictionary.buffers()[1], dtype=np.uint64)
-        distinct = distinct.reshape(-1, 2)[encoded.dictionary.offset :][: len(encoded.dictionary)]
-    else:
+        encoded = pc.dictionary_encode(keys)
+        dictionary = encoded.dictionary
+        distinct = np.frombuffer(dictionary.buffers()[1], dtype=np.uint64).reshape(-1, 2)
+        distinct = distinct[dictionary.offset : dictionary.offset + len(dictionary)]
+    else:  # labels of at most 4 bytes: the first word is the whole view
+        encoded = pc.dictionary_encode(pa.array(np.ascontiguousarray(views[:, 0])))
         distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
         distinct[:, 0] = encoded.dictionary.to_numpy()
     try:
-        written = [_view_text(view) for view in distinct.tolist()]
+        texts = [_view_text(view) for view in distinct.tolist()]
     except UnicodeDecodeError:
         return None
-    if len(set(written)) < len(written):
+    if len(set(texts)) < len(texts):
         return None  # padding that is not zero: views are not keys after all
-    code = _label_codes(written)[encoded.indices.to_numpy()]
+    written.update(dict.fromkeys(texts))
+    code = _label_codes(texts)[encoded.indices.to_numpy()]
     real = code >= 0
-    record = np.repeat(np.arange(len(lists), dtype=np.int32), np.diff(offsets))
-    span = _distinct_per_record(record[real], code[real], len(lists))
-    if lists.null_count:
-        span[lists.is_null().to_numpy(zero_copy_only=False)] = -1
-    return written, span
+    record = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    return _distinct_per_record(record[real], code[real], len(lengths))
 
 
 def _view_text(view: list[int]) -> str:

@@ -7,7 +7,7 @@ import functools
 import json
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -148,7 +148,7 @@ class LoadOptions:
     order_by: str | None
     quiet: bool = False
 
-    def load(self) -> tuple[Any, analysis.LoadReport]:
+    def load(self, columns: Sequence[str] | None = None) -> tuple[Any, analysis.LoadReport]:
         report = analysis.LoadReport()
         with progress_bar("reading", quiet=self.quiet) as update:
             table = analysis.load_logs(
@@ -159,11 +159,16 @@ class LoadOptions:
                 trust_pickle=self.trust_pickle,
                 report=report,
                 progress=update,
+                columns=columns,
             )
         return table, report
 
-    def prepare(self) -> tuple[Any, analysis.PreparedLog, analysis.LoadReport]:
-        table, report = self.load()
+    def prepare(
+        self, *, whole_table: bool = False
+    ) -> tuple[Any, analysis.PreparedLog, analysis.LoadReport]:
+        """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
+        ordering = [self.order_by] if self.order_by in analysis.CANONICAL_SCHEMA else []
+        table, report = self.load(None if whole_table else [*analysis.REPLAY_COLUMNS, *ordering])
         return table, analysis.prepare(table, order_by=self.order_by), report
 
 
@@ -295,7 +300,7 @@ def replay(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
     )  # fmt: skip
-    table, prepared, report = options.prepare()
+    table, prepared, report = options.prepare(whole_table=bias)
     result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)
@@ -640,7 +645,7 @@ def report(
         order_by=order_by, quiet=quiet,
     )  # fmt: skip
     analysis.refuse_overwriting_inputs(output, inputs)
-    table, prepared, loaded = options.prepare()
+    table, prepared, loaded = options.prepare(whole_table=True)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(
             prepared, table, analysis.inspect_log(table, loaded),

@@ -70,6 +70,31 @@ def test_parquet_round_trip_is_exact(small_logs: dict[str, Path], tmp_path: Path
         assert_frame_equal(again.drop("source"), table.drop("source"))
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "arrow", "artifacts"])
+def test_only_the_columns_asked_for(small_logs: dict[str, Path], tmp_path: Path, kind: str) -> None:
+    """load_logs(columns=...) keeps those columns (canonical order, extra fields after)
+    with the same values, and a replay of that table is the replay of the whole one."""
+    extra = ["metadata.dressage_return_rollout_id"]
+    source = small_logs.get(kind)
+    if source is None:
+        source = tmp_path / f"log.{kind}"
+        table = analysis.load_logs([small_logs["jsonl"]], extra_fields=extra)
+        analysis.write_canonical(table, source)
+    whole = analysis.load_logs([source], extra_fields=extra)
+    asked = ["trainer_step", *analysis.REPLAY_COLUMNS, "source"]
+    part = analysis.load_logs([source], columns=asked, extra_fields=extra)
+    expected = [c for c in analysis.CANONICAL_SCHEMA if c in asked]
+    assert part.columns == [*expected, *extra]
+    assert_frame_equal(part, whole.select(part.columns))
+    for (decisions, summary), (expected_decisions, expected_summary) in zip(
+        replays(part), replays(whole), strict=True
+    ):
+        assert_frame_equal(decisions, expected_decisions)
+        assert summary == expected_summary
+    with pytest.raises(ValueError, match="not canonical columns: reward_sum"):
+        analysis.load_logs([source], columns=["reward_sum"])
+
+
 def test_dumps_are_ordered_by_rollout_id_not_name(small_logs: dict[str, Path]) -> None:
     table = analysis.load_logs([small_logs["pt"]])
     steps = table["trainer_step"].to_list()

@@ -30,10 +30,7 @@ from analysis.writers import write_artifacts, write_canonical_parquet, write_jso
 DATA = Path(os.environ.get("BENCH_DATA", ROOT / "bench_data"))
 K_VALUES = list(range(7))
 M_VALUES: list[int | None] = [None, 0, 1, 2, 3]
-REPLAY_COLUMNS = [
-    "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
-    "response_length", "loss_mask_length", "trainer_step",
-]  # fmt: skip
+REPLAY_COLUMNS = list(analysis.REPLAY_COLUMNS)
 
 
 def best_of(function: Callable[[], Any], repeat: int = 3) -> float:
@@ -99,11 +96,13 @@ def bench_replay_and_sweep() -> list[dict[str, Any]]:
     read = best_of(lambda: pl.read_parquet(path, columns=REPLAY_COLUMNS))
     config = analysis.ReplayConfig(keep_versions=2, max_preempts=1)
 
+    # What `dressage-replay replay` and `sweep` do: read the replay's columns, prepare, replay.
     def one_replay() -> None:
-        analysis.replay(analysis.prepare(analysis.load_logs([path])), config)
+        table = analysis.load_logs([path], columns=REPLAY_COLUMNS)
+        analysis.replay(analysis.prepare(table), config)
 
     def full_sweep() -> None:
-        prepared = analysis.prepare(analysis.load_logs([path]))
+        prepared = analysis.prepare(analysis.load_logs([path], columns=REPLAY_COLUMNS))
         analysis.sweep(prepared, keep_versions=K_VALUES, max_preempts=M_VALUES)
 
     replay_time = best_of(one_replay)

@@ -157,3 +157,20 @@ def test_traceback_only_on_request(tmp_path: Path) -> None:
     assert "Traceback" not in err
     _, _, err = invoke("replay", log, "-b", "1", "--traceback")
     assert "Traceback" in err
+
+
+def test_order_by_a_canonical_column_the_replay_does_not_read(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """replay reads only the replay's columns, plus the one --order-by names."""
+    canonical = tmp_path / "run.parquet"
+    code, _, err = invoke("convert", small_logs["jsonl"], "-o", canonical)
+    assert code == 0, err
+    args = ("-k", "2", "-b", "3", "--order-by", "sample_index", "--json")
+    code, out, err = invoke("replay", canonical, *args)
+    assert code == 0, err
+    table = analysis.load_logs([canonical])
+    expected = analysis.replay(
+        table, analysis.ReplayConfig(keep_versions=2, batch_groups=3), order_by="sample_index"
+    )
+    assert json.loads(out) == json.loads(json.dumps(expected.summary.to_dict()))
