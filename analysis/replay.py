@@ -8,6 +8,7 @@ sequential collection loop for one :class:`ReplayConfig` over compact per-group 
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -281,22 +282,44 @@ def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
 
     A null id is an id of its own, like a null key in a group-by. Logs keep a group's
     records, and records of one version, mostly together, so when runs of equal ids are
-    few only the first id of each run is hashed. Arrow only, no polars: this runs beside
-    polars work in another thread, and polars would queue it behind that work.
+    few only the first id of each run is hashed.
     """
-    values = ids.to_arrow()
-    if len(values) > 1 and values.null_count == 0:
-        new_run = np.ones(len(values), dtype=bool)
-        new_run[1:] = pc.not_equal(values[1:], values[:-1]).to_numpy(zero_copy_only=False)
-        starts = np.flatnonzero(new_run)
-        if 2 * len(starts) <= len(values):
-            encoded = pc.dictionary_encode(values.take(pa.array(starts)))
-            run_code = encoded.indices.to_numpy().astype(np.int64)
-            codes = np.repeat(run_code, np.diff(starts, append=len(values)))
-            return codes, pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
-    encoded = pc.dictionary_encode(values, null_encoding="encode")
+    if len(ids) > 1 and ids.null_count() == 0:
+        try:
+            codes = _codes_by_runs(ids)
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # an older pyarrow
+            codes = None
+        if codes is not None:
+            return codes
+    encoded = pc.dictionary_encode(ids.to_arrow(), null_encoding="encode")
     distinct = pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
     return encoded.indices.to_numpy().astype(np.int64), distinct
+
+
+def _codes_by_runs(ids: pl.Series) -> tuple[np.ndarray, pl.Series] | None:
+    """:func:`_first_appearance_codes` from the first id of each run, or None when runs
+    are not much fewer than rows. Reads polars' chunks as they are (no copy)."""
+    values = _arrow_chunks(ids)
+    new_run = np.ones(len(values), dtype=bool)
+    new_run[1:] = pc.not_equal(values[1:], values[:-1]).to_numpy()
+    starts = np.flatnonzero(new_run)
+    if 2 * len(starts) > len(values):
+        return None
+    # The first ids of runs through polars: Arrow has no filter for string views yet.
+    encoded = pc.dictionary_encode(ids.filter(pl.Series(new_run)).to_arrow())
+    run_code = encoded.indices.to_numpy().astype(np.int64)
+    codes = np.repeat(run_code, np.diff(starts, append=len(values)))
+    return codes, pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
+
+
+def _arrow_chunks(values: pl.Series) -> pa.ChunkedArray:
+    """A polars column as Arrow chunks without copying (strings as string views)."""
+    compat = getattr(pl, "CompatLevel", None)
+    if compat is None:
+        return pa.chunked_array([values.to_arrow()])
+    return pa.chunked_array(
+        [chunk.to_arrow(compat_level=compat.newest()) for chunk in values.get_chunks()]
+    )
 
 
 def _arrival_positions(
@@ -377,7 +400,21 @@ def _spans_from_views(spans: pl.Series) -> tuple[list[str], np.ndarray] | None:
     compat = getattr(pl, "CompatLevel", None)
     if compat is None or sys.byteorder != "little":
         return None
-    lists = spans.to_arrow(compat_level=compat.newest())
+    written: dict[str, None] = {}
+    scratch = _Scratch()
+    parts = []
+    # Chunk by chunk as polars holds them: one Arrow array of the whole column would
+    # be a copy of every span.
+    for chunk in spans.get_chunks():
+        part = _chunk_spans(chunk.to_arrow(compat_level=compat.newest()), written, scratch)
+        if part is None:
+            return None
+        parts.append(part)
+    return list(written), np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _chunk_spans(lists: pa.Array, written: dict[str, None], scratch: _Scratch) -> np.ndarray | None:
+    """:func:`_spans_from_views` for one Arrow list array."""
     if not isinstance(lists, (pa.ListArray, pa.LargeListArray)):
         return None
     entries = lists.values
@@ -398,57 +435,96 @@ def _spans_from_views(spans: pl.Series) -> tuple[list[str], np.ndarray] | None:
     if len(views) and int(views.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
         return None
     span = np.empty(len(lists), dtype=np.int64)
-    written: dict[str, None] = {}
-    lengths = np.diff(offsets)
-    # In slices of records, so that the temporary arrays stay small enough to be reused
-    # from one slice to the next instead of being new memory each time.
-    for begin in range(0, len(lists), _SLICE_RECORDS):
-        end = min(begin + _SLICE_RECORDS, len(lists))
+    # In slices of about _SLICE_SPANS spans, through scratch arrays made once: the
+    # temporaries stay in cache and no new memory is touched slice after slice (fresh
+    # pages cost more than the arithmetic here).
+    bounds = [0]
+    while bounds[-1] < len(lists):
+        begin = bounds[-1]
+        end = int(np.searchsorted(offsets, offsets[begin] + _SLICE_SPANS, side="right")) - 1
+        bounds.append(min(max(end, begin + 1), len(lists)))
+    for begin, end in itertools.pairwise(bounds):
         part = views[offsets[begin] - first : offsets[end] - first]
-        counted = _slice_spans(part, lengths[begin:end], written)
+        counted = _slice_spans(part, offsets[begin : end + 1] - offsets[begin], written, scratch)
         if counted is None:
             return None
         span[begin:end] = counted
     if lists.null_count:
         span[lists.is_null().to_numpy(zero_copy_only=False)] = -1
-    return list(written), span
+    return span
 
 
-_SLICE_RECORDS = 1 << 17
+_SLICE_SPANS = 1 << 18
+
+
+class _Scratch:
+    """Arrays reused (as prefixes) for every slice; they grow when a slice is longer."""
+
+    def __init__(self) -> None:
+        self.size = -1
+        self.texts: dict[tuple[int, int], str] = {}
+        """Text of every view decoded so far."""
+
+    def fit(self, size: int) -> None:
+        if size <= self.size:
+            return
+        self.size = size
+        self.low = np.empty(size, dtype=np.uint64)
+        self.code = np.empty(size, dtype=np.int32)
+        self.real = np.empty(size, dtype=bool)
+        self.counts = np.empty(size, dtype=np.int32)
+        self.real_code = np.empty(size, dtype=np.int32)
+        self.flags = np.empty(size, dtype=bool)
 
 
 def _slice_spans(
-    views: np.ndarray, lengths: np.ndarray, written: dict[str, None]
+    views: np.ndarray, offsets: np.ndarray, written: dict[str, None], scratch: _Scratch
 ) -> np.ndarray | None:
     """Spans of a slice of records from their labels' views; adds the labels to ``written``.
 
-    None when the views turn out not to be keys (padding that is not zero, bad UTF-8).
+    ``offsets`` are the records' bounds within ``views``. None when the views turn out
+    not to be keys (padding that is not zero, bad UTF-8).
     """
+    size = len(views)
+    if size == 0:
+        return np.zeros(len(offsets) - 1, dtype=np.int64)
+    scratch.fit(size)
     high = views[:, 1]
     if high.any():
-        keys = pa.Array.from_buffers(pa.binary(16), len(views), [None, pa.py_buffer(views)])
+        keys = pa.Array.from_buffers(pa.binary(16), size, [None, pa.py_buffer(views)])
         encoded = pc.dictionary_encode(keys)
         dictionary = encoded.dictionary
         distinct = np.frombuffer(dictionary.buffers()[1], dtype=np.uint64).reshape(-1, 2)
         distinct = distinct[dictionary.offset : dictionary.offset + len(dictionary)]
     else:  # labels of at most 4 bytes: the first word is the whole view
-        encoded = pc.dictionary_encode(pa.array(np.ascontiguousarray(views[:, 0])))
+        low = scratch.low[:size]
+        np.copyto(low, views[:, 0])
+        encoded = pc.dictionary_encode(pa.array(low))
         distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
         distinct[:, 0] = encoded.dictionary.to_numpy()
-    try:
-        texts = [_view_text(view) for view in distinct.tolist()]
-    except UnicodeDecodeError:
-        return None
+    known = scratch.texts
+    texts = []
+    for low_word, high_word in distinct.tolist():
+        key = (low_word, high_word)
+        if key not in known:
+            try:
+                known[key] = _view_text(key)
+            except UnicodeDecodeError:
+                return None
+        texts.append(known[key])
     if len(set(texts)) < len(texts):
         return None  # padding that is not zero: views are not keys after all
     written.update(dict.fromkeys(texts))
-    code = _label_codes(texts)[encoded.indices.to_numpy()]
-    real = code >= 0
-    record = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
-    return _distinct_per_record(record[real], code[real], len(lengths))
+    code = np.take(_label_codes(texts), encoded.indices.to_numpy(), out=scratch.code[:size])
+    real = np.greater_equal(code, 0, out=scratch.real[:size])
+    # How many real spans come before each record's first span.
+    seen = np.cumsum(real, dtype=np.int32, out=scratch.counts[:size])
+    before = np.where(offsets > 0, seen[np.maximum(offsets - 1, 0)], 0)
+    real_code = np.compress(real, code, out=scratch.real_code[: before[-1]])
+    return _distinct_per_record(real_code, before, scratch)
 
 
-def _view_text(view: list[int]) -> str:
+def _view_text(view: tuple[int, int]) -> str:
     """The string an inline 16-byte view holds (length, then up to 12 bytes)."""
     low, high = view
     raw = low.to_bytes(8, "little")[4:] + high.to_bytes(8, "little")
@@ -472,25 +548,38 @@ def _natural_key(label: str) -> tuple[int, int, str]:
     return (0, int(label), label) if digits.isdigit() and digits.isascii() else (1, 0, label)
 
 
-def _distinct_per_record(record: np.ndarray, code: np.ndarray, n_records: int) -> np.ndarray:
-    """How many distinct codes each record has, from (record, code) pairs grouped by record.
+def _distinct_per_record(code: np.ndarray, before: np.ndarray, scratch: _Scratch) -> np.ndarray:
+    """How many distinct codes each record has; record i's codes are
+    ``code[before[i]:before[i + 1]]``.
 
-    Within a record whose codes never decrease, a code is new where it differs from the
-    previous one; only the records where a code decreases are sorted.
+    Within a record whose codes never decrease (labels in natural order, as versions
+    are written), a code is new where it differs from the previous one; only the
+    records where a code decreases are sorted.
     """
-    same = record[1:] == record[:-1]
-    new = np.ones(len(code), dtype=bool)
-    new[1:] = ~same | (code[1:] != code[:-1])
-    count = np.bincount(record[new], minlength=n_records)
-    unsorted = np.unique(record[1:][same & (code[1:] < code[:-1])])
-    if len(unsorted):
+    size = len(code)
+    n_records = len(before) - 1
+    if size == 0:
+        return np.zeros(n_records, dtype=np.int64)
+    starts = before[:-1][before[:-1] < before[1:]]  # first code of each record that has any
+    new = scratch.flags[:size]
+    new[0] = True
+    np.not_equal(code[1:], code[:-1], out=new[1:])
+    new[starts] = True
+    seen = np.cumsum(new, dtype=np.int32, out=scratch.counts[:size])
+    upto = np.where(before > 0, seen[np.maximum(before - 1, 0)], 0)
+    count = np.diff(upto).astype(np.int64)
+    decreases = np.less(code[1:], code[:-1], out=scratch.flags[: size - 1])
+    decreases[starts[starts > 0] - 1] = False  # a pair across two records
+    if decreases.any():
+        unsorted = np.unique(np.searchsorted(before, np.flatnonzero(decreases) + 1, "right") - 1)
+        record = np.repeat(np.arange(n_records), np.diff(before))
         pick = np.isin(record, unsorted)
         order = np.lexsort((code[pick], record[pick]))
-        pairs_record, pairs_code = record[pick][order], code[pick][order]
+        pair_record, pair_code = record[pick][order], code[pick][order]
         first = np.ones(len(order), dtype=bool)
-        first[1:] = (pairs_record[1:] != pairs_record[:-1]) | (pairs_code[1:] != pairs_code[:-1])
-        count[unsorted] = np.bincount(pairs_record[first], minlength=n_records)[unsorted]
-    return count.astype(np.int64, copy=False)
+        first[1:] = (pair_record[1:] != pair_record[:-1]) | (pair_code[1:] != pair_code[:-1])
+        count[unsorted] = np.bincount(pair_record[first], minlength=n_records)[unsorted]
+    return count
 
 
 def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:

@@ -55,16 +55,16 @@ def plain_span(labels: list[str] | None) -> int:
 
 
 @settings(max_examples=200, deadline=None)
-@given(records=label_lists, cut=st.integers(0, 5), slice_records=st.sampled_from([1, 3, 1 << 17]))
+@given(records=label_lists, cut=st.integers(0, 5), slice_spans=st.sampled_from([1, 5, 1 << 18]))
 def test_views_give_each_records_span(
-    records: list[list[str] | None], cut: int, slice_records: int
+    records: list[list[str] | None], cut: int, slice_spans: int
 ) -> None:
     # A slice of a longer column (Arrow offsets that do not start at 0), in two chunks,
     # read in slices of a few records or in one.
     spans = spans_column([["9", "8"]] * cut + records)
     spans = pl.concat([spans.slice(cut, len(records) // 2), spans.slice(cut + len(records) // 2)])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(replay_module, "_SLICE_RECORDS", slice_records)
+        patch.setattr(replay_module, "_SLICE_SPANS", slice_spans)
         from_views = replay_module._spans_from_views(spans)
     assert from_views is not None  # short labels without nulls take the view path
     written, span = from_views
