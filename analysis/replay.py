@@ -218,7 +218,7 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         labelled = helper.submit(_record_spans, rows["version_spans"])
         group_code, group_ids = _first_appearance_codes(rows["group_id"])
         n_groups = len(group_ids)
-        single = _single_record_rows(rows["group_id"], rows["trajectory_id"])
+        single = _single_record_rows(rows["group_id"], rows["trajectory_id"], group_code)
         inferred_batch_groups = _infer_batch_groups(rows["trainer_step"], group_code)
         position = _arrival_positions(rows, group_code, n_groups, order_by)
         arrival = position[group_code]  # of each row
@@ -280,13 +280,14 @@ REPLAY_COLUMNS = (
 def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
     """Code of each row's id (0 for the first id seen, 1 for the next new one...) and the ids.
 
-    A null id is an id of its own, like a null key in a group-by. Logs keep a group's
-    records, and records of one version, mostly together, so when runs of equal ids are
-    few only the first id of each run is hashed.
+    A null id is an id of its own, like a null key in a group-by. Short ids are encoded
+    as the integers their Arrow views are; otherwise, since logs keep a group's records,
+    and records of one version, mostly together, only the first id of each run is
+    hashed when runs are few.
     """
     if len(ids) > 1 and ids.null_count() == 0:
         try:
-            codes = _codes_by_runs(ids)
+            codes = _codes_from_views(ids) or _codes_by_runs(ids)
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # an older pyarrow
             codes = None
         if codes is not None:
@@ -294,6 +295,55 @@ def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
     encoded = pc.dictionary_encode(ids.to_arrow(), null_encoding="encode")
     distinct = pl.Series(ids.name, encoded.dictionary, dtype=ids.dtype)
     return encoded.indices.to_numpy().astype(np.int64), distinct
+
+
+def _codes_from_views(ids: pl.Series) -> tuple[np.ndarray, pl.Series] | None:
+    """:func:`_first_appearance_codes` of ids of at most 12 bytes without nulls, from
+    their Arrow string views (which hold such ids whole), or None."""
+    chunks = _view_chunks(ids)
+    if chunks is None:
+        return None
+    wide = any(chunk[:, 1].any() for chunk in chunks)
+    keys = np.empty((len(ids), 2 if wide else 1), dtype=np.uint64)
+    done = 0
+    for chunk in chunks:
+        keys[done : done + len(chunk)] = chunk[:, : keys.shape[1]]
+        done += len(chunk)
+    if wide:
+        encoded = pc.dictionary_encode(
+            pa.Array.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys)])
+        )
+        distinct = np.frombuffer(encoded.dictionary.buffers()[1], dtype=np.uint64)
+        distinct = distinct.reshape(-1, 2)[encoded.dictionary.offset :][: len(encoded.dictionary)]
+    else:
+        encoded = pc.dictionary_encode(pa.array(keys[:, 0]))
+        distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
+        distinct[:, 0] = encoded.dictionary.to_numpy()
+    views = np.ascontiguousarray(distinct)
+    texts = pa.Array.from_buffers(pa.string_view(), len(views), [None, pa.py_buffer(views)])
+    names = pl.Series(ids.name, texts, dtype=ids.dtype)
+    if names.n_unique() < len(names):
+        return None  # padding that is not zero: views are not keys after all
+    return encoded.indices.to_numpy().astype(np.int64), names
+
+
+def _view_chunks(values: pl.Series) -> list[np.ndarray] | None:
+    """The 16-byte Arrow views of a string column, chunk by chunk as (n, 2) words,
+    when every string is held whole in its view (at most 12 bytes) and none is null."""
+    compat = getattr(pl, "CompatLevel", None)
+    if compat is None or sys.byteorder != "little" or values.null_count():
+        return None
+    chunks = []
+    for chunk in values.get_chunks():
+        array = chunk.to_arrow(compat_level=compat.newest())
+        if array.type != pa.string_view():
+            return None
+        words = np.frombuffer(array.buffers()[1], dtype=np.uint64).reshape(-1, 2)
+        words = words[array.offset : array.offset + len(array)]
+        if len(words) and int(words.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
+            return None
+        chunks.append(words)
+    return chunks
 
 
 def _codes_by_runs(ids: pl.Series) -> tuple[np.ndarray, pl.Series] | None:
@@ -582,13 +632,17 @@ def _distinct_per_record(code: np.ndarray, before: np.ndarray, scratch: _Scratch
     return count
 
 
-def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:
+def _single_record_rows(group_ids: pl.Series, ids: pl.Series, group_code: np.ndarray) -> np.ndarray:
     """Rows that are a trajectory by themselves: no id, or a (group, id) pair no other row has.
 
-    Decided on a 64-bit hash of the pair: a hash no other row shares implies a pair no
-    other row has; the rows that share one (the same pair, or rarely a collision) are
-    left to the exact grouping. Only rows in crowded hash buckets are sorted.
+    When each group's rows are together and its ids rise from row to row (as logs are
+    often written), every pair is distinct. Otherwise it is decided on a 64-bit hash of
+    the pair: a hash no other row shares implies a pair no other row has; the rows that
+    share one (the same pair, or rarely a collision) are left to the exact grouping.
+    Only rows in crowded hash buckets are sorted.
     """
+    if _ids_rise_within_groups(ids, group_code):
+        return np.ones(len(ids), dtype=bool)
     pair = ids.hash().to_numpy() ^ (group_ids.hash().to_numpy() * np.uint64(0x9E3779B97F4A7C15))
     single = ids.is_null().to_numpy()
     if pl.Series(pair).n_unique() == len(pair):
@@ -602,6 +656,18 @@ def _single_record_rows(group_ids: pl.Series, ids: pl.Series) -> np.ndarray:
         shared = ordered[1:][ordered[1:] == ordered[:-1]]
         unique[crowded] = ~np.isin(pair[crowded], shared)
     return single | unique
+
+
+def _ids_rise_within_groups(ids: pl.Series, group_code: np.ndarray) -> bool:
+    """Whether each group's rows are consecutive and its ids strictly rise along them."""
+    if len(ids) < 2 or ids.null_count() or np.any(group_code[1:] < group_code[:-1]):
+        return False
+    values = _arrow_chunks(ids)
+    try:
+        rises = pc.less(values[:-1], values[1:]).to_numpy()
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # an older pyarrow
+        return False
+    return bool(np.all(rises | (group_code[1:] != group_code[:-1])))
 
 
 def _trajectory_arrays(

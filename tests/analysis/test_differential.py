@@ -105,7 +105,9 @@ def test_single_record_shortcut_agrees_with_grouping(records: list[dict[str, Any
     with pytest.MonkeyPatch.context() as patch:
         # Only id-less records count as single: every other trajectory is grouped.
         patch.setattr(
-            replay_module, "_single_record_rows", lambda groups, ids: ids.is_null().to_numpy()
+            replay_module,
+            "_single_record_rows",
+            lambda groups, ids, codes: ids.is_null().to_numpy(),
         )
         grouped = analysis.prepare(table)
     assert_frame_equal(fast.groups, grouped.groups)

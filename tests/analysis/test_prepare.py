@@ -101,15 +101,49 @@ def test_codes_that_decrease_within_a_record_are_counted_exactly() -> None:
     assert span.tolist() == [2, 2, 1, 1, 0]
 
 
-@settings(max_examples=100, deadline=None)
-@given(ids=st.lists(st.sampled_from(["a", "b", "c", "d", None]), max_size=60))
-def test_first_appearance_codes_by_runs_and_by_hashing_agree(ids: list[str | None]) -> None:
-    series = pl.Series("id", ids, dtype=pl.String)
-    codes, distinct = replay_module._first_appearance_codes(series)
+ID_CHOICES = ["a", "b", "c", "g12", "abcdefgh", "123456789012", "é", "a-much-longer-id-1", None]
+
+
+@settings(max_examples=150, deadline=None)
+@given(ids=st.lists(st.sampled_from(ID_CHOICES), max_size=60), chunks=st.integers(1, 3))
+def test_first_appearance_codes_agree_with_a_plain_loop(ids: list[str | None], chunks: int) -> None:
+    """Views (short ids), runs and hashing all give codes in order of first appearance."""
+    parts = [ids[i * len(ids) // chunks : (i + 1) * len(ids) // chunks] for i in range(chunks)]
+    series = pl.concat([pl.Series("id", part, dtype=pl.String) for part in parts], rechunk=False)
     seen: dict[Any, int] = {}
     expected = [seen.setdefault(value, len(seen)) for value in ids]
-    assert codes.tolist() == expected
-    assert distinct.to_list() == list(seen)
+    results = {"any": replay_module._first_appearance_codes(series)}
+    if None not in ids:  # the shortcuts are for ids without nulls
+        results["views"] = replay_module._codes_from_views(series)
+        results["runs"] = replay_module._codes_by_runs(series) if len(ids) > 1 else None
+    for name, result in results.items():
+        if result is not None:
+            codes, distinct = result
+            assert codes.tolist() == expected, name
+            assert distinct.to_list() == list(seen), name
+    short = all(i is not None and len(i.encode()) <= 12 for i in ids)
+    assert (results.get("views") is not None) == short
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from(["g1", "g2", "g3"]), st.sampled_from(["t1", "t2", "t3", None])),
+        max_size=30,
+    ),
+    together=st.booleans(),
+)
+def test_single_record_rows(rows: list[tuple[str, str | None]], together: bool) -> None:
+    """A row is single when it has no id or its (group, id) pair is on no other row."""
+    if together:  # groups together, ids rising within each: the shortcut applies
+        rows = sorted({row for row in rows if row[1] is not None})
+    groups = pl.Series("group_id", [g for g, _ in rows], dtype=pl.String)
+    ids = pl.Series("trajectory_id", [t for _, t in rows], dtype=pl.String)
+    codes, _ = replay_module._first_appearance_codes(groups)
+    single = replay_module._single_record_rows(groups, ids, codes)
+    assert single.tolist() == [t is None or rows.count((g, t)) == 1 for g, t in rows]
+    if together and len(rows) > 1:
+        assert replay_module._ids_rise_within_groups(ids, codes)
 
 
 def test_long_runs_are_encoded_by_runs() -> None:
