@@ -14,7 +14,6 @@ Work is split by what it depends on:
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,9 +135,9 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
 
     What needs no batch state is vectorised: a group is dropped on arrival from its own
     stalest index and the version count when it arrives, and failed and rejected groups
-    never enter a batch. The rest is a walk over the groups that do enter batches, which
-    stops only where a group advances the versions (the moment pending groups can go
-    stale) and otherwise fills batches a slice at a time.
+    never enter a batch. Batches are consecutive runs of ``batch_groups`` kept groups,
+    so the only sequential state is the batch being collected; it is looked at only
+    where a group advances the versions (the moment pending groups can go stale).
     """
     keep = keep_versions
     rejected, failed = observation.rejected, observation.failed
@@ -153,53 +152,41 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
     stale = observed & ~failed & (min_index < known - keep) if keep else np.zeros(n, dtype=bool)
     decision[failing] = FAILED
     decision[stale] = DROPPED_ARRIVAL
-    entering_at = np.flatnonzero(observed & ~failed & ~stale)
-    entering = entering_at.tolist()
-    advancing = np.flatnonzero(observed & observation.advanced) if keep else entering_at[:0]
-    stalest = min_index.tolist() if len(advancing) else []
+    entering = np.flatnonzero(observed & ~failed & ~stale)
+    advancing = np.flatnonzero(observed & observation.advanced) if keep else entering[:0]
 
-    batches: list[list[int]] = []  # members of each emitted batch, in order
+    dropped = np.zeros(len(entering), dtype=bool)  # dropped while pending, by entry
     pending_drops: list[tuple[int, int]] = []  # (advancing group, how many it dropped)
-    collecting: list[int] = []
-    cursor = 0
-
-    def enter(until: int) -> None:
-        """Append the entering groups before position ``until``, emitting full batches."""
-        nonlocal collecting, cursor
-        while cursor < until:
-            take = min(batch_groups - len(collecting), until - cursor)
-            collecting += entering[cursor : cursor + take]
-            cursor += take
-            if len(collecting) == batch_groups:
-                batches.append(collecting)
-                collecting = []
-
-    positions = np.searchsorted(entering_at, advancing).tolist()
+    collecting = np.zeros(0, dtype=np.int64)  # entries of the batch being collected
+    cursor = 0  # entries that have entered so far
+    positions = np.searchsorted(entering, advancing).tolist()
     for group, position in zip(advancing.tolist(), positions, strict=True):
-        enter(position)  # everything that arrived before this group
-        if collecting:
-            cutoff = int(known[group]) - keep
-            still = [member for member in collecting if stalest[member] >= cutoff]
-            if len(still) < len(collecting):
-                gone = [member for member in collecting if stalest[member] < cutoff]
+        # Everything that arrived before this group enters. When that completes a batch,
+        # the batch being collected is the tail after the last completed one.
+        total = len(collecting) + position - cursor
+        if total >= batch_groups:
+            collecting = np.arange(position - total % batch_groups, position)
+        elif position > cursor:
+            collecting = np.concatenate([collecting, np.arange(cursor, position)])
+        cursor = position
+        if len(collecting):
+            stale_now = min_index[entering[collecting]] < known[group] - keep
+            if stale_now.any():
+                gone = entering[collecting[stale_now]]
                 decision[gone] = DROPPED_PENDING
                 current[gone] = now[group]
+                dropped[collecting[stale_now]] = True
                 pending_drops.append((group, len(gone)))
-                collecting = still
-    enter(len(entering))
-    completed_by = [members[-1] for members in batches]
-    if collecting:
-        batches.append(collecting)
-        completed_by.append(n)  # the end of the log: drops up to it count for this batch
+                collecting = collecting[~stale_now]
     return _emitted(
-        batches, completed_by, stale, pending_drops, decision, batch_of, current,
+        entering[~dropped], batch_groups, stale, pending_drops, decision, batch_of, current,
         final_now=int(known[-1]) - 1 if n else -1, now=now,
     )  # fmt: skip
 
 
 def _emitted(
-    batches: list[list[int]],
-    completed_by: list[int],
+    members: np.ndarray,
+    batch_groups: int,
     stale: np.ndarray,
     pending_drops: list[tuple[int, int]],
     decision: np.ndarray,
@@ -209,9 +196,15 @@ def _emitted(
     final_now: int,
     now: np.ndarray,
 ) -> Collection:
-    """Mark the emitted batches' groups kept and count each batch's drops."""
-    n_batches = len(batches)
-    ends = np.array(completed_by, dtype=np.int64)
+    """Mark the kept groups (``members``, in order) with their batch and count each
+    batch's drops."""
+    n_batches = -(-len(members) // batch_groups)
+    # A batch is complete when its last member enters; a last partial one at the end.
+    ends = members[np.minimum(np.arange(1, n_batches + 1) * batch_groups, len(members)) - 1]
+    sizes = np.full(n_batches, batch_groups, dtype=np.int64)
+    if len(members) % batch_groups:
+        ends[-1] = len(decision)
+        sizes[-1] = len(members) % batch_groups
     # A drop counts in the row of the first batch emitted at or after it; drops after
     # the last batch are in no batch row (the summary counts them all the same).
     arrival = np.bincount(np.searchsorted(ends, np.flatnonzero(stale)), minlength=n_batches + 1)[
@@ -221,10 +214,8 @@ def _emitted(
     if pending_drops:
         where, count = zip(*pending_drops, strict=True)
         np.add.at(pending, np.searchsorted(ends, np.array(where)), np.array(count))
-    sizes = np.array([len(members) for members in batches], dtype=np.int64)
     partial = ends == len(decision)
     emitted_now = np.where(partial, final_now, now[np.minimum(ends, len(now) - 1)])
-    members = np.fromiter(itertools.chain.from_iterable(batches), np.int64, int(sizes.sum()))
     decision[members] = KEPT
     batch_of[members] = np.repeat(np.arange(n_batches), sizes)
     current[members] = np.repeat(emitted_now, sizes)
