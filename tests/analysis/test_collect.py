@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from analysis.engine import (
     DROPPED_PENDING,
     FAILED,
     KEPT,
+    NO_VERSION,
     REJECTED,
     Observation,
     collect,
@@ -76,6 +78,45 @@ def test_collect_agrees_with_a_plain_loop(
     records: list[dict[str, Any]], keep: int, max_preempts: int | None, batch_groups: int
 ) -> None:
     observation = analysis.prepare(analysis.records_to_table(records)).observation(max_preempts)
+    fast = collect(observation, keep_versions=keep, batch_groups=batch_groups)
+    decision, batch_of, current, rows = plain_collect(observation, keep, batch_groups)
+    assert fast.decision.tolist() == decision
+    assert fast.batch.tolist() == batch_of
+    assert fast.current.tolist() == current
+    assert fast.batch_rows == rows
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> Observation:
+    """Observations drawn directly, dense in the cases that matter to the walk: versions
+    advancing often, stale groups pending at batch boundaries, failures, rejections."""
+    n = draw(st.integers(1, 80))
+    flags = st.lists(st.booleans(), min_size=n, max_size=n)
+    advanced = np.array(draw(flags))
+    advanced[0] = True
+    count_after = np.cumsum(advanced)
+    lags = draw(st.lists(st.integers(0, 4) | st.none(), min_size=n, max_size=n))
+    min_index = np.array(
+        [
+            NO_VERSION if lag is None else max(0, int(c) - 1 - lag)
+            for c, lag in zip(count_after, lags, strict=True)
+        ]
+    )
+    rejected = np.array(draw(flags)) & (np.arange(n) % 5 == 0)
+    failed = np.array(draw(flags)) & (np.arange(n) % 7 == 3)
+    zeros = np.zeros(n, dtype=np.int64)
+    return Observation(
+        rejected=rejected, min_index=min_index, max_index=zeros, sum_index=zeros,
+        versioned=zeros, count_after=count_after, advanced=advanced & ~rejected,
+        versions=(), failed=failed,
+    )  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(observation=observations(), keep=st.integers(0, 4), batch_groups=st.integers(1, 6))
+def test_collect_agrees_with_a_plain_loop_on_drawn_observations(
+    observation: Observation, keep: int, batch_groups: int
+) -> None:
     fast = collect(observation, keep_versions=keep, batch_groups=batch_groups)
     decision, batch_of, current, rows = plain_collect(observation, keep, batch_groups)
     assert fast.decision.tolist() == decision
