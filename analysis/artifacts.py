@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError, ReplayError
-from analysis.records import FieldMap, canonical_row, parse_json
+from analysis.records import FieldMap, RowColumns, canonical_row, parse_json, row_columns
 
 if TYPE_CHECKING:  # the helper process never needs these: it starts faster without
     import subprocess
@@ -43,6 +43,9 @@ if TYPE_CHECKING:  # the helper process never needs these: it starts faster with
 
 HELPER_MIN_INSTANCES = 128
 """Below this many instance folders the helper's start-up costs more than it saves."""
+
+HELPER_SHARE = 0.47
+"""The share of instance folders the helper reads."""
 
 CHUNK_FILES = 5_000
 """Files whose results are handed on together (by this process and by the helper)."""
@@ -56,6 +59,41 @@ Entry = tuple[int, dict[str, Any] | None, tuple[str, str] | None]
 
 FileResult = tuple[int, str, list[Entry]]
 """(modification time in ns, path, entries in record order) of one segment file."""
+
+
+@dataclasses.dataclass
+class Chunk:
+    """The results of a few thousand segment files, as handed to the caller."""
+
+    file_stamps: list[int]
+    """Modification time of every file read (not of those that could not be read)."""
+    errors: list[tuple[int, str, int, str, str]]
+    """(modification time, path, record number, error class name, message)."""
+    row_stamps: list[int]
+    """Modification time of the file of each row."""
+    rows: RowColumns
+
+    @classmethod
+    def of(cls, results: list[FileResult], extra: Sequence[str]) -> Chunk:
+        file_stamps, errors, row_stamps, rows = [], [], [], []
+        for stamp, path, entries in results:
+            if stamp >= 0:  # -1: unreadable
+                file_stamps.append(stamp)
+            for number, row, error in entries:
+                if error is not None:
+                    errors.append((stamp, path, number, *error))
+                elif row is not None:
+                    rows.append(row)
+                    row_stamps.append(stamp)
+        return cls(file_stamps, errors, row_stamps, row_columns(rows, extra))
+
+    def to_marshal(self) -> bytes:
+        return marshal.dumps((self.file_stamps, self.errors, self.row_stamps, self.rows.as_tuple()))
+
+    @classmethod
+    def from_marshal(cls, data: bytes | memoryview) -> Chunk:
+        file_stamps, errors, row_stamps, rows = marshal.loads(data)
+        return cls(file_stamps, errors, row_stamps, RowColumns(*rows))
 
 
 def is_artifact_folder(root: Path) -> bool:
@@ -72,7 +110,7 @@ def read_artifact_folder(
     *,
     fields: FieldMap,
     extra: Sequence[str] = (),
-    on_chunk: Callable[[list[FileResult]], None],
+    on_chunk: Callable[[Chunk], None],
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[int, list[str]]:
     """Read every segment file below ``root``; return how many there were, and warnings.
@@ -88,32 +126,35 @@ def read_artifact_folder(
     warnings: list[str] = []
     stamps = array.array("q")
 
-    def take(results: list[FileResult]) -> None:
-        stamps.extend(stamp for stamp, _, _ in results if stamp >= 0)  # -1: unreadable
-        on_chunk(results)
+    def take(chunk: Chunk) -> None:
+        stamps.extend(chunk.file_stamps)
+        on_chunk(chunk)
+
+    def read(results: list[FileResult]) -> None:
+        take(Chunk.of(results, extra))
 
     with _collector_paused():
-        # This process reads every other instance folder, the helper the rest.
-        helper = _Helper(instances[1::2], fields, extra) if _helper_wanted(instances) else None
-        mine = instances[0::2] if helper else instances
+        helper_wanted = _helper_wanted(instances)
+        mine, theirs = _shares(instances) if helper_wanted else (list(instances), [])
+        helper = _Helper(theirs, fields, extra) if helper_wanted else None
         try:
             tick = None
             if progress is not None:
                 total, scale = len(instances), len(instances) / max(1, len(mine))
                 tick = lambda done: progress(min(round(done * scale), total), total)  # noqa: E731
-            read_shard(mine, fields, extra, on_chunk=take, tick=tick)
+            read_shard(mine, fields, extra, on_chunk=read, tick=tick)
             if helper is not None:
                 chunks, problem = helper.results()
                 if problem:
                     warnings.append(f"{root}: the helper process failed ({problem}); read in one")
-                    read_shard(instances[1::2], fields, extra, on_chunk=take)
+                    read_shard(theirs, fields, extra, on_chunk=read)
                 for chunk in chunks:
-                    take(marshal.loads(chunk))
+                    take(Chunk.from_marshal(chunk))
         finally:
             if helper is not None:
                 helper.stop()
         if problems:
-            take(problems)
+            read(problems)
     if progress is not None:
         progress(len(instances), len(instances))
     tied = 0
@@ -249,6 +290,20 @@ def _unreadable(path: str, message: str) -> FileResult:
     return -1, path, [(0, None, ("InputNotFoundError", message))]
 
 
+def _shares(instances: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The instance folders this process reads and those the helper reads, interleaved.
+
+    The helper gets a little less than half: it also starts up and hands its results over.
+    """
+    mine: list[str] = []
+    theirs: list[str] = []
+    for i, folder in enumerate(instances):
+        # Spread evenly: the helper's count steps up on its share of the folders.
+        share = theirs if int((i + 1) * HELPER_SHARE) > int(i * HELPER_SHARE) else mine
+        share.append(folder)
+    return mine, theirs
+
+
 def _helper_wanted(instances: Sequence[str]) -> bool:
     """A helper pays for a big folder, can be turned off, and needs a real interpreter."""
     return (
@@ -291,7 +346,8 @@ def helper_main() -> None:
     out = sys.stdout.buffer
 
     def send(results: list[FileResult]) -> None:
-        blob = marshal.dumps(results)
+        # As columns, made here: the parent then only builds the table chunk.
+        blob = Chunk.of(results, extra).to_marshal()
         out.write(len(blob).to_bytes(8, "little") + blob)
 
     with _collector_paused():

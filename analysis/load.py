@@ -9,9 +9,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import gzip
-import itertools
 import json
-import operator
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +20,7 @@ from typing import Any, Literal
 import polars as pl
 import pyarrow as pa
 
-from analysis.artifacts import ERRORS, FileResult, is_artifact_folder, read_artifact_folder
+from analysis.artifacts import ERRORS, Chunk, is_artifact_folder, read_artifact_folder
 from analysis.errors import (
     InputNotFoundError,
     LogFormatError,
@@ -31,14 +29,15 @@ from analysis.errors import (
     UnknownFormatError,
     UnsafePickleError,
 )
-from analysis.labels import Span
 from analysis.pickles import ZIP_MAGIC, load_pickled
 from analysis.records import (
     CANONICAL_COLUMNS,
     FieldMap,
+    RowColumns,
     canonical_row,
     parse_json,
     read_json_file,
+    row_columns,
     short_repr,
 )
 
@@ -550,19 +549,14 @@ class _FolderTable:
         self.frames: list[pl.DataFrame] = []
         self.errors: list[tuple[int, str, int, ReplayError]] = []
 
-    def take(self, results: list[FileResult]) -> None:
-        rows, stamps = [], []
-        for stamp, path, entries in results:
-            for number, row, error in entries:
-                if error is not None:
-                    kind, message = error
-                    self.errors.append((stamp, path, number, ERRORS[kind](message)))
-                elif row is not None:
-                    rows.append(row)
-                    stamps.append(stamp)
-        if rows:
-            frame = _rows_to_frame(rows, self.extra, where=self.where)
-            self.frames.append(frame.with_columns(pl.Series(_MTIME, stamps, dtype=pl.Int64)))
+    def take(self, chunk: Chunk) -> None:
+        for stamp, path, number, kind, message in chunk.errors:
+            self.errors.append((stamp, path, number, ERRORS[kind](message)))
+        if chunk.row_stamps:
+            frame = _columns_frame(chunk.rows, self.extra, where=self.where)
+            self.frames.append(
+                frame.with_columns(pl.Series(_MTIME, chunk.row_stamps, dtype=pl.Int64))
+            )
 
     def errors_in_order(self) -> list[ReplayError]:
         return [error for *_, error in sorted(self.errors, key=lambda e: e[:3])]
@@ -582,21 +576,22 @@ _MTIME = "\x00mtime"
 
 
 def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: str) -> pl.DataFrame:
-    # One pass over the rows turns them into columns (a comprehension per column is slower).
-    values = zip(*map(operator.itemgetter(*CANONICAL_COLUMNS), rows), strict=True)
-    columns: dict[str, pl.Series] = {}
-    for (name, dtype), column in itertools.zip_longest(CANONICAL_SCHEMA.items(), values):
-        column = column or ()
-        columns[name] = (
-            _spans_column(column)
-            if name == "version_spans"
-            else pl.Series(name, column, dtype=dtype)
-        )
+    return _columns_frame(row_columns(rows, extra), extra, where=where)
+
+
+def _columns_frame(data: RowColumns, extra: Sequence[str], *, where: str) -> pl.DataFrame:
+    """The canonical table (and extra columns) of rows already turned into columns."""
+    columns = {
+        name: _spans_column(data)
+        if name == "version_spans"
+        else pl.Series(name, data.columns[name], dtype=dtype)
+        for name, dtype in CANONICAL_SCHEMA.items()
+    }
     for path in extra:
         if path in CANONICAL_SCHEMA:
             continue
         try:
-            columns[path] = pl.Series(path, [row[path] for row in rows], strict=False)
+            columns[path] = pl.Series(path, data.columns[path], strict=False)
         except (TypeError, pl.exceptions.PolarsError) as exc:
             raise LogFormatError(
                 f"{where}: field {path} has values of mixed types ({exc})"
@@ -604,27 +599,20 @@ def _rows_to_frame(rows: list[dict[str, Any]], extra: Sequence[str], *, where: s
     return pl.DataFrame(columns)
 
 
-def _spans_column(per_record: Sequence[list[Span] | None]) -> pl.Series:
+def _spans_column(data: RowColumns) -> pl.Series:
     """Build the spans column from flat Arrow arrays (a list of dicts per row is much slower)."""
-    offsets = [0]
-    starts: list[int] = []
-    ends: list[int] = []
-    labels: list[str] = []
-    missing = []
-    for spans in per_record:
-        missing.append(spans is None)
-        if spans:
-            for start, end, label in spans:
-                starts.append(start)
-                ends.append(end)
-                labels.append(label)
-        offsets.append(len(starts))
     values = pa.StructArray.from_arrays(
-        [pa.array(starts, pa.int64()), pa.array(ends, pa.int64()), pa.array(labels, pa.string())],
+        [
+            pa.array(data.span_starts, pa.int64()),
+            pa.array(data.span_ends, pa.int64()),
+            pa.array(data.span_labels, pa.string()),
+        ],
         names=["start", "end", "version"],
     )
     array = pa.ListArray.from_arrays(
-        pa.array(offsets, pa.int32()), values, mask=pa.array(missing, pa.bool_())
+        pa.array(data.span_offsets, pa.int32()),
+        values,
+        mask=pa.array(data.spans_missing, pa.bool_()),
     )
     return pl.Series("version_spans", pl.from_arrow(array)).cast(SPAN_TYPE)
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,3 +388,56 @@ def read_json_file(path: Path) -> Any:
         raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+@dataclass
+class RowColumns:
+    """Canonical rows as columns of plain values (no polars), ready for a table.
+
+    The spans are flattened: record ``i`` has the spans ``span_offsets[i]`` to
+    ``span_offsets[i + 1]``, or none when ``spans_missing[i]``. Plain lists, so a
+    helper process can hand them over with :mod:`marshal`.
+    """
+
+    columns: dict[str, Sequence[Any]]
+    span_offsets: list[int]
+    span_starts: list[int]
+    span_ends: list[int]
+    span_labels: list[str]
+    spans_missing: list[bool]
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """The fields as a tuple, for :mod:`marshal` (``RowColumns(*t)`` rebuilds it)."""
+        return (
+            self.columns, self.span_offsets, self.span_starts, self.span_ends,
+            self.span_labels, self.spans_missing,
+        )  # fmt: skip
+
+
+_ROW_COLUMNS = tuple(name for name in CANONICAL_COLUMNS if name != "version_spans")
+
+
+def row_columns(rows: Sequence[dict[str, Any]], extra: Sequence[str]) -> RowColumns:
+    """Turn canonical rows (and their ``extra`` fields) into :class:`RowColumns`."""
+    # One pass over the rows makes the columns (a comprehension per column is slower).
+    picked = zip(*map(operator.itemgetter(*_ROW_COLUMNS), rows), strict=True) if rows else ()
+    columns: dict[str, Sequence[Any]] = dict.fromkeys(_ROW_COLUMNS, ())
+    columns.update(zip(_ROW_COLUMNS, picked, strict=False))
+    for path in extra:
+        if path not in CANONICAL_COLUMNS:
+            columns[path] = [row[path] for row in rows]
+    offsets = [0]
+    starts: list[int] = []
+    ends: list[int] = []
+    labels: list[str] = []
+    missing = []
+    for row in rows:
+        spans = row["version_spans"]
+        missing.append(spans is None)
+        if spans:
+            for start, end, label in spans:
+                starts.append(start)
+                ends.append(end)
+                labels.append(label)
+        offsets.append(len(starts))
+    return RowColumns(columns, offsets, starts, ends, labels, missing)

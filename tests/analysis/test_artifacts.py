@@ -23,13 +23,23 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
     write_artifacts(small_records, root)
     instances = sorted(p for p in root.iterdir() if p.is_dir())
     assert len(instances) > 8
-    for instance in (instances[0], instances[-1]):  # one in each share, whatever the split
-        segment = next(instance.glob("*/samples/*.json"))
+    mine, theirs = artifacts._shares([str(p) for p in instances])
+    for instance in (mine[0], theirs[-1]):  # one in each process's share
+        segment = next(Path(instance).glob("*/samples/*.json"))
         segment.write_text('{"group_index": 1, "metadata": ')
     # Distinct modification times, so arrival order does not fall back to paths.
     for number, path in enumerate(sorted(root.rglob("*.json"))):
         os.utime(path, ns=(1_700_000_000_000_000_000 + number * 1000,) * 2)
     return root
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 100, 1001])
+def test_shares_split_the_instances(count: int) -> None:
+    instances = [f"i{n:04d}" for n in range(count)]
+    mine, theirs = artifacts._shares(instances)
+    assert sorted(mine + theirs) == instances  # every folder once, in order within each
+    assert mine == sorted(mine) and theirs == sorted(theirs)
+    assert abs(len(theirs) - count * artifacts.HELPER_SHARE) < 1
 
 
 def load(folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool) -> Any:
