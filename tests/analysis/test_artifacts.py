@@ -159,3 +159,23 @@ def test_a_fifo_named_like_a_segment_is_passed_over_without_blocking(tmp_path: P
     fifo = tmp_path / "0.json"
     os.mkfifo(fifo)
     assert artifacts.read_segment_file(str(fifo), analysis.FieldMap(), ())[2] == []
+
+
+def test_entries_named_like_segments_that_are_not_files_are_not_counted(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder or a FIFO named *.json in samples/ is passed over: no rows, no error,
+    not counted as a segment file; a stray file beside the sessions is no session."""
+    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 10**9)
+    before = analysis.LoadReport()
+    expected = analysis.load_logs([folder], on_bad_record="skip", report=before)
+    samples = next(folder.glob("*/*/samples"))
+    (samples / "folder.json").mkdir()
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(samples / "pipe.json")
+    (samples.parent.parent / "notes.json").write_text("{}")
+    after = analysis.LoadReport()
+    table = analysis.load_logs([folder], on_bad_record="skip", report=after)
+    assert_frame_equal(table, expected)
+    assert after.files == before.files
+    assert after.skipped == before.skipped
