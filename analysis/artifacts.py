@@ -8,9 +8,10 @@ Python. Two things make it faster than a plain loop:
   core. The helper is a fresh interpreter started with ``-c`` that imports only the
   record mapping (:mod:`analysis.records`, no polars): it never runs the caller's
   script, so a script without a ``__main__`` guard is safe, and it starts in well
-  under a tenth of a second. It hands its rows back with :mod:`marshal` (plain data
-  only; nothing is unpickled), a few thousand files at a time. If it cannot start or
-  fails, this process reads its share too. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
+  under a tenth of a second. It hands its rows back as columns with :mod:`marshal`
+  (plain data only; nothing is unpickled), a few thousand files at a time, which this
+  process takes as they come. If it cannot start or fails, this process reads what it
+  left. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
 - files are read with plain os calls, and the cyclic garbage collector is paused while
   results pile up (they hold no cycles), which otherwise rescans them again and again.
 
@@ -21,6 +22,7 @@ path (SPEC §5); the last file read may be the first to arrive.
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import gc
 import itertools
@@ -30,7 +32,6 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,9 @@ from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldErro
 from analysis.records import FieldMap, RowColumns, canonical_row, parse_json, row_columns
 
 if TYPE_CHECKING:  # the helper process never needs these: it starts faster without
+    import queue
     import subprocess
-    from concurrent.futures import Future
+    import threading
 
 HELPER_MIN_INSTANCES = 128
 """Below this many instance folders the helper's start-up costs more than it saves."""
@@ -130,8 +132,11 @@ def read_artifact_folder(
         stamps.extend(chunk.file_stamps)
         on_chunk(chunk)
 
-    def read(results: list[FileResult]) -> None:
+    def read(results: list[FileResult], done: int = 0) -> None:
         take(Chunk.of(results, extra))
+        if helper is not None:  # the helper's chunks that came meanwhile
+            for chunk in helper.arrived():
+                take(chunk)
 
     with _collector_paused():
         helper_wanted = _helper_wanted(instances)
@@ -144,12 +149,15 @@ def read_artifact_folder(
                 tick = lambda done: progress(min(round(done * scale), total), total)  # noqa: E731
             read_shard(mine, fields, extra, on_chunk=read, tick=tick)
             if helper is not None:
-                chunks, problem = helper.results()
-                if problem:
-                    warnings.append(f"{root}: the helper process failed ({problem}); read in one")
-                    read_shard(theirs, fields, extra, on_chunk=read)
-                for chunk in chunks:
-                    take(Chunk.from_marshal(chunk))
+                for chunk in helper.rest():
+                    take(chunk)
+                if helper.problem:
+                    # Its chunks so far stand; this process reads the folders left.
+                    warnings.append(
+                        f"{root}: the helper process failed ({helper.problem}); read in one"
+                    )
+                    left, helper = theirs[helper.done :], None
+                    read_shard(left, fields, extra, on_chunk=read)
         finally:
             if helper is not None:
                 helper.stop()
@@ -175,16 +183,17 @@ def read_shard(
     fields: FieldMap,
     extra: Sequence[str],
     *,
-    on_chunk: Callable[[list[FileResult]], None],
+    on_chunk: Callable[[list[FileResult], int], None],
     tick: Callable[[int], None] | None = None,
     parent: int | None = None,
     chunk_files: int | None = None,
 ) -> None:
     """Read every segment file below the given instance folders, in no particular order.
 
-    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files. ``tick(n)`` is called
-    after the n-th instance folder. ``parent`` is the helper's parent process id: the
-    helper stops when its parent is gone.
+    Results go to ``on_chunk(results, done)`` every :data:`CHUNK_FILES` files or so, at
+    the end of an instance folder: ``done`` is how many instance folders they complete.
+    ``tick(n)`` is called after the n-th instance folder. ``parent`` is the helper's
+    parent process id: the helper stops when its parent is gone.
     """
     chunk_files = chunk_files or CHUNK_FILES
     results: list[FileResult] = []
@@ -193,14 +202,14 @@ def read_shard(
             files = _segment_files(os.path.join(session, "samples"), results)
             results += [read_segment_file(path, fields, extra) for path in files]
         if len(results) >= chunk_files:
-            on_chunk(results)
+            on_chunk(results, done)
             results = []
         if tick is not None:
             tick(done)
         if parent is not None and os.getppid() != parent:
             raise SystemExit(1)
     if results:
-        on_chunk(results)
+        on_chunk(results, len(instances))
 
 
 def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
@@ -314,7 +323,7 @@ def _helper_wanted(instances: Sequence[str]) -> bool:
     )
 
 
-@contextmanager
+@contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
     enabled = gc.isenabled()
     gc.disable()
@@ -345,10 +354,11 @@ def helper_main() -> None:
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
     out = sys.stdout.buffer
 
-    def send(results: list[FileResult]) -> None:
+    def send(results: list[FileResult], done: int) -> None:
         # As columns, made here: the parent then only builds the table chunk.
-        blob = Chunk.of(results, extra).to_marshal()
+        blob = marshal.dumps((done, Chunk.of(results, extra).to_marshal()))
         out.write(len(blob).to_bytes(8, "little") + blob)
+        out.flush()  # now: the parent takes chunks as they come
 
     with _collector_paused():
         read_shard(instances, fields, extra, on_chunk=send, parent=parent, chunk_files=chunk_files)
@@ -356,18 +366,24 @@ def helper_main() -> None:
 
 
 class _Helper:
-    """One helper process reading a share of the instance folders."""
+    """One helper process reading a share of the instance folders; its chunks are taken
+    as they come."""
 
     def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
+        import queue
         import subprocess
-        from concurrent.futures import ThreadPoolExecutor
+        import threading
 
         job = marshal.dumps(
             (instances, dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES)
         )
         self.process: subprocess.Popen[bytes] | None = None
-        self.future: Future[tuple[bytes, bytes]] | None = None
         self.problem = ""
+        self.done = 0
+        """How many of its instance folders the chunks taken so far complete."""
+        self.stderr = b""
+        self.queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", "-c", _BOOTSTRAP, str(Path(__file__).parent)],
@@ -378,35 +394,76 @@ class _Helper:
         except (OSError, ValueError, TypeError) as exc:
             self.problem = f"cannot start {sys.executable or 'python'}: {exc}"
             return
-        # communicate() feeds stdin and drains stdout and stderr without blocking us.
-        self.pool = ThreadPoolExecutor(max_workers=1)
-        self.future = self.pool.submit(self.process.communicate, job)
+        # Threads feed the job, drain stderr and collect the chunks without blocking us.
+        for target, argument in ((self._feed, job), (self._drain, None), (self._collect, None)):
+            thread = threading.Thread(target=target, args=(argument,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
 
-    def results(self) -> tuple[list[memoryview], str]:
-        """The helper's chunks of results (marshal data), or ([], what went wrong)."""
-        if self.future is None or self.process is None:
-            return [], self.problem
+    def _feed(self, job: bytes) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        with contextlib.suppress(OSError):  # it died: its exit status tells why
+            self.process.stdin.write(job)
+            self.process.stdin.close()
+
+    def _drain(self, _: None) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        self.stderr = self.process.stderr.read()
+
+    def _collect(self, _: None) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        stdout = self.process.stdout
         try:
-            stdout, stderr = self.future.result()
+            while header := stdout.read(8):
+                size = int.from_bytes(header, "little")
+                blob = stdout.read(size) if len(header) == 8 else b""
+                if size == 0 or len(blob) != size:
+                    self.problem = "unreadable results (a chunk is cut short)"
+                    break
+                self.queue.put(blob)
         except OSError as exc:
-            return [], str(exc)
-        if self.process.returncode != 0:
-            lines = stderr.decode(errors="replace").strip().splitlines()
-            return [], f"exit {self.process.returncode}: {lines[-1] if lines else 'no message'}"
-        chunks, offset, output = [], 0, memoryview(stdout)  # views: no copies
-        while offset < len(output):
-            size = int.from_bytes(output[offset : offset + 8], "little")
-            chunk = output[offset + 8 : offset + 8 + size]
-            if size == 0 or len(chunk) != size:
-                return [], "unreadable results (a chunk is cut short)"
-            chunks.append(chunk)
-            offset += 8 + size
-        return chunks, ""
+            self.problem = str(exc)
+        finally:
+            self.queue.put(None)
+
+    def _chunk(self, blob: bytes) -> Chunk:
+        done, data = marshal.loads(blob)
+        self.done = done
+        return Chunk.from_marshal(data)
+
+    def arrived(self) -> Iterator[Chunk]:
+        """The chunks that have come so far and not been taken (without waiting)."""
+        import queue
+
+        while not self.finished:
+            try:
+                blob = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            if blob is None:
+                self.finished = True
+                return
+            yield self._chunk(blob)
+
+    finished = False
+
+    def rest(self) -> Iterator[Chunk]:
+        """The remaining chunks as they come, until the helper ends; then ``problem``
+        says whether it failed (and ``done`` how far its chunks got)."""
+        if self.process is None:
+            return
+        while not self.finished and (blob := self.queue.get()) is not None:
+            yield self._chunk(blob)
+        self.finished = True
+        for thread in self.threads:
+            thread.join()
+        returncode = self.process.wait()
+        if returncode != 0 and not self.problem:
+            lines = self.stderr.decode(errors="replace").strip().splitlines()
+            self.problem = f"exit {returncode}: {lines[-1] if lines else 'no message'}"
 
     def stop(self) -> None:
         """Make sure the process is gone (after an error or Ctrl-C in this process)."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        if self.future is not None:
-            self.pool.shutdown(wait=True)

@@ -90,6 +90,40 @@ def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(
     assert any("helper process failed" in warning for warning in report.warnings)
 
 
+def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its chunks so far are kept; this process reads the folders they do not cover."""
+    alone, alone_report = load(folder, monkeypatch, helpers=False)
+    dying = artifacts._BOOTSTRAP.replace(
+        "helper_main()",
+        "import os\n"
+        "from analysis.artifacts import Chunk\n"
+        "sent = []\n"
+        "def once(self, real=Chunk.to_marshal):\n"
+        "    if sent: os._exit(3)\n"
+        "    sent.append(1)\n"
+        "    return real(self)\n"
+        "Chunk.to_marshal = once\n"
+        "helper_main()",
+    )
+    monkeypatch.setattr(artifacts, "_BOOTSTRAP", dying)
+    taken: list[int] = []
+    real_chunk = artifacts._Helper._chunk
+
+    def chunk(self: Any, blob: bytes) -> Any:
+        taken.append(1)
+        return real_chunk(self, blob)
+
+    monkeypatch.setattr(artifacts._Helper, "_chunk", chunk)
+    shared, report = load(folder, monkeypatch, helpers=True)
+    assert taken == [1]  # one chunk came from the helper before it died
+    assert_frame_equal(alone, shared)
+    assert report.files == alone_report.files
+    assert report.skipped == alone_report.skipped
+    assert any("helper process failed (exit 3" in warning for warning in report.warnings)
+
+
 def test_helpers_can_be_turned_off(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
     monkeypatch.setattr(artifacts, "_Helper", lambda *args: started.append(args))
