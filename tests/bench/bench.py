@@ -182,16 +182,27 @@ def bench_artifacts() -> list[dict[str, Any]]:
             with file.open() as handle:
                 json.load(handle)
 
+    def plain_loop_listing() -> None:
+        for file in folder.glob("*/*/samples/*.json"):
+            with file.open() as handle:
+                json.load(handle)
+
     ours = best_of(lambda: analysis.load_logs([folder]))
     plain = best_of(plain_loop)
-    return [
-        row(
-            f"5. artifact folder ({len(files):,} files) vs a json.load loop",
-            f"{plain:.2f}s / {ours:.2f}s = {plain / ours:.2f}x faster",
-            ">= 2x",
-            plain / ours >= 2,
-        )
-    ]
+    listing = best_of(plain_loop_listing)
+    result = row(
+        f"5. artifact folder ({len(files):,} files) vs a json.load loop",
+        f"{plain:.2f}s / {ours:.2f}s = {plain / ours:.2f}x faster",
+        ">= 2x",
+        plain / ours >= 2,
+    )
+    # Not a target: the same loop when it lists the folder itself, as ours does.
+    print(
+        f"{'   (that loop when it lists the folder itself)':<58} "
+        f"{f'{listing:.2f}s / {ours:.2f}s = {listing / ours:.2f}x faster':>26}   for reference",
+        flush=True,
+    )
+    return [result]
 
 
 def bench_large_convert() -> list[dict[str, Any]]:
