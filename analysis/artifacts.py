@@ -49,6 +49,9 @@ HELPER_MIN_INSTANCES = 128
 HELPER_SHARE = 0.47
 """The share of instance folders the helper reads."""
 
+MAX_CHUNK_BYTES = 1 << 31
+"""A larger length prefix in the helper's output means the output is not its chunks."""
+
 CHUNK_FILES = 5_000
 """Files whose results are handed on together (by this process and by the helper)."""
 
@@ -153,10 +156,11 @@ def read_artifact_folder(
                     take(chunk)
                 if helper.problem:
                     # Its chunks so far stand; this process reads the folders left.
+                    left, problem, helper = theirs[helper.done :], helper.problem, None
                     warnings.append(
-                        f"{root}: the helper process failed ({helper.problem}); read in one"
+                        f"{root}: the helper process failed ({problem}); "
+                        f"this process read the {len(left)} instance folder(s) it left"
                     )
-                    left, helper = theirs[helper.done :], None
                     read_shard(left, fields, extra, on_chunk=read)
         finally:
             if helper is not None:
@@ -416,14 +420,21 @@ class _Helper:
         try:
             while header := stdout.read(8):
                 size = int.from_bytes(header, "little")
-                blob = stdout.read(size) if len(header) == 8 else b""
-                if size == 0 or len(blob) != size:
+                if len(header) < 8 or not 0 < size <= MAX_CHUNK_BYTES:
+                    # Not our framing (something printed to stdout as the helper started?)
+                    self.problem = "unreadable results (not the expected chunks)"
+                    break
+                blob = stdout.read(size)
+                if len(blob) != size:
                     self.problem = "unreadable results (a chunk is cut short)"
                     break
                 self.queue.put(blob)
-        except OSError as exc:
-            self.problem = str(exc)
+        except Exception as exc:  # a broken pipe, or no memory for a chunk
+            self.problem = f"unreadable results ({exc!r})"
         finally:
+            if self.problem:
+                # Nobody reads its output any more: end it rather than leave it blocked.
+                self.process.kill()
             self.queue.put(None)
 
     def _chunk(self, blob: bytes) -> Chunk:

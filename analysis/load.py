@@ -415,6 +415,8 @@ def iter_log_chunks(
     unknown = [name for name in columns or () if name not in CANONICAL_SCHEMA]
     if unknown:
         raise ValueError(f"not canonical columns: {', '.join(unknown)}")
+    if columns is not None:  # an extra field that is a canonical column is kept too
+        columns = [*columns, *(name for name in extra_fields if name in CANONICAL_SCHEMA)]
     chunks = _log_chunks(
         inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
         trust_pickle=trust_pickle, report=report, progress=progress,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -593,9 +594,14 @@ def _label_codes(written: list[str]) -> np.ndarray:
     return np.array([-1 if label is None else code_of[label] for label in normal], np.int32)
 
 
-def _natural_key(label: str) -> tuple[int, int, str]:
-    digits = label[1:] if label.startswith("-") else label
-    return (0, int(label), label) if digits.isdigit() and digits.isascii() else (1, 0, label)
+def _natural_key(label: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    """Numbers inside a label compare by value ("v9" before "v10"), the rest as text."""
+    parts = _DIGITS.split(label)  # text, digits, text, digits, ..., text
+    key = tuple((0, int(part)) if i % 2 else (1, part) for i, part in enumerate(parts) if part)
+    return key, label
+
+
+_DIGITS = re.compile("([0-9]+)")
 
 
 def _distinct_per_record(code: np.ndarray, before: np.ndarray, scratch: _Scratch) -> np.ndarray:

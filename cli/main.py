@@ -167,8 +167,7 @@ class LoadOptions:
         self, *, whole_table: bool = False
     ) -> tuple[Any, analysis.PreparedLog, analysis.LoadReport]:
         """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
-        ordering = [self.order_by] if self.order_by in analysis.CANONICAL_SCHEMA else []
-        table, report = self.load(None if whole_table else [*analysis.REPLAY_COLUMNS, *ordering])
+        table, report = self.load(None if whole_table else analysis.REPLAY_COLUMNS)
         return table, analysis.prepare(table, order_by=self.order_by), report
 
 

@@ -124,6 +124,22 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
     assert any("helper process failed (exit 3" in warning for warning in report.warnings)
 
 
+def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something printing to stdout as the helper starts (a sitecustomize, say) breaks
+    its framing: the helper is ended, and this process reads its share, with a warning."""
+    alone, alone_report = load(folder, monkeypatch, helpers=False)
+    noisy = artifacts._BOOTSTRAP.replace(
+        "helper_main()", "sys.stdout.write('hello from sitecustomize\\n')\nhelper_main()"
+    )
+    monkeypatch.setattr(artifacts, "_BOOTSTRAP", noisy)
+    shared, report = load(folder, monkeypatch, helpers=True)
+    assert_frame_equal(alone, shared)
+    assert report.files == alone_report.files
+    assert any("unreadable results" in warning for warning in report.warnings)
+
+
 def test_helpers_can_be_turned_off(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
     monkeypatch.setattr(artifacts, "_Helper", lambda *args: started.append(args))

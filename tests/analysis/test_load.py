@@ -91,6 +91,11 @@ def test_only_the_columns_asked_for(small_logs: dict[str, Path], tmp_path: Path,
     ):
         assert_frame_equal(decisions, expected_decisions)
         assert summary == expected_summary
+    # An extra field that is a canonical column is kept even when not asked for.
+    with_reward = analysis.load_logs(
+        [source], columns=analysis.REPLAY_COLUMNS, extra_fields=["reward"]
+    )
+    assert with_reward["reward"].to_list() == whole["reward"].to_list()
     with pytest.raises(ValueError, match="not canonical columns: reward_sum"):
         analysis.load_logs([source], columns=["reward_sum"])
 

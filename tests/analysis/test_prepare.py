@@ -93,6 +93,16 @@ def test_null_labels_take_the_polars_path() -> None:
     assert replay_module._record_spans(spans)[1].tolist() == [1]
 
 
+def test_label_codes_follow_numbers_inside_labels() -> None:
+    """Versions as written (v9 before v10, 9 before 10) get rising codes, so records in
+    version order take the fast path; labels that are not real get -1."""
+    written = ["v10", "v9", "10", "9", "-1", " 9", "ckpt-2", "ckpt-10", "²"]
+    codes = dict(zip(written, replay_module._label_codes(written).tolist(), strict=True))
+    assert codes["v9"] < codes["v10"] and codes["9"] < codes["10"]
+    assert codes["ckpt-2"] < codes["ckpt-10"]
+    assert codes["-1"] == -1 and codes[" 9"] == codes["9"]
+
+
 def test_codes_that_decrease_within_a_record_are_counted_exactly() -> None:
     # Natural order puts 2 before 10; a record that goes back (10 -> 2 -> 10) must still
     # count two labels, next to records in order.
