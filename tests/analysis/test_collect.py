@@ -67,6 +67,16 @@ def plain_collect(observation: Observation, keep: int, batch_groups: int) -> tup
     return decision, batch_of, current, rows
 
 
+def assert_collect_agrees(observation: Observation, keep: int, batch_groups: int) -> None:
+    """collect() gives the plain loop's decisions, batches, current indices and batch rows."""
+    fast = collect(observation, keep_versions=keep, batch_groups=batch_groups)
+    decision, batch_of, current, rows = plain_collect(observation, keep, batch_groups)
+    assert fast.decision.tolist() == decision
+    assert fast.batch.tolist() == batch_of
+    assert fast.current.tolist() == current
+    assert fast.batch_rows == rows
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     records=raw_logs(),
@@ -78,12 +88,7 @@ def test_collect_agrees_with_a_plain_loop(
     records: list[dict[str, Any]], keep: int, max_preempts: int | None, batch_groups: int
 ) -> None:
     observation = analysis.prepare(analysis.records_to_table(records)).observation(max_preempts)
-    fast = collect(observation, keep_versions=keep, batch_groups=batch_groups)
-    decision, batch_of, current, rows = plain_collect(observation, keep, batch_groups)
-    assert fast.decision.tolist() == decision
-    assert fast.batch.tolist() == batch_of
-    assert fast.current.tolist() == current
-    assert fast.batch_rows == rows
+    assert_collect_agrees(observation, keep, batch_groups)
 
 
 @st.composite
@@ -117,12 +122,7 @@ def observations(draw: st.DrawFn) -> Observation:
 def test_collect_agrees_with_a_plain_loop_on_drawn_observations(
     observation: Observation, keep: int, batch_groups: int
 ) -> None:
-    fast = collect(observation, keep_versions=keep, batch_groups=batch_groups)
-    decision, batch_of, current, rows = plain_collect(observation, keep, batch_groups)
-    assert fast.decision.tolist() == decision
-    assert fast.batch.tolist() == batch_of
-    assert fast.current.tolist() == current
-    assert fast.batch_rows == rows
+    assert_collect_agrees(observation, keep, batch_groups)
 
 
 def test_span_figures_without_the_per_group_table(
