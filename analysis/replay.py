@@ -301,50 +301,67 @@ def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
 def _codes_from_views(ids: pl.Series) -> tuple[np.ndarray, pl.Series] | None:
     """:func:`_first_appearance_codes` of ids of at most 12 bytes without nulls, from
     their Arrow string views (which hold such ids whole), or None."""
-    chunks = _view_chunks(ids)
-    if chunks is None:
+    compat = getattr(pl, "CompatLevel", None)
+    if compat is None or sys.byteorder != "little":
         return None
-    wide = any(chunk[:, 1].any() for chunk in chunks)
-    keys = np.empty((len(ids), 2 if wide else 1), dtype=np.uint64)
+    chunks = []
+    for chunk in ids.get_chunks():
+        words = _inline_views(chunk.to_arrow(compat_level=compat.newest()))
+        if words is None:
+            return None
+        chunks.append(words)
+    # One array of keys: both words of each view, or only the first when that is enough.
+    width = 2 if any(words[:, 1].any() for words in chunks) else 1
+    keys = np.empty((len(ids), width), dtype=np.uint64)
     done = 0
-    for chunk in chunks:
-        keys[done : done + len(chunk)] = chunk[:, : keys.shape[1]]
-        done += len(chunk)
-    if wide:
-        encoded = pc.dictionary_encode(
-            pa.Array.from_buffers(pa.binary(16), len(keys), [None, pa.py_buffer(keys)])
-        )
-        distinct = np.frombuffer(encoded.dictionary.buffers()[1], dtype=np.uint64)
-        distinct = distinct.reshape(-1, 2)[encoded.dictionary.offset :][: len(encoded.dictionary)]
-    else:
-        encoded = pc.dictionary_encode(pa.array(keys[:, 0]))
-        distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
-        distinct[:, 0] = encoded.dictionary.to_numpy()
-    views = np.ascontiguousarray(distinct)
-    texts = pa.Array.from_buffers(pa.string_view(), len(views), [None, pa.py_buffer(views)])
+    for words in chunks:
+        keys[done : done + len(words)] = words[:, :width]
+        done += len(words)
+    indices, distinct = _encode_views(keys)
+    texts = pa.Array.from_buffers(pa.string_view(), len(distinct), [None, pa.py_buffer(distinct)])
     names = pl.Series(ids.name, texts, dtype=ids.dtype)
     if names.n_unique() < len(names):
         return None  # padding that is not zero: views are not keys after all
-    return encoded.indices.to_numpy().astype(np.int64), names
+    return indices.astype(np.int64), names
 
 
-def _view_chunks(values: pl.Series) -> list[np.ndarray] | None:
-    """The 16-byte Arrow views of a string column, chunk by chunk as (n, 2) words,
-    when every string is held whole in its view (at most 12 bytes) and none is null."""
-    compat = getattr(pl, "CompatLevel", None)
-    if compat is None or sys.byteorder != "little" or values.null_count():
+def _inline_views(strings: pa.Array, begin: int = 0, end: int | None = None) -> np.ndarray | None:
+    """The 16-byte views of ``strings[begin:end]`` as (n, 2) words, when they are string
+    views without nulls and every string fits whole in its view (at most 12 bytes)."""
+    if strings.type != pa.string_view() or strings.null_count:
         return None
-    chunks = []
-    for chunk in values.get_chunks():
-        array = chunk.to_arrow(compat_level=compat.newest())
-        if array.type != pa.string_view():
-            return None
-        words = np.frombuffer(array.buffers()[1], dtype=np.uint64).reshape(-1, 2)
-        words = words[array.offset : array.offset + len(array)]
-        if len(words) and int(words.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
-            return None
-        chunks.append(words)
-    return chunks
+    end = len(strings) if end is None else end
+    words = np.frombuffer(strings.buffers()[1], dtype=np.uint64).reshape(-1, 2)
+    words = words[strings.offset + begin : strings.offset + end]
+    if len(words) and int(words.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
+        return None
+    return words
+
+
+def _encode_views(
+    views: np.ndarray, low: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of (n, 2) views in order of first appearance, and the distinct views.
+
+    Views of strings of at most 4 bytes are whole in their first word, which is then
+    encoded alone (copied into ``low``, a buffer to reuse, when given); (n, 1) views
+    are first words already.
+    """
+    if views.shape[1] == 2 and views[:, 1].any():
+        keys = pa.Array.from_buffers(pa.binary(16), len(views), [None, pa.py_buffer(views)])
+        encoded = pc.dictionary_encode(keys)
+        dictionary = encoded.dictionary
+        distinct = np.frombuffer(dictionary.buffers()[1], dtype=np.uint64).reshape(-1, 2)
+        distinct = distinct[dictionary.offset : dictionary.offset + len(dictionary)]
+    else:
+        first = views[:, 0]
+        if views.shape[1] == 2:  # strided: copy the first words together
+            first = np.empty(len(views), dtype=np.uint64) if low is None else low[: len(views)]
+            np.copyto(first, views[:, 0])
+        encoded = pc.dictionary_encode(pa.array(first))
+        distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
+        distinct[:, 0] = encoded.dictionary.to_numpy()
+    return encoded.indices.to_numpy(), np.ascontiguousarray(distinct)
 
 
 def _codes_by_runs(ids: pl.Series) -> tuple[np.ndarray, pl.Series] | None:
@@ -473,17 +490,10 @@ def _chunk_spans(lists: pa.Array, written: dict[str, None], scratch: _Scratch) -
         return None
     if entries.type.get_field_index("version") < 0:
         return None
-    labels = entries.field("version")
-    if labels.type != pa.string_view() or labels.null_count:
-        return None
     offsets = lists.offsets.to_numpy()
     first, last = int(offsets[0]), int(offsets[-1])
-    start = labels.offset + first
-    words = np.frombuffer(labels.buffers()[1], dtype=np.uint64)[
-        2 * start : 2 * (start + last - first)
-    ]
-    views = words.reshape(-1, 2)
-    if len(views) and int(views.view(np.uint32)[:, 0].max()) > _INLINE_BYTES:
+    views = _inline_views(entries.field("version"), first, last)
+    if views is None:
         return None
     span = np.empty(len(lists), dtype=np.int64)
     # In slices of about _SLICE_SPANS spans, through scratch arrays made once: the
@@ -540,19 +550,7 @@ def _slice_spans(
     if size == 0:
         return np.zeros(len(offsets) - 1, dtype=np.int64)
     scratch.fit(size)
-    high = views[:, 1]
-    if high.any():
-        keys = pa.Array.from_buffers(pa.binary(16), size, [None, pa.py_buffer(views)])
-        encoded = pc.dictionary_encode(keys)
-        dictionary = encoded.dictionary
-        distinct = np.frombuffer(dictionary.buffers()[1], dtype=np.uint64).reshape(-1, 2)
-        distinct = distinct[dictionary.offset : dictionary.offset + len(dictionary)]
-    else:  # labels of at most 4 bytes: the first word is the whole view
-        low = scratch.low[:size]
-        np.copyto(low, views[:, 0])
-        encoded = pc.dictionary_encode(pa.array(low))
-        distinct = np.zeros((len(encoded.dictionary), 2), dtype=np.uint64)
-        distinct[:, 0] = encoded.dictionary.to_numpy()
+    indices, distinct = _encode_views(views, scratch.low)
     known = scratch.texts
     texts = []
     for low_word, high_word in distinct.tolist():
@@ -566,7 +564,7 @@ def _slice_spans(
     if len(set(texts)) < len(texts):
         return None  # padding that is not zero: views are not keys after all
     written.update(dict.fromkeys(texts))
-    code = np.take(_label_codes(texts), encoded.indices.to_numpy(), out=scratch.code[:size])
+    code = np.take(_label_codes(texts), indices, out=scratch.code[:size])
     real = np.greater_equal(code, 0, out=scratch.real[:size])
     # How many real spans come before each record's first span.
     seen = np.cumsum(real, dtype=np.int32, out=scratch.counts[:size])
