@@ -8,8 +8,9 @@ Work is split by what it depends on:
   the others, every label's index in observation order, each group's stalest / newest /
   summed version index and how many versions exist once it is observed; all vectorised;
 - :func:`collect` (``keep_versions`` and ``batch_groups``): the one sequential part;
-  drops on arrival and failures are vectorised, and a walk over the groups that enter
-  batches fills them a slice at a time, stopping only where a version is first seen.
+  drops on arrival and failures are vectorised, and since batches are consecutive runs
+  of kept groups, only the batch being collected is followed, and only where a version
+  is first seen (the moments pending groups can go stale).
 """
 
 from __future__ import annotations

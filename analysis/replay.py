@@ -40,6 +40,12 @@ from analysis.labels import real_label
 
 DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
 
+REPLAY_COLUMNS = (
+    "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
+    "response_length", "loss_mask_length", "trainer_step",
+)  # fmt: skip
+"""The canonical columns that :func:`prepare` (and so a replay or sweep) reads."""
+
 SPAN_TABLE_CELLS = 8_000_000
 """Largest per-group table of span counts kept for sweeps (groups x spans; 64 MB)."""
 
@@ -212,9 +218,9 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     # The ordering column under a name of its own: it may be one of the columns above.
     order = [pl.col(order_by).alias(_ORDER_KEY)] if order_by else []
     rows = table.select(*REPLAY_COLUMNS, *order)
-    # The passes over every token-version span and over the trajectory ids run in a
-    # second thread beside the group work; both sides spend most of their time in
-    # polars, NumPy or Arrow, which release the GIL, so the two cores share the work.
+    # The pass over every token-version span runs in a second thread beside the group
+    # and id work; it uses NumPy and Arrow only (no polars, whose threads the other side
+    # uses), and both release the GIL, so the two cores share the work.
     with ThreadPoolExecutor(max_workers=1) as helper:
         labelled = helper.submit(_record_spans, rows["version_spans"])
         group_code, group_ids = _first_appearance_codes(rows["group_id"])
@@ -270,12 +276,6 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
 
 
 _ORDER_KEY = "\x00order_by"
-
-REPLAY_COLUMNS = (
-    "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
-    "response_length", "loss_mask_length", "trainer_step",
-)  # fmt: skip
-"""The canonical columns that :func:`prepare` (and so a replay or sweep) reads."""
 
 
 def _first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
