@@ -8,10 +8,13 @@ Python. Two things make it faster than a plain loop:
   core. The helper is a fresh interpreter started with ``-c`` that imports only the
   record mapping (:mod:`analysis.records`, no polars): it never runs the caller's
   script, so a script without a ``__main__`` guard is safe, and it starts in well
-  under a tenth of a second. It hands its rows back as columns with :mod:`marshal`
-  (plain data only; nothing is unpickled), a few thousand files at a time, which this
-  process takes as they come. If it cannot start or fails, this process reads what it
-  left. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
+  under a tenth of a second. The folders are handed out as they are read: this
+  process takes them one at a time from the front of the list, the helper a batch at
+  a time from the back whenever it is ready for more, so neither waits for the other
+  however the two cores are shared out by the host. The helper hands its rows back as
+  columns with :mod:`marshal` (plain data only; nothing is unpickled), a few thousand
+  files at a time, which this process takes as they come. If it cannot start or
+  fails, this process reads what it left. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
 - files are read with plain os calls, and the cyclic garbage collector is paused while
   results pile up (they hold no cycles), which otherwise rescans them again and again.
 
@@ -22,6 +25,7 @@ path (SPEC §5); the last file read may be the first to arrive.
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -31,7 +35,7 @@ import marshal
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +50,19 @@ if TYPE_CHECKING:  # the helper process never needs these: it starts faster with
 HELPER_MIN_INSTANCES = 128
 """Below this many instance folders the helper's start-up costs more than it saves."""
 
-HELPER_SHARE = 0.47
-"""The share of instance folders the helper reads."""
+HELPER_BATCH = (4, 64)
+"""The fewest and most instance folders handed to the helper at a time: an eighth of
+those left, within these bounds, so that the two processes finish close together."""
+
+HELPER_BATCHES_AHEAD = 2
+"""Batches the helper holds before it asks for more, so it never waits to be answered."""
 
 MAX_CHUNK_BYTES = 1 << 31
 """A larger length prefix in the helper's output means the output is not its chunks."""
 
-CHUNK_FILES = 5_000
-"""Files whose results are handed on together (by this process and by the helper)."""
+CHUNK_FILES = 1_000
+"""Files whose results are handed on together (by this process and by the helper). Small
+enough that the helper's last chunk, which this process waits for, comes quickly."""
 
 ERRORS: dict[str, type[ReplayError]] = {
     error.__name__: error for error in (InputNotFoundError, LogFormatError, MissingFieldError)
@@ -135,28 +144,27 @@ def read_artifact_folder(
         stamps.extend(chunk.file_stamps)
         on_chunk(chunk)
 
-    def read(results: list[FileResult], done: int = 0) -> None:
+    def read(results: list[FileResult]) -> None:
         take(Chunk.of(results, extra))
         if helper is not None:  # the helper's chunks that came meanwhile
             for chunk in helper.arrived():
                 take(chunk)
 
+    def tick(mine: int) -> None:
+        if progress is not None:
+            progress(mine + (helper.instances_done if helper is not None else 0), len(instances))
+
     with _collector_paused():
-        helper_wanted = _helper_wanted(instances)
-        mine, theirs = _shares(instances) if helper_wanted else (list(instances), [])
-        helper = _Helper(theirs, fields, extra) if helper_wanted else None
+        pending = collections.deque(instances)
+        helper = _Helper(pending, fields, extra) if _helper_wanted(instances) else None
         try:
-            tick = None
-            if progress is not None:
-                total, scale = len(instances), len(instances) / max(1, len(mine))
-                tick = lambda done: progress(min(round(done * scale), total), total)  # noqa: E731
-            read_shard(mine, fields, extra, on_chunk=read, tick=tick)
+            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick)
             if helper is not None:
                 for chunk in helper.rest():
                     take(chunk)
                 if helper.problem:
-                    # Its chunks so far stand; this process reads the folders left.
-                    left, problem, helper = theirs[helper.done :], helper.problem, None
+                    # Its chunks so far stand; this process reads the folders it left.
+                    left, problem, helper = helper.unfinished(), helper.problem, None
                     warnings.append(
                         f"{root}: the helper process failed ({problem}); "
                         f"this process read the {len(left)} instance folder(s) it left"
@@ -182,38 +190,47 @@ def read_artifact_folder(
     return len(stamps), warnings
 
 
+def _taken(pending: collections.deque[str]) -> Iterator[str]:
+    """Instance folders taken one at a time from the front, while any are left."""
+    while True:
+        try:
+            yield pending.popleft()  # atomic: the helper's feeder takes from the back
+        except IndexError:
+            return
+
+
 def read_shard(
-    instances: Sequence[str],
+    instances: Iterable[str],
     fields: FieldMap,
     extra: Sequence[str],
     *,
-    on_chunk: Callable[[list[FileResult], int], None],
+    on_chunk: Callable[[list[FileResult]], None],
     tick: Callable[[int], None] | None = None,
-    parent: int | None = None,
-    chunk_files: int | None = None,
 ) -> None:
     """Read every segment file below the given instance folders, in no particular order.
 
-    Results go to ``on_chunk(results, done)`` every :data:`CHUNK_FILES` files or so, at
-    the end of an instance folder: ``done`` is how many instance folders they complete.
-    ``tick(n)`` is called after the n-th instance folder. ``parent`` is the helper's
-    parent process id: the helper stops when its parent is gone.
+    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files or so, at the end of an
+    instance folder. ``tick(n)`` is called after the n-th instance folder.
     """
-    chunk_files = chunk_files or CHUNK_FILES
     results: list[FileResult] = []
     for done, instance in enumerate(instances, start=1):
-        for session in _directories(instance, results):
-            files = _segment_files(os.path.join(session, "samples"), results)
-            results += [read_segment_file(path, fields, extra) for path in files]
-        if len(results) >= chunk_files:
-            on_chunk(results, done)
+        read_instance(instance, fields, extra, results)
+        if len(results) >= CHUNK_FILES:
+            on_chunk(results)
             results = []
         if tick is not None:
             tick(done)
-        if parent is not None and os.getppid() != parent:
-            raise SystemExit(1)
     if results:
-        on_chunk(results, len(instances))
+        on_chunk(results)
+
+
+def read_instance(
+    instance: str, fields: FieldMap, extra: Sequence[str], results: list[FileResult]
+) -> None:
+    """Add the results of every segment file below one instance folder to ``results``."""
+    for session in _directories(instance, results):
+        files = _segment_files(os.path.join(session, "samples"), results)
+        results += [read_segment_file(path, fields, extra) for path in files]
 
 
 def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
@@ -303,20 +320,6 @@ def _unreadable(path: str, message: str) -> FileResult:
     return -1, path, [(0, None, ("InputNotFoundError", message))]
 
 
-def _shares(instances: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The instance folders this process reads and those the helper reads, interleaved.
-
-    The helper gets a little less than half: it also starts up and hands its results over.
-    """
-    mine: list[str] = []
-    theirs: list[str] = []
-    for i, folder in enumerate(instances):
-        # Spread evenly: the helper's count steps up on its share of the folders.
-        share = theirs if int((i + 1) * HELPER_SHARE) > int(i * HELPER_SHARE) else mine
-        share.append(folder)
-    return mine, theirs
-
-
 def _helper_wanted(instances: Sequence[str]) -> bool:
     """A helper pays for a big folder, can be turned off, and needs a real interpreter."""
     return (
@@ -339,8 +342,11 @@ def _collector_paused() -> Iterator[None]:
 
 
 # The helper: ``python -P -c _BOOTSTRAP <analysis folder>``. It registers the analysis
-# folder as a bare package (skipping analysis/__init__.py, which imports polars), reads
-# its job from stdin and writes its results to stdout, both with marshal.
+# folder as a bare package (skipping analysis/__init__.py, which imports polars). Its
+# stdin brings frames (a length, then marshal data): the job, then batches of instance
+# folders, until it is closed. Its stdout takes one frame per batch read: a header of
+# the payload's length, how many batches and instance folders it has read, then the
+# payload: a chunk of results, or nothing when too few have piled up to send yet.
 _BOOTSTRAP = """\
 import signal, sys, types
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -351,42 +357,77 @@ from analysis.artifacts import helper_main
 helper_main()
 """
 
+_HEADER = 16
+"""Bytes of a helper frame's header: payload length (8), batches (4), instance folders (4)."""
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(8, "little") + payload
+
+
+def _read_frame(stream: Any) -> Any:
+    """The next frame of the helper's stdin, unmarshalled; None once it is closed."""
+    header = stream.read(8)
+    if len(header) < 8:
+        return None
+    return marshal.loads(stream.read(int.from_bytes(header, "little")))
+
 
 def helper_main() -> None:
     """Entry point of the helper process."""
-    instances, field_paths, extra, parent, chunk_files = marshal.load(sys.stdin.buffer)
+    stdin, out = sys.stdin.buffer, sys.stdout.buffer
+    field_paths, extra, parent, chunk_files = _read_frame(stdin)
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
-    out = sys.stdout.buffer
+    results: list[FileResult] = []
+    batches = instances = 0
 
-    def send(results: list[FileResult], done: int) -> None:
-        # As columns, made here: the parent then only builds the table chunk.
-        blob = marshal.dumps((done, Chunk.of(results, extra).to_marshal()))
-        out.write(len(blob).to_bytes(8, "little") + blob)
-        out.flush()  # now: the parent takes chunks as they come
+    def send(payload: bytes) -> None:
+        header = len(payload).to_bytes(8, "little")
+        out.write(header + batches.to_bytes(4, "little") + instances.to_bytes(4, "little"))
+        out.write(payload)
+        out.flush()  # now: the parent hands out the next batch as this one is done
 
     with _collector_paused():
-        read_shard(instances, fields, extra, on_chunk=send, parent=parent, chunk_files=chunk_files)
-    out.flush()
+        while (batch := _read_frame(stdin)) is not None:
+            for instance in batch:
+                read_instance(instance, fields, extra, results)
+                if os.getppid() != parent:
+                    raise SystemExit(1)
+            batches, instances = batches + 1, instances + len(batch)
+            if len(results) < chunk_files:
+                send(b"")  # ready for more
+                continue
+            # As columns, made here: the parent then only builds the table chunk.
+            send(Chunk.of(results, extra).to_marshal())
+            results = []
+        if results:
+            send(Chunk.of(results, extra).to_marshal())
 
 
 class _Helper:
-    """One helper process reading a share of the instance folders; its chunks are taken
-    as they come."""
+    """One helper process that reads batches of instance folders taken from the back of
+    ``pending``; its chunks are taken as they come."""
 
-    def __init__(self, instances: list[str], fields: FieldMap, extra: Sequence[str]) -> None:
+    def __init__(
+        self, pending: collections.deque[str], fields: FieldMap, extra: Sequence[str]
+    ) -> None:
         import queue
         import subprocess
         import threading
 
-        job = marshal.dumps(
-            (instances, dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES)
-        )
+        job = marshal.dumps((dataclasses.asdict(fields), list(extra), os.getpid(), CHUNK_FILES))
+        self.pending = pending
         self.process: subprocess.Popen[bytes] | None = None
         self.problem = ""
-        self.done = 0
-        """How many of its instance folders the chunks taken so far complete."""
+        self.assigned: list[list[str]] = []
+        """The batches handed to it, in order."""
+        self.covered = 0
+        """How many of those batches the chunks taken so far cover."""
+        self.instances_done = 0
+        """How many instance folders it has read (for progress)."""
         self.stderr = b""
-        self.queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self.chunks: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+        self.requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
         try:
             self.process = subprocess.Popen(
@@ -398,17 +439,40 @@ class _Helper:
         except (OSError, ValueError, TypeError) as exc:
             self.problem = f"cannot start {sys.executable or 'python'}: {exc}"
             return
-        # Threads feed the job, drain stderr and collect the chunks without blocking us.
+        # Threads feed it, drain stderr and collect the chunks without blocking us.
         for target, argument in ((self._feed, job), (self._drain, None), (self._collect, None)):
             thread = threading.Thread(target=target, args=(argument,), daemon=True)
             thread.start()
             self.threads.append(thread)
 
     def _feed(self, job: bytes) -> None:
+        """Send the job, then a batch whenever it is ready for one; close when none are left."""
         assert self.process is not None and self.process.stdin is not None
+        stdin = self.process.stdin
         with contextlib.suppress(OSError):  # it died: its exit status tells why
-            self.process.stdin.write(job)
-            self.process.stdin.close()
+            stdin.write(_frame(job))
+            ahead = HELPER_BATCHES_AHEAD
+            while ahead or self.requests.get():
+                ahead = max(0, ahead - 1)
+                batch = self._batch()
+                if not batch:
+                    break
+                stdin.write(_frame(marshal.dumps(batch)))
+                stdin.flush()
+        with contextlib.suppress(OSError):
+            stdin.close()
+
+    def _batch(self) -> list[str]:
+        """The next batch, from the back of ``pending`` (this process takes the front)."""
+        low, high = HELPER_BATCH
+        size = min(high, max(low, len(self.pending) // 8))
+        batch: list[str] = []
+        with contextlib.suppress(IndexError):  # none left
+            while len(batch) < size:
+                batch.append(self.pending.pop())
+        if batch:
+            self.assigned.append(batch)  # before it is sent: if it is lost, it is read here
+        return batch
 
     def _drain(self, _: None) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -418,29 +482,33 @@ class _Helper:
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
         try:
-            while header := stdout.read(8):
-                size = int.from_bytes(header, "little")
-                if len(header) < 8 or not 0 < size <= MAX_CHUNK_BYTES:
+            while header := stdout.read(_HEADER):
+                size = int.from_bytes(header[:8], "little")
+                batches = int.from_bytes(header[8:12], "little")
+                if len(header) < _HEADER or size > MAX_CHUNK_BYTES or batches > len(self.assigned):
                     # Not our framing (something printed to stdout as the helper started?)
                     self.problem = "unreadable results (not the expected chunks)"
                     break
-                blob = stdout.read(size)
-                if len(blob) != size:
-                    self.problem = "unreadable results (a chunk is cut short)"
-                    break
-                self.queue.put(blob)
+                self.instances_done = int.from_bytes(header[12:], "little")
+                self.requests.put(True)  # ready for another batch
+                if size:
+                    blob = stdout.read(size)
+                    if len(blob) != size:
+                        self.problem = "unreadable results (a chunk is cut short)"
+                        break
+                    self.chunks.put((batches, blob))
         except Exception as exc:  # a broken pipe, or no memory for a chunk
             self.problem = f"unreadable results ({exc!r})"
         finally:
             if self.problem:
                 # Nobody reads its output any more: end it rather than leave it blocked.
                 self.process.kill()
-            self.queue.put(None)
+            self.requests.put(False)  # no more batches
+            self.chunks.put(None)
 
-    def _chunk(self, blob: bytes) -> Chunk:
-        done, data = marshal.loads(blob)
-        self.done = done
-        return Chunk.from_marshal(data)
+    def _chunk(self, item: tuple[int, bytes]) -> Chunk:
+        self.covered, blob = item
+        return Chunk.from_marshal(blob)
 
     def arrived(self) -> Iterator[Chunk]:
         """The chunks that have come so far and not been taken (without waiting)."""
@@ -448,23 +516,23 @@ class _Helper:
 
         while not self.finished:
             try:
-                blob = self.queue.get_nowait()
+                item = self.chunks.get_nowait()
             except queue.Empty:
                 return
-            if blob is None:
+            if item is None:
                 self.finished = True
                 return
-            yield self._chunk(blob)
+            yield self._chunk(item)
 
     finished = False
 
     def rest(self) -> Iterator[Chunk]:
         """The remaining chunks as they come, until the helper ends; then ``problem``
-        says whether it failed (and ``done`` how far its chunks got)."""
+        says whether it failed, and :meth:`unfinished` what it left."""
         if self.process is None:
             return
-        while not self.finished and (blob := self.queue.get()) is not None:
-            yield self._chunk(blob)
+        while not self.finished and (item := self.chunks.get()) is not None:
+            yield self._chunk(item)
         self.finished = True
         for thread in self.threads:
             thread.join()
@@ -473,8 +541,13 @@ class _Helper:
             lines = self.stderr.decode(errors="replace").strip().splitlines()
             self.problem = f"exit {returncode}: {lines[-1] if lines else 'no message'}"
 
+    def unfinished(self) -> list[str]:
+        """The instance folders handed to it whose results did not come back."""
+        return [instance for batch in self.assigned[self.covered :] for instance in batch]
+
     def stop(self) -> None:
         """Make sure the process is gone (after an error or Ctrl-C in this process)."""
+        self.requests.put(False)
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
     write_artifacts(small_records, root)
     instances = sorted(p for p in root.iterdir() if p.is_dir())
     assert len(instances) > 8
-    mine, theirs = artifacts._shares([str(p) for p in instances])
-    for instance in (mine[0], theirs[-1]):  # one in each process's share
-        segment = next(Path(instance).glob("*/samples/*.json"))
+    # The first folder this process reads and the first the helper reads.
+    for instance in (instances[0], instances[-1]):
+        segment = next(instance.glob("*/samples/*.json"))
         segment.write_text('{"group_index": 1, "metadata": ')
     # Distinct modification times, so arrival order does not fall back to paths.
     for number, path in enumerate(sorted(root.rglob("*.json"))):
@@ -33,43 +34,93 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("count", [0, 1, 2, 7, 100, 1001])
-def test_shares_split_the_instances(count: int) -> None:
-    instances = [f"i{n:04d}" for n in range(count)]
-    mine, theirs = artifacts._shares(instances)
-    assert sorted(mine + theirs) == instances  # every folder once, in order within each
-    assert mine == sorted(mine) and theirs == sorted(theirs)
-    assert abs(len(theirs) - count * artifacts.HELPER_SHARE) < 1
-
-
-def load(folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool) -> Any:
+def load(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool, slow_here: float = 0.005
+) -> Any:
+    """Load with or without a helper; this process takes ``slow_here`` seconds more per
+    instance folder, so that the helper, which starts in about 50 ms, gets a share."""
     monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
     monkeypatch.setattr(artifacts, "CHUNK_FILES", 7)  # many chunks, from both processes
+    real_read_instance = artifacts.read_instance
+
+    def read_instance(*args: Any) -> None:
+        time.sleep(slow_here)
+        real_read_instance(*args)
+
+    monkeypatch.setattr(artifacts, "read_instance", read_instance)  # this process only
     report = analysis.LoadReport()
     table = analysis.load_logs([folder], on_bad_record="skip", report=report)
     return table, report
 
 
+@pytest.fixture
+def helpers(monkeypatch: pytest.MonkeyPatch) -> list[artifacts._Helper]:
+    """The helpers started, kept to look at once the folder is read."""
+    started: list[artifacts._Helper] = []
+
+    class KeptHelper(artifacts._Helper):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            started.append(self)
+
+    monkeypatch.setattr(artifacts, "_Helper", KeptHelper)
+    return started
+
+
 def test_helper_reads_the_same_rows_in_the_same_order(
-    folder: Path, monkeypatch: pytest.MonkeyPatch
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
 ) -> None:
     alone, alone_report = load(folder, monkeypatch, helpers=False)
-    started: list[int] = []
-
-    class CountedHelper(artifacts._Helper):
-        def __init__(self, instances: list[str], *args: Any) -> None:
-            started.append(len(instances))
-            super().__init__(instances, *args)
-
-    monkeypatch.setattr(artifacts, "_Helper", CountedHelper)
+    assert helpers == []
     shared, shared_report = load(folder, monkeypatch, helpers=True)
-    assert len(started) == 1 and started[0] > 0  # the helper took a share
+    assert len(helpers) == 1 and helpers[0].instances_done > 0  # the helper took a share
+    assert not helpers[0].problem
     assert alone.height > 0
     assert_frame_equal(alone, shared)
     assert shared_report.skipped == alone_report.skipped == {"bad record": 2}
     assert shared_report.skipped_where == alone_report.skipped_where
     assert shared_report.files == alone_report.files == len(list(folder.rglob("*.json")))
     assert shared_report.warnings == alone_report.warnings == []
+
+
+def instance_count(folder: Path) -> int:
+    return sum(1 for path in folder.iterdir() if path.is_dir())
+
+
+def test_a_slow_helper_leaves_the_folders_to_this_process(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+) -> None:
+    """Folders are handed out as they are read, not split in advance: a helper that is
+    slow (its core busy elsewhere) reads only the batches it was given first."""
+    alone, _ = load(folder, monkeypatch, helpers=False)
+    slow = artifacts._BOOTSTRAP.replace(
+        "helper_main()",
+        "import time\n"
+        "from analysis import artifacts\n"
+        "real = artifacts.read_instance\n"
+        "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))\n"
+        "helper_main()",
+    )
+    monkeypatch.setattr(artifacts, "_BOOTSTRAP", slow)
+    shared, _ = load(folder, monkeypatch, helpers=True, slow_here=0)
+    assert_frame_equal(alone, shared)
+    (helper,) = helpers
+    assert len(helper.assigned) == artifacts.HELPER_BATCHES_AHEAD  # never ready for more
+    assert helper.instances_done == sum(map(len, helper.assigned)) < instance_count(folder) / 2
+
+
+def test_a_slow_parent_leaves_most_folders_to_the_helper(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+) -> None:
+    alone, _ = load(folder, monkeypatch, helpers=False)
+    shared, _ = load(folder, monkeypatch, helpers=True, slow_here=0.05)
+    assert_frame_equal(alone, shared)
+    (helper,) = helpers
+    assert len(helper.assigned) > artifacts.HELPER_BATCHES_AHEAD  # it asked for more
+    assert helper.instances_done > instance_count(folder) / 2
+    # Every folder was read once: by one process or the other.
+    taken = [instance for batch in helper.assigned for instance in batch]
+    assert len(taken) == len(set(taken)) == helper.instances_done
 
 
 def test_bad_file_in_the_helpers_share_fails_with_its_location(
