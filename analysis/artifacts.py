@@ -229,7 +229,7 @@ def read_instance(
 ) -> None:
     """Add the results of every segment file below one instance folder to ``results``."""
     for session in _directories(instance, results):
-        files = _segment_files(os.path.join(session, "samples"), results)
+        files = _segment_files(f"{session}{os.sep}samples", results)
         results += [read_segment_file(path, fields, extra) for path in files]
 
 
