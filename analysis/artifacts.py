@@ -154,20 +154,29 @@ def read_artifact_folder(
         if progress is not None:
             progress(mine + (helper.instances_done if helper is not None else 0), len(instances))
 
+    helper: _Helper | None = None
     with _collector_paused():
         pending = collections.deque(instances)
-        helper = _Helper(pending, fields, extra) if _helper_wanted(instances) else None
         try:
+            if _helper_wanted(instances):
+                helper = _Helper(pending, fields, extra)
             read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick)
             if helper is not None:
+                helper.no_more()  # none are left: its input ends, whatever it reports
                 for chunk in helper.rest():
                     take(chunk)
                 if helper.problem:
                     # Its chunks so far stand; this process reads the folders it left.
-                    left, problem, helper = helper.unfinished(), helper.problem, None
+                    left, failed, helper = helper.unfinished(), helper, None
                     warnings.append(
-                        f"{root}: the helper process failed ({problem}); "
-                        f"this process read the {len(left)} instance folder(s) it left"
+                        f"{root}: the helper process failed ({failed.problem}); "
+                        + (
+                            f"this process read the {len(left)} instance folder(s) it left"
+                            if left
+                            else "this process read every instance folder"
+                            if not failed.assigned
+                            else "all its results had come"
+                        )
                     )
                     read_shard(left, fields, extra, on_chunk=read)
         finally:
@@ -344,9 +353,9 @@ def _collector_paused() -> Iterator[None]:
 # The helper: ``python -P -c _BOOTSTRAP <analysis folder>``. It registers the analysis
 # folder as a bare package (skipping analysis/__init__.py, which imports polars). Its
 # stdin brings frames (a length, then marshal data): the job, then batches of instance
-# folders, until it is closed. Its stdout takes one frame per batch read: a header of
-# the payload's length, how many batches and instance folders it has read, then the
-# payload: a chunk of results, or nothing when too few have piled up to send yet.
+# folders, until it is closed. Its stdout takes one frame per batch read, and one last
+# frame once its input ends: a header (see _HEADER), then the payload: a chunk of
+# results, or nothing when too few have piled up to send yet.
 _BOOTSTRAP = """\
 import signal, sys, types
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -357,8 +366,10 @@ from analysis.artifacts import helper_main
 helper_main()
 """
 
-_HEADER = 16
-"""Bytes of a helper frame's header: payload length (8), batches (4), instance folders (4)."""
+_MAGIC = b"DRh\x01"
+_HEADER = 20
+"""Bytes of a helper frame's header: the magic (4), payload length (8), batches read (4),
+instance folders read (4)."""
 
 
 def _frame(payload: bytes) -> bytes:
@@ -382,8 +393,8 @@ def helper_main() -> None:
     batches = instances = 0
 
     def send(payload: bytes) -> None:
-        header = len(payload).to_bytes(8, "little")
-        out.write(header + batches.to_bytes(4, "little") + instances.to_bytes(4, "little"))
+        counts = batches.to_bytes(4, "little") + instances.to_bytes(4, "little")
+        out.write(_MAGIC + len(payload).to_bytes(8, "little") + counts)
         out.write(payload)
         out.flush()  # now: the parent hands out the next batch as this one is done
 
@@ -400,8 +411,7 @@ def helper_main() -> None:
             # As columns, made here: the parent then only builds the table chunk.
             send(Chunk.of(results, extra).to_marshal())
             results = []
-        if results:
-            send(Chunk.of(results, extra).to_marshal())
+        send(Chunk.of(results, extra).to_marshal() if results else b"")  # the end
 
 
 class _Helper:
@@ -481,15 +491,26 @@ class _Helper:
     def _collect(self, _: None) -> None:
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
+        batches = 0
         try:
             while header := stdout.read(_HEADER):
-                size = int.from_bytes(header[:8], "little")
-                batches = int.from_bytes(header[8:12], "little")
-                if len(header) < _HEADER or size > MAX_CHUNK_BYTES or batches > len(self.assigned):
-                    # Not our framing (something printed to stdout as the helper started?)
+                size = int.from_bytes(header[4:12], "little")
+                done = int.from_bytes(header[12:16], "little")
+                instances = int.from_bytes(header[16:], "little")
+                # One frame a batch, then one more at the end: anything else (output
+                # printed as the helper started, say) is not its results.
+                if (
+                    len(header) < _HEADER
+                    or header[:4] != _MAGIC
+                    or size > MAX_CHUNK_BYTES
+                    or done not in (batches, batches + 1)
+                    or done > len(self.assigned)
+                    or instances != sum(map(len, self.assigned[:done]))
+                ):
                     self.problem = "unreadable results (not the expected chunks)"
                     break
-                self.instances_done = int.from_bytes(header[12:], "little")
+                batches = done
+                self.instances_done = instances
                 self.requests.put(True)  # ready for another batch
                 if size:
                     blob = stdout.read(size)
@@ -506,9 +527,21 @@ class _Helper:
             self.requests.put(False)  # no more batches
             self.chunks.put(None)
 
-    def _chunk(self, item: tuple[int, bytes]) -> Chunk:
-        self.covered, blob = item
-        return Chunk.from_marshal(blob)
+    def _taken(self, item: tuple[int, bytes] | None) -> Chunk | None:
+        """The chunk of an item of ``chunks``; None at the end, or once one cannot be read
+        (then the helper is ended and what it read since counts as not read)."""
+        if item is None or self.finished:
+            self.finished = True
+            return None
+        try:
+            chunk = Chunk.from_marshal(item[1])
+        except Exception as exc:  # marshal data that is not a chunk
+            self.problem = self.problem or f"unreadable results ({exc!r})"
+            self.finished = True
+            self.kill()
+            return None
+        self.covered = item[0]
+        return chunk
 
     def arrived(self) -> Iterator[Chunk]:
         """The chunks that have come so far and not been taken (without waiting)."""
@@ -519,23 +552,24 @@ class _Helper:
                 item = self.chunks.get_nowait()
             except queue.Empty:
                 return
-            if item is None:
-                self.finished = True
-                return
-            yield self._chunk(item)
+            if (chunk := self._taken(item)) is not None:
+                yield chunk
 
     finished = False
+
+    def no_more(self) -> None:
+        """Close its input once the batches it holds are sent: there are no more."""
+        self.requests.put(False)
 
     def rest(self) -> Iterator[Chunk]:
         """The remaining chunks as they come, until the helper ends; then ``problem``
         says whether it failed, and :meth:`unfinished` what it left."""
         if self.process is None:
             return
-        while not self.finished and (item := self.chunks.get()) is not None:
-            yield self._chunk(item)
-        self.finished = True
-        for thread in self.threads:
-            thread.join()
+        while not self.finished:
+            if (chunk := self._taken(self.chunks.get())) is not None:
+                yield chunk
+        self.kill_when_done()
         returncode = self.process.wait()
         if returncode != 0 and not self.problem:
             lines = self.stderr.decode(errors="replace").strip().splitlines()
@@ -545,9 +579,28 @@ class _Helper:
         """The instance folders handed to it whose results did not come back."""
         return [instance for batch in self.assigned[self.covered :] for instance in batch]
 
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
+    def kill_when_done(self) -> None:
+        """Wait for its threads (ending it first if a problem was found), close its pipes."""
+        if self.process is None:
+            return
+        if self.problem:
+            self.kill()
+        self.requests.put(False)
+        for thread in self.threads:
+            thread.join()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
     def stop(self) -> None:
         """Make sure the process is gone (after an error or Ctrl-C in this process)."""
         self.requests.put(False)
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+        if self.process is not None:
+            self.kill()
             self.process.wait()
+            self.kill_when_done()

@@ -99,6 +99,10 @@ class FieldMap:
         """A function giving every meaning's value in a record at once (see :class:`Found`)."""
         return _finder(tuple(self.compiled.values()))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # ``find`` is made with exec and cannot be pickled; it is made again on first use.
+        return {name: value for name, value in self.__dict__.items() if name != "find"}
+
     @staticmethod
     def meanings() -> tuple[str, ...]:
         """The names accepted by :meth:`override` and by ``--field MEANING=PATH``."""
@@ -144,26 +148,24 @@ def _finder(paths: tuple[tuple[tuple[str, ...], ...], ...]) -> Callable[[dict[st
         keys.append(name)
         return f"key[{len(keys) - 1}]"
 
-    def container(prefix: tuple[str, ...]) -> str:
-        # The dict at a path's prefix, or an empty one where that is not a dict.
-        if prefix not in containers:
-            parent = container(prefix[:-1])
-            name = containers[prefix] = f"c{len(containers)}"
-            lines.append(f"    {name} = {parent}.get({key(prefix[-1])})")
-            lines.append(f"    if type({name}) is not dict: {name} = EMPTY")
-        return containers[prefix]
-
+    # The dict at each path's prefix, or an empty one where that is not a dict.
     for candidates in paths:
         for parts in candidates:
-            container(parts[:-1])
+            for end in range(1, len(parts)):
+                if parts[:end] not in containers:
+                    name = containers[parts[:end]] = f"c{len(containers)}"
+                    parent = containers[parts[: end - 1]]
+                    lines.append(f"    {name} = {parent}.get({key(parts[end - 1])})")
+                    lines.append(f"    if not isinstance({name}, dict): {name} = EMPTY")
     values = []
     for meaning, candidates in enumerate(paths):
-        value, indent = f"v{meaning}", "    "
+        # Flat, not nested: a meaning may have any number of paths.
+        value = f"v{meaning}"
+        lines.append(f"    {value} = None")
         for parts in candidates:
-            lines.append(f"{indent}{value} = {container(parts[:-1])}.get({key(parts[-1])})")
-            lines.append(f"{indent}if {value} is None or {value} is SKIPPED:")
-            indent += "    "
-        lines.append(f"{indent}{value} = None")
+            lines.append(f"    if {value} is None or {value} is SKIPPED:")
+            lines.append(f"        {value} = {containers[parts[:-1]]}.get({key(parts[-1])})")
+        lines.append(f"    if {value} is SKIPPED: {value} = None")
         values.append(value)
     lines.append(f"    return Found({', '.join(values)})")
     namespace: dict[str, Any] = {
@@ -192,7 +194,7 @@ def _split(path: str) -> tuple[str, ...]:
 def _lookup_parts(record: dict[str, Any], parts: tuple[str, ...]) -> Any:
     value: Any = record
     for part in parts:
-        if type(value) is not dict:
+        if not isinstance(value, dict):
             return _MISSING
         value = value.get(part, _MISSING)
         if value is _MISSING:

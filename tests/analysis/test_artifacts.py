@@ -35,7 +35,12 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
 
 
 def load(
-    folder: Path, monkeypatch: pytest.MonkeyPatch, *, helpers: bool, slow_here: float = 0.005
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    helpers: bool,
+    slow_here: float = 0.005,
+    on_bad_record: Any = "skip",
 ) -> Any:
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
     instance folder, so that the helper, which starts in about 50 ms, gets a share."""
@@ -49,7 +54,7 @@ def load(
 
     monkeypatch.setattr(artifacts, "read_instance", read_instance)  # this process only
     report = analysis.LoadReport()
-    table = analysis.load_logs([folder], on_bad_record="skip", report=report)
+    table = analysis.load_logs([folder], on_bad_record=on_bad_record, report=report)
     return table, report
 
 
@@ -124,11 +129,18 @@ def test_a_slow_parent_leaves_most_folders_to_the_helper(
 
 
 def test_bad_file_in_the_helpers_share_fails_with_its_location(
-    folder: Path, monkeypatch: pytest.MonkeyPatch
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
 ) -> None:
-    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2)
-    with pytest.raises(analysis.LogFormatError, match=r"samples/.*\.json:1: not valid JSON"):
-        analysis.load_logs([folder])
+    """Only the last instance folder, the helper's first, keeps its bad file."""
+    instances = sorted(path for path in folder.iterdir() if path.is_dir())
+    good = next(instances[1].glob("*/samples/*.json")).read_text()
+    next(instances[0].glob("*/samples/*.json")).write_text(good)
+    bad = next(instances[-1].glob("*/samples/*.json"))
+    with pytest.raises(analysis.LogFormatError, match=rf"{bad.name}:1: not valid JSON") as caught:
+        load(folder, monkeypatch, helpers=True, on_bad_record="fail")
+    assert str(bad) in str(caught.value)
+    (helper,) = helpers
+    assert str(instances[-1]) in helper.assigned[0]  # the helper read it
 
 
 def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(
@@ -160,13 +172,15 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
     )
     monkeypatch.setattr(artifacts, "_BOOTSTRAP", dying)
     taken: list[int] = []
-    real_chunk = artifacts._Helper._chunk
+    real_taken = artifacts._Helper._taken
 
-    def chunk(self: Any, blob: bytes) -> Any:
-        taken.append(1)
-        return real_chunk(self, blob)
+    def counted(self: Any, item: Any) -> Any:
+        chunk = real_taken(self, item)
+        if chunk is not None:
+            taken.append(1)
+        return chunk
 
-    monkeypatch.setattr(artifacts._Helper, "_chunk", chunk)
+    monkeypatch.setattr(artifacts._Helper, "_taken", counted)
     shared, report = load(folder, monkeypatch, helpers=True)
     assert taken == [1]  # one chunk came from the helper before it died
     assert_frame_equal(alone, shared)
@@ -175,14 +189,37 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
     assert any("helper process failed (exit 3" in warning for warning in report.warnings)
 
 
-def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
+def test_a_chunk_that_cannot_be_read_ends_the_helper_and_its_folders_are_read_here(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    alone, alone_report = load(folder, monkeypatch, helpers=False)
+    garbling = artifacts._BOOTSTRAP.replace(
+        "helper_main()",
+        "from analysis.artifacts import Chunk\n"
+        "sent = []\n"
+        "def garbled(self, real=Chunk.to_marshal):\n"
+        "    sent.append(1)\n"
+        "    return real(self) if len(sent) == 1 else b'not marshal data'\n"
+        "Chunk.to_marshal = garbled\n"
+        "helper_main()",
+    )
+    monkeypatch.setattr(artifacts, "_BOOTSTRAP", garbling)
+    shared, report = load(folder, monkeypatch, helpers=True)
+    assert_frame_equal(alone, shared)
+    assert report.files == alone_report.files
+    assert any("unreadable results" in warning for warning in report.warnings)
+
+
+@pytest.mark.parametrize("stray", ["hello from sitecustomize\n", "ok!\n", "\x1b[0m", "x"])
+def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, stray: str
+) -> None:
     """Something printing to stdout as the helper starts (a sitecustomize, say) breaks
-    its framing: the helper is ended, and this process reads its share, with a warning."""
+    its framing: the helper is ended, and this process reads its share, with a warning.
+    Four bytes once made a plausible length and hung the read."""
     alone, alone_report = load(folder, monkeypatch, helpers=False)
     noisy = artifacts._BOOTSTRAP.replace(
-        "helper_main()", "sys.stdout.write('hello from sitecustomize\\n')\nhelper_main()"
+        "helper_main()", f"sys.stdout.write({stray!r})\nhelper_main()"
     )
     monkeypatch.setattr(artifacts, "_BOOTSTRAP", noisy)
     shared, report = load(folder, monkeypatch, helpers=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
+from collections import OrderedDict
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.pickles import SKIPPED
-from analysis.records import FieldMap, Found
+from analysis.records import FieldMap, Found, canonical_row
 
 KEYS = ["a", "b", "metadata", "index", "x.y"]
 
@@ -29,7 +31,7 @@ def first_of(record: dict[str, Any], candidates: tuple[str, ...]) -> Any:
     for path in candidates:
         value: Any = record
         for part in path.split("."):
-            value = value.get(part) if type(value) is dict else None
+            value = value.get(part) if isinstance(value, dict) else None
         if value is not None and value is not SKIPPED:
             return value
     return None
@@ -66,3 +68,34 @@ def test_paths_are_data_not_code() -> None:
     fields = FieldMap().override(group=evil)
     assert fields.find({evil: 7}).group == 7
     assert fields.find({"group_index": 1}).group is None
+
+
+def test_dict_subclasses_are_dicts_at_every_level() -> None:
+    """An OrderedDict record (from a library caller, say) reads like a plain one."""
+    plain = {"group_index": 3, "metadata": {"parent_traj_id": "t", "segment_index": 2}}
+    ordered = OrderedDict(group_index=3, metadata=OrderedDict(parent_traj_id="t", segment_index=2))
+    fields = FieldMap()
+    assert fields.find(ordered) == fields.find(plain)
+    assert fields.find(plain).segment == 2
+    assert canonical_row(ordered, fields=fields, where="x", extra=["metadata.segment_index"]) == (
+        canonical_row(plain, fields=fields, where="x", extra=["metadata.segment_index"])
+    )
+
+
+def test_a_used_field_map_can_be_pickled() -> None:
+    fields = FieldMap().override(group="metadata.g")
+    assert fields.find({"metadata": {"g": 1}}).group == 1
+    again = pickle.loads(pickle.dumps(fields))
+    assert again == fields
+    assert again.find({"metadata": {"g": 2}}).group == 2
+
+
+def test_many_paths_and_deep_paths() -> None:
+    many = tuple(f"k{n}" for n in range(300))
+    deep = ".".join(["d"] * 2000)
+    fields = FieldMap(group=many, trajectory=(deep,))
+    assert fields.find({"k299": "last"}).group == "last"
+    record: dict[str, Any] = {"d": "leaf"}
+    for _ in range(1999):
+        record = {"d": record}
+    assert fields.find(record).trajectory == "leaf"
