@@ -72,6 +72,27 @@ def helpers(monkeypatch: pytest.MonkeyPatch) -> list[artifacts._Helper]:
     return started
 
 
+def helper_runs_first(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    """Make the helper run ``code`` before it starts reading."""
+    patched = artifacts._BOOTSTRAP.replace("helper_main()", f"{code}\nhelper_main()")
+    monkeypatch.setattr(artifacts, "_BOOTSTRAP", patched)
+
+
+def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
+    """Make the helper do ``action`` in place of making its second and later chunks."""
+    helper_runs_first(
+        monkeypatch,
+        "import os\n"
+        "from analysis.artifacts import Chunk\n"
+        "sent = []\n"
+        "def first_only(self, real=Chunk.to_marshal):\n"
+        "    sent.append(1)\n"
+        "    if len(sent) == 1: return real(self)\n"
+        f"    {action}\n"
+        "Chunk.to_marshal = first_only",
+    )
+
+
 def test_helper_reads_the_same_rows_in_the_same_order(
     folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
 ) -> None:
@@ -98,15 +119,13 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
     """Folders are handed out as they are read, not split in advance: a helper that is
     slow (its core busy elsewhere) reads only the batches it was given first."""
     alone, _ = load(folder, monkeypatch, helpers=False)
-    slow = artifacts._BOOTSTRAP.replace(
-        "helper_main()",
+    helper_runs_first(
+        monkeypatch,
         "import time\n"
         "from analysis import artifacts\n"
         "real = artifacts.read_instance\n"
-        "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))\n"
-        "helper_main()",
+        "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))",
     )
-    monkeypatch.setattr(artifacts, "_BOOTSTRAP", slow)
     shared, _ = load(folder, monkeypatch, helpers=True, slow_here=0)
     assert_frame_equal(alone, shared)
     (helper,) = helpers
@@ -158,19 +177,7 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
 ) -> None:
     """Its chunks so far are kept; this process reads the folders they do not cover."""
     alone, alone_report = load(folder, monkeypatch, helpers=False)
-    dying = artifacts._BOOTSTRAP.replace(
-        "helper_main()",
-        "import os\n"
-        "from analysis.artifacts import Chunk\n"
-        "sent = []\n"
-        "def once(self, real=Chunk.to_marshal):\n"
-        "    if sent: os._exit(3)\n"
-        "    sent.append(1)\n"
-        "    return real(self)\n"
-        "Chunk.to_marshal = once\n"
-        "helper_main()",
-    )
-    monkeypatch.setattr(artifacts, "_BOOTSTRAP", dying)
+    after_its_first_chunk(monkeypatch, "os._exit(3)")
     taken: list[int] = []
     real_taken = artifacts._Helper._taken
 
@@ -193,17 +200,7 @@ def test_a_chunk_that_cannot_be_read_ends_the_helper_and_its_folders_are_read_he
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alone, alone_report = load(folder, monkeypatch, helpers=False)
-    garbling = artifacts._BOOTSTRAP.replace(
-        "helper_main()",
-        "from analysis.artifacts import Chunk\n"
-        "sent = []\n"
-        "def garbled(self, real=Chunk.to_marshal):\n"
-        "    sent.append(1)\n"
-        "    return real(self) if len(sent) == 1 else b'not marshal data'\n"
-        "Chunk.to_marshal = garbled\n"
-        "helper_main()",
-    )
-    monkeypatch.setattr(artifacts, "_BOOTSTRAP", garbling)
+    after_its_first_chunk(monkeypatch, "return b'not marshal data'")
     shared, report = load(folder, monkeypatch, helpers=True)
     assert_frame_equal(alone, shared)
     assert report.files == alone_report.files
@@ -218,10 +215,7 @@ def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
     its framing: the helper is ended, and this process reads its share, with a warning.
     Four bytes once made a plausible length and hung the read."""
     alone, alone_report = load(folder, monkeypatch, helpers=False)
-    noisy = artifacts._BOOTSTRAP.replace(
-        "helper_main()", f"sys.stdout.write({stray!r})\nhelper_main()"
-    )
-    monkeypatch.setattr(artifacts, "_BOOTSTRAP", noisy)
+    helper_runs_first(monkeypatch, f"sys.stdout.write({stray!r})")
     shared, report = load(folder, monkeypatch, helpers=True)
     assert_frame_equal(alone, shared)
     assert report.files == alone_report.files
