@@ -137,7 +137,7 @@ def _finder(paths: tuple[tuple[tuple[str, ...], ...], ...]) -> Callable[[dict[st
     meaning's paths in turn does.
 
     This is the hot path of every loader: one call a record instead of a loop over
-    paths per meaning, 0.8 µs instead of 3.3 µs. The keys reach the function as
+    paths per meaning, about 1.4 µs instead of 3.3 µs. The keys reach the function as
     constants (``key[i]``); no text from the field map is written into its source.
     """
     keys: list[str] = []

@@ -96,17 +96,27 @@ def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
 def test_helper_reads_the_same_rows_in_the_same_order(
     folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
 ) -> None:
-    alone, alone_report = load(folder, monkeypatch, helpers=False)
-    assert helpers == []
-    shared, shared_report = load(folder, monkeypatch, helpers=True)
+    report = reads_as_one_process(folder, monkeypatch)
     assert len(helpers) == 1 and helpers[0].instances_done > 0  # the helper took a share
     assert not helpers[0].problem
+    assert report.skipped == {"bad record": 2}
+    assert report.files == len(list(folder.rglob("*.json")))
+    assert report.warnings == []
+
+
+def reads_as_one_process(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, *, slow_here: float = 0.005
+) -> analysis.LoadReport:
+    """Load with the helper as the test set it up, check that the table, file count and
+    skips are those one process reads, and return the report."""
+    alone, alone_report = load(folder, monkeypatch, helpers=False)
+    shared, report = load(folder, monkeypatch, helpers=True, slow_here=slow_here)
     assert alone.height > 0
     assert_frame_equal(alone, shared)
-    assert shared_report.skipped == alone_report.skipped == {"bad record": 2}
-    assert shared_report.skipped_where == alone_report.skipped_where
-    assert shared_report.files == alone_report.files == len(list(folder.rglob("*.json")))
-    assert shared_report.warnings == alone_report.warnings == []
+    assert report.files == alone_report.files
+    assert report.skipped == alone_report.skipped
+    assert report.skipped_where == alone_report.skipped_where
+    return report
 
 
 def instance_count(folder: Path) -> int:
@@ -118,7 +128,6 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
 ) -> None:
     """Folders are handed out as they are read, not split in advance: a helper that is
     slow (its core busy elsewhere) reads only the batches it was given first."""
-    alone, _ = load(folder, monkeypatch, helpers=False)
     helper_runs_first(
         monkeypatch,
         "import time\n"
@@ -126,8 +135,7 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
         "real = artifacts.read_instance\n"
         "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))",
     )
-    shared, _ = load(folder, monkeypatch, helpers=True, slow_here=0)
-    assert_frame_equal(alone, shared)
+    reads_as_one_process(folder, monkeypatch, slow_here=0)
     (helper,) = helpers
     assert len(helper.assigned) == artifacts.HELPER_BATCHES_AHEAD  # never ready for more
     assert helper.instances_done == sum(map(len, helper.assigned)) < instance_count(folder) / 2
@@ -136,9 +144,7 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
 def test_a_slow_parent_leaves_most_folders_to_the_helper(
     folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
 ) -> None:
-    alone, _ = load(folder, monkeypatch, helpers=False)
-    shared, _ = load(folder, monkeypatch, helpers=True, slow_here=0.05)
-    assert_frame_equal(alone, shared)
+    reads_as_one_process(folder, monkeypatch, slow_here=0.05)
     (helper,) = helpers
     assert len(helper.assigned) > artifacts.HELPER_BATCHES_AHEAD  # it asked for more
     assert helper.instances_done > instance_count(folder) / 2
@@ -165,10 +171,8 @@ def test_bad_file_in_the_helpers_share_fails_with_its_location(
 def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alone, _ = load(folder, monkeypatch, helpers=False)
     monkeypatch.setattr(sys, "executable", str(folder / "no-such-python"))
-    shared, report = load(folder, monkeypatch, helpers=True)
-    assert_frame_equal(alone, shared)
+    report = reads_as_one_process(folder, monkeypatch)
     assert any("helper process failed" in warning for warning in report.warnings)
 
 
@@ -176,7 +180,6 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its chunks so far are kept; this process reads the folders they do not cover."""
-    alone, alone_report = load(folder, monkeypatch, helpers=False)
     after_its_first_chunk(monkeypatch, "os._exit(3)")
     taken: list[int] = []
     real_taken = artifacts._Helper._taken
@@ -188,22 +191,16 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
         return chunk
 
     monkeypatch.setattr(artifacts._Helper, "_taken", counted)
-    shared, report = load(folder, monkeypatch, helpers=True)
+    report = reads_as_one_process(folder, monkeypatch)
     assert taken == [1]  # one chunk came from the helper before it died
-    assert_frame_equal(alone, shared)
-    assert report.files == alone_report.files
-    assert report.skipped == alone_report.skipped
     assert any("helper process failed (exit 3" in warning for warning in report.warnings)
 
 
 def test_a_chunk_that_cannot_be_read_ends_the_helper_and_its_folders_are_read_here(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alone, alone_report = load(folder, monkeypatch, helpers=False)
     after_its_first_chunk(monkeypatch, "return b'not marshal data'")
-    shared, report = load(folder, monkeypatch, helpers=True)
-    assert_frame_equal(alone, shared)
-    assert report.files == alone_report.files
+    report = reads_as_one_process(folder, monkeypatch)
     assert any("unreadable results" in warning for warning in report.warnings)
 
 
@@ -214,11 +211,8 @@ def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
     """Something printing to stdout as the helper starts (a sitecustomize, say) breaks
     its framing: the helper is ended, and this process reads its share, with a warning.
     Four bytes once made a plausible length and hung the read."""
-    alone, alone_report = load(folder, monkeypatch, helpers=False)
     helper_runs_first(monkeypatch, f"sys.stdout.write({stray!r})")
-    shared, report = load(folder, monkeypatch, helpers=True)
-    assert_frame_equal(alone, shared)
-    assert report.files == alone_report.files
+    report = reads_as_one_process(folder, monkeypatch)
     assert any("unreadable results" in warning for warning in report.warnings)
 
 
@@ -269,10 +263,8 @@ def test_a_folder_that_cannot_be_listed_is_a_skipped_file_not_silence(
 def test_no_interpreter_to_start_means_no_helper(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alone, _ = load(folder, monkeypatch, helpers=False)
     monkeypatch.setattr(sys, "executable", None)
-    shared, report = load(folder, monkeypatch, helpers=True)
-    assert_frame_equal(alone, shared)
+    report = reads_as_one_process(folder, monkeypatch)
     assert report.warnings == []  # not a failure: the helper is simply not wanted
 
 
