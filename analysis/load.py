@@ -268,12 +268,12 @@ def _read_canonical(
     """A canonical Parquet or Arrow file as the canonical table; only ``columns`` (and
     the extra fields) are read when given."""
     extra = [path for path in extra if path not in CANONICAL_SCHEMA]
-    parquet = source.format == "parquet"
+    unreadable = f"{source.path}: not a readable {source.format} file"
     try:
-        present = list((pl.read_parquet_schema if parquet else pl.read_ipc_schema)(source.path))
-    # A damaged file can make polars panic (a BaseException), not only raise.
+        file = _ArrowFile(source)
     except (Exception, pl.exceptions.PanicException) as exc:
-        raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
+        raise LogFormatError(f"{unreadable} ({exc})") from exc
+    present = file.columns
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
         raise MissingFieldError(
@@ -289,13 +289,10 @@ def _read_canonical(
     # The source column is the file path, not whatever the file says.
     read = [name for name in present if name in extra or (name in wanted and name != "source")]
     try:
-        frame = (
-            pl.read_parquet(source.path, columns=read)
-            if parquet
-            else pl.read_ipc(source.path, columns=read)
-        )
+        frame = file.read(read)
+    # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
-        raise LogFormatError(f"{source.path}: not a readable {source.format} file ({exc})") from exc
+        raise LogFormatError(f"{unreadable} ({exc})") from exc
     absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
     frame = frame.with_columns(
         pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
@@ -303,6 +300,39 @@ def _read_canonical(
     if "source" in wanted:
         frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
     return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
+
+
+class _ArrowFile:
+    """A Parquet or Arrow IPC file, read with pyarrow.
+
+    Not with polars: polars' Parquet reader aborts the whole process on some damaged
+    files (a page header with a negative value count makes it ask for 2^61 bytes), where
+    pyarrow raises an error. Arrow IPC data is checked in full before polars sees it,
+    since its offsets are taken as they are written.
+    """
+
+    def __init__(self, source: Source) -> None:
+        self.path, self.parquet = source.path, source.format == "parquet"
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            self.columns = pq.read_schema(self.path).names
+        else:
+            with pa.ipc.open_file(self.path) as reader:
+                self.columns = reader.schema.names
+
+    def read(self, columns: list[str]) -> pl.DataFrame:
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(self.path, columns=columns, memory_map=True)
+        else:
+            with pa.ipc.open_file(self.path) as reader:
+                table = reader.read_all().select(columns)
+            table.validate(full=True)
+        frame = pl.from_arrow(table, rechunk=False)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
 
 
 def _raw_records(
