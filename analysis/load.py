@@ -325,14 +325,29 @@ class _ArrowFile:
         if self.parquet:
             import pyarrow.parquet as pq
 
-            table = pq.read_table(self.path, columns=columns, memory_map=True)
+            table = pq.read_table(self.path, columns=columns)
         else:
             with pa.ipc.open_file(self.path) as reader:
                 table = reader.read_all().select(columns)
             table.validate(full=True)
+        # Without metadata: polars panics (and prints a backtrace) on a metadata key that
+        # is not UTF-8, as in a damaged file; the types are all it needs.
+        table = table.cast(pa.schema([_bare(field) for field in table.schema]))
         frame = pl.from_arrow(table, rechunk=False)
         assert isinstance(frame, pl.DataFrame)
         return frame
+
+
+def _bare(field: pa.Field) -> pa.Field:
+    """The field without metadata, at any depth of structs and lists."""
+    kind = field.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_bare(child) for child in kind])
+    elif pa.types.is_list(kind):
+        kind = pa.list_(_bare(kind.value_field))
+    elif pa.types.is_large_list(kind):
+        kind = pa.large_list(_bare(kind.value_field))
+    return pa.field(field.name, kind, field.nullable)
 
 
 def _raw_records(

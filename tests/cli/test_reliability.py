@@ -331,3 +331,19 @@ def test_a_parquet_page_with_a_negative_value_count_is_an_error_not_a_crash(
         assert done.returncode == 5, done.stderr[-500:]
         assert "negative number of values" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_parquet_metadata_that_is_not_utf8_is_passed_over(tmp_path: Path) -> None:
+    """A damaged metadata key (as the fuzz above made) once made polars panic, printing
+    a Rust backtrace, when pyarrow's table was handed over; the data itself is fine."""
+    import pyarrow.parquet as pq
+
+    data, _ = _valid_bytes("parquet", tmp_path)
+    (tmp_path / "valid.parquet").write_bytes(data)
+    table = pq.read_table(tmp_path / "valid.parquet")
+    log = tmp_path / "odd.parquet"
+    pq.write_table(table.replace_schema_metadata({b"ARR\xfbW:schema": b"\xff"}), log)
+    result = runner.invoke(app, ["replay", str(log), "-b", "2", "-k", "1", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "panicked" not in result.stderr
+    assert json.loads(result.stdout)["groups"]["total"] == 6
