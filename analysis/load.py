@@ -7,6 +7,7 @@ run-length spans; an end version derived from them is flagged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import gzip
 import json
@@ -345,7 +346,7 @@ def _for_polars(field: pa.Field) -> pa.Field:
     panics, printing a backtrace, on a metadata key that is not UTF-8, as in a damaged
     file)."""
     kind = field.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and _views_castable():
         kind = pa.string_view()
     elif pa.types.is_struct(kind):
         kind = pa.struct([_for_polars(child) for child in kind])
@@ -354,6 +355,16 @@ def _for_polars(field: pa.Field) -> pa.Field:
     elif pa.types.is_large_list(kind):
         kind = pa.large_list(_for_polars(kind.value_field))
     return pa.field(field.name, kind, field.nullable)
+
+
+@functools.cache
+def _views_castable() -> bool:
+    """Whether this pyarrow casts strings to string views (pyarrow 16 cannot)."""
+    try:
+        pa.array(["x"], pa.large_string()).cast(pa.string_view())
+    except (AttributeError, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def _raw_records(
