@@ -50,3 +50,4 @@ class OutputError(ReplayError):
 
 
 EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT)."""

@@ -146,29 +146,64 @@ def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str
     return sources, warnings
 
 
+_FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("slime dump", (".pt", ".pkl", ".pickle")),
+    ("JSONL", (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")),
+    ("Parquet/Arrow", (".parquet", ".arrow", ".ipc", ".feather")),
+)
+"""The files a folder's logs are looked for in, by (lower-case) name ending."""
+
+
 def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
-    dumps = sorted(p for p in root.iterdir() if p.suffix in (".pt", ".pkl", ".pickle"))
-    if dumps:
-        # slime writes one dump per trainer step; order them by the step they carry.
-        return [Source(p, "pt") for p in dumps], []
-    if is_artifact_folder(root):
-        # Its files are found, ordered and read together (analysis.artifacts).
-        return [Source(root, "artifacts", folder=True)], []
-    logs = sorted(
-        p
-        for p in root.iterdir()
-        if p.is_file() and any(p.name.endswith(s) for s in (".jsonl", ".jsonl.gz", ".ndjson"))
-    )
-    if logs:
-        return [Source(p, "jsonl") for p in logs], []
-    tables = sorted(p for p in root.iterdir() if p.suffix in (".parquet", ".arrow", ".ipc"))
-    if tables:
-        return [Source(p, _file_format(p)) for p in tables], []
-    raise UnknownFormatError(
-        f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
-        "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet; "
-        "point at the run's log folder or files"
-    )
+    """A folder's logs: its slime dumps, else its Dressage artifact tree, else its JSONL
+    files, else its Parquet/Arrow files. Logs of a later kind beside them are not read
+    (runs keep one kind of log), with a warning that names them."""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise InputNotFoundError(
+            f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
+        ) from exc
+    found: dict[str, list[Path]] = {kind: [] for kind, _ in _FOLDER_KINDS}
+    for entry in entries:
+        name = entry.name.lower()
+        for kind, endings in _FOLDER_KINDS:
+            if name.endswith(endings) and entry.is_file():
+                found[kind].append(entry)
+                break
+    artifacts = is_artifact_folder(root)
+    chosen: list[Source] = []
+    what = ""
+    unread: list[str] = []
+    for kind in ("slime dump", "artifacts", "JSONL", "Parquet/Arrow"):
+        if kind == "artifacts":
+            if artifacts and chosen:
+                unread.append("a Dressage artifact tree")
+            elif artifacts:
+                # Its files are found, ordered and read together (analysis.artifacts).
+                chosen = [Source(root, "artifacts", folder=True)]
+                what = "the artifact tree"
+            continue
+        paths = found[kind]
+        if paths and chosen:
+            unread.append(f"{len(paths)} {kind} file(s) ({paths[0].name}, ...)")
+        elif paths:
+            # slime dumps are put in trainer-step order once read (_order_dumps).
+            chosen = [Source(path, _file_format(path)) for path in paths]
+            what = f"the {len(paths)} {kind} file(s)"
+    if not chosen:
+        raise UnknownFormatError(
+            f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
+            "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet; "
+            "point at the run's log folder or files"
+        )
+    warnings = []
+    if unread:
+        warnings.append(
+            f"{root}: read {what} only; also there and not read: {'; '.join(unread)} "
+            "(pass those files explicitly to read them too)"
+        )
+    return chosen, warnings
 
 
 def _file_format(path: Path) -> Format:
@@ -289,18 +324,62 @@ def _read_canonical(
     }
     # The source column is the file path, not whatever the file says.
     read = [name for name in present if name in extra or (name in wanted and name != "source")]
+    for name in read:
+        if name in CANONICAL_SCHEMA and not _fits(file.schema.field(name).type, name):
+            raise LogFormatError(
+                f"{source.path}: column {name} holds {file.schema.field(name).type} where the "
+                f"canonical layout has {CANONICAL_SCHEMA[name]}; write it with "
+                "`dressage-replay convert`"
+            )
     try:
         frame = file.read(read)
+        absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
+        frame = frame.with_columns(
+            pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
+        )
+        if "source" in wanted:
+            frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
+        # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
+        return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
     # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
         raise LogFormatError(f"{unreadable} ({exc})") from exc
-    absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
-    frame = frame.with_columns(
-        pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
-    )
-    if "source" in wanted:
-        frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
-    return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
+
+
+def _fits(kind: pa.DataType, name: str) -> bool:
+    """Whether a column of this Arrow type reads as the canonical column ``name``: an
+    integer type for an integer column, any string type for a string one, exactly the
+    span fields for ``version_spans``, and so on (all nulls fit anything). Checked before
+    polars sees the data: some types (decimal256) make it panic, others (a struct where
+    a number belongs) pass its cast and fail later, or silently (a span struct with
+    other field names comes out as nulls)."""
+    if pa.types.is_null(kind):
+        return True
+    expected = CANONICAL_SCHEMA[name]
+    if name == "version_spans":
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            return False
+        spans = kind.value_type
+        return (
+            pa.types.is_struct(spans)
+            and sorted(field.name for field in spans) == ["end", "start", "version"]
+            and _fits(spans.field("start").type, "record")
+            and _fits(spans.field("end").type, "record")
+            and _fits(spans.field("version").type, "group_id")
+        )
+    if expected == pl.String:
+        return bool(
+            pa.types.is_string(kind) or pa.types.is_large_string(kind) or _is_string_view(kind)
+        )
+    if expected == pl.Int64:
+        return bool(pa.types.is_integer(kind))
+    if expected == pl.Float64:
+        return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
+    return bool(pa.types.is_boolean(kind))
+
+
+def _is_string_view(kind: pa.DataType) -> bool:
+    return kind == getattr(pa, "string_view", lambda: None)()
 
 
 class _ArrowFile:
@@ -328,8 +407,11 @@ class _ArrowFile:
         if self.parquet:
             import pyarrow.parquet as pq
 
-            # Read straight into polars' types (faster than a cast afterwards).
-            table = pq.read_table(self.path, columns=columns, schema=schema)
+            # pyarrow's Parquet reader does not check that strings are UTF-8, and polars
+            # aborts the process on one that is not: strings are read as bytes (straight
+            # into polars' layout), and the cast to strings checks them.
+            table = pq.read_table(self.path, columns=columns, schema=_as_bytes(schema))
+            table = table.cast(schema)
         else:
             with pa.ipc.open_file(self.path) as reader:
                 table = reader.read_all().select(columns)
@@ -355,6 +437,27 @@ def _for_polars(field: pa.Field) -> pa.Field:
     elif pa.types.is_large_list(kind):
         kind = pa.large_list(_for_polars(kind.value_field))
     return pa.field(field.name, kind, field.nullable)
+
+
+def _as_bytes(schema: pa.Schema) -> pa.Schema:
+    """The schema with every string type, at any depth, as the same layout of bytes."""
+
+    def as_bytes(kind: pa.DataType) -> pa.DataType:
+        if _is_string_view(kind):
+            return pa.binary_view()
+        if pa.types.is_large_string(kind):
+            return pa.large_binary()
+        if pa.types.is_string(kind):
+            return pa.binary()
+        if pa.types.is_struct(kind):
+            return pa.struct([field.with_type(as_bytes(field.type)) for field in kind])
+        if pa.types.is_list(kind):
+            return pa.list_(kind.value_field.with_type(as_bytes(kind.value_type)))
+        if pa.types.is_large_list(kind):
+            return pa.large_list(kind.value_field.with_type(as_bytes(kind.value_type)))
+        return kind
+
+    return pa.schema([field.with_type(as_bytes(field.type)) for field in schema])
 
 
 @functools.cache
@@ -527,6 +630,9 @@ def _log_chunks(
 
     dumps: dict[Path, tuple[int | None, list[Any]]] = {}
     for source in [s for s in sources if s.format == "pt"]:
+        if (unreadable := _unreadable(source.path)) is not None:
+            skip_or_raise(unreadable)
+            continue
         try:
             dumps[source.path] = _dump_samples(source.path, trust_pickle=trust_pickle)
         except UnsafePickleError:
@@ -539,6 +645,10 @@ def _log_chunks(
     for done, source in enumerate(sources, start=1):
         if progress is not None:
             progress(done - 1, len(sources))
+        unreadable = None if source.folder or source.format == "pt" else _unreadable(source.path)
+        if unreadable is not None:  # (dumps were checked as they were read)
+            skip_or_raise(unreadable)
+            continue
         if source.format in ("parquet", "ipc"):
             if rows:
                 yield _rows_to_frame(rows, extra_fields, where=str(source.path))
@@ -603,6 +713,18 @@ def _log_chunks(
         progress(len(sources), len(sources))
     if rows:
         yield _rows_to_frame(rows, extra_fields, where="inputs")
+
+
+def _unreadable(path: Path) -> InputNotFoundError | None:
+    """The error of an input file that cannot be opened (no permission, say), if any: one
+    line and exit 3, where reading it would fail in a way of the format's own."""
+    try:
+        with open(path, "rb"):
+            return None
+    except FileNotFoundError:
+        return InputNotFoundError(f"{path}: no such file; check the path")
+    except OSError as exc:
+        return InputNotFoundError(f"{path}: cannot read ({exc.strerror}); check its permissions")
 
 
 class _FolderTable:

@@ -50,6 +50,10 @@ SPAN_TABLE_CELLS = 8_000_000
 """Largest per-group table of span counts kept for sweeps (groups x spans; 64 MB)."""
 
 
+MAX_SETTING = 1_000_000
+"""Largest K, M or B accepted: more versions or groups than any run has."""
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     """One setting of the two controls and the trainer batch size, validated on construction.
@@ -69,6 +73,16 @@ class ReplayConfig:
     batch_groups: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_types_and_signs()
+        for name in ("keep_versions", "max_preempts", "batch_groups"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_SETTING:
+                raise ConfigError(
+                    f"require `{name}` <= {MAX_SETTING:,} (found {value:,}); "
+                    f"pass --{name.replace('_', '-')} with a value a run can have"
+                )
+
+    def _check_types_and_signs(self) -> None:
         if isinstance(self.keep_versions, bool) or not isinstance(self.keep_versions, int):
             raise ConfigError(
                 f"require `keep_versions` to be an integer (found {self.keep_versions!r})"

@@ -10,7 +10,14 @@ from typing import Any
 import polars as pl
 
 from analysis.errors import ConfigError
-from analysis.replay import PreparedLog, ReplayConfig, ReplayResult, replay, resolve_config
+from analysis.replay import (
+    MAX_SETTING,
+    PreparedLog,
+    ReplayConfig,
+    ReplayResult,
+    replay,
+    resolve_config,
+)
 
 SWEEP_SCHEMA: dict[str, Any] = {
     "keep_versions": pl.Int64,
@@ -34,8 +41,6 @@ SWEEP_SCHEMA: dict[str, Any] = {
 
 MAX_VALUES = 1_000
 """Most values one list may expand to (a sweep is every combination of two lists)."""
-MAX_SETTING = 1_000_000
-"""Largest K or M a sweep accepts: more versions than any run observes."""
 
 PARETO_NOTE = (
     "* Pareto-efficient: no other setting keeps more response tokens (samples when tokens "
@@ -73,6 +78,11 @@ def parse_max_preempts(text: str) -> list[int | None]:
     return _parse_values(text, "--max-preempts", allow_none=True)
 
 
+class ValueListError(ConfigError):
+    """A list of K or M values that does not parse: a usage error on the command line
+    (a value out of range is a plain :class:`ConfigError`, as for a single setting)."""
+
+
 def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | None]:
     values: list[int | None] = []
     for part in (p.strip() for p in text.split(",")):
@@ -81,12 +91,13 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
                 values.append(None)
             elif ".." in part:
                 low, high = (int(x) for x in part.split("..", 1))
+                _check_range([low, high], option)
                 if high < low:
-                    raise ConfigError(
+                    raise ValueListError(
                         f"{option}: the range {part} runs backwards; write {high}..{low}"
                     )
                 if high - low >= MAX_VALUES:
-                    raise ConfigError(
+                    raise ValueListError(
                         f"{option}: the range {part} has more than {MAX_VALUES} values"
                     )
                 values.extend(range(low, high + 1))
@@ -94,15 +105,19 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
                 values.append(int(part))
         except ValueError:
             expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
-            raise ConfigError(f"{option}: expected {expected} (found {part!r})") from None
-    too_big = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
-    if too_big:
-        raise ConfigError(
-            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {too_big[0]})"
-        )
+            raise ValueListError(f"{option}: expected {expected} (found {part!r})") from None
+    _check_range(values, option)
     if not values:
-        raise ConfigError(f"{option}: give at least one value")
+        raise ValueListError(f"{option}: give at least one value")
     return list(dict.fromkeys(values))
+
+
+def _check_range(values: Sequence[int | None], option: str) -> None:
+    outside = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
+    if outside:
+        raise ConfigError(
+            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]})"
+        )
 
 
 def sweep(

@@ -17,6 +17,8 @@ import typer
 
 import analysis
 from analysis.errors import EXIT_INTERRUPTED, ReplayError
+from analysis.sweep import ValueListError
+from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind
 
 app = typer.Typer(
     name="dressage-replay",
@@ -47,9 +49,8 @@ def handles_errors(command: F) -> F:
                 traceback.print_exc()
             typer.echo(f"Error: {one_line(str(error))}", err=True)
             raise typer.Exit(error.exit_code) from None
-        except KeyboardInterrupt:
-            typer.echo("Interrupted; no partial output was left.", err=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except KeyboardInterrupt as interrupt:
+            raise typer.Exit(interrupted(interrupt)) from None
         except (typer.Exit, typer.Abort, typer.BadParameter, SystemExit):
             raise
         except BaseException as error:  # also a panic inside a native library
@@ -65,6 +66,15 @@ def handles_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def interrupted(interrupt: KeyboardInterrupt) -> int:
+    """Say that Ctrl-C or SIGTERM stopped the command; its exit code (130 or 143)."""
+    terminated = isinstance(interrupt, Terminated)
+    typer.echo(
+        f"{'Terminated' if terminated else 'Interrupted'}; no partial output was left.", err=True
+    )
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+
+
 # --------------------------------------------------------------------------- shared options
 
 Inputs = Annotated[
@@ -73,6 +83,7 @@ Inputs = Annotated[
         help="Log files or folders: JSONL (.gz), Dressage artifact folder, slime .pt dumps, "
         "canonical Parquet/Arrow. Read in the order given.",
         show_default=False,
+        readable=False,  # an unreadable input is the loader's to report (exit 3), not click's
     ),
 ]
 FieldOption = Annotated[
@@ -217,10 +228,11 @@ def parse_grid(keep_versions: str, max_preempts: str) -> tuple[list[int], list[i
 
 
 def parse_list(parse: Callable[[str], list[Any]], text: str, option: str) -> list[Any]:
-    """Parse a list option; its shape errors are usage errors (exit 2)."""
+    """Parse a list option; its shape errors are usage errors (exit 2), a value out of
+    range an invalid setting (exit 7) as for a single value."""
     try:
         return parse(text)
-    except analysis.ConfigError as error:
+    except ValueListError as error:
         raise typer.BadParameter(
             str(error).removeprefix(f"{option}: "), param_hint=option
         ) from None
@@ -675,12 +687,13 @@ def warn(report: analysis.LoadReport) -> None:
 
 
 def main() -> None:
-    """Console-script entry point: usage errors as one line, Ctrl-C as exit 130."""
+    """Console-script entry point: usage errors as one line, Ctrl-C as exit 130, SIGTERM
+    as 143."""
+    on_sigterm_unwind()
     try:
         code = app(standalone_mode=False)
-    except KeyboardInterrupt:
-        typer.echo("Interrupted; no partial output was left.", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as interrupt:
+        sys.exit(interrupted(interrupt))
     except Exception as error:
         # typer's usage errors (unknown option, bad value) carry a message and exit code 2;
         # they are told apart by shape because typer keeps their classes private.

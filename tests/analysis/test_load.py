@@ -189,6 +189,49 @@ def test_missing_path_and_unknown_format(tmp_path: Path) -> None:
         analysis.load_logs([tmp_path])
 
 
+@pytest.mark.parametrize(
+    ("beside", "read", "unread"),
+    [
+        (["run.jsonl", "table.parquet"], "the 1 JSONL file(s)", "1 Parquet/Arrow file(s)"),
+        (["dumps", "run.jsonl"], "the 12 slime dump file(s)", "1 JSONL file(s) (run.jsonl, ...)"),
+        (["artifacts", "run.jsonl"], "the artifact tree", "1 JSONL file(s)"),
+        (["dumps", "artifacts"], "the 12 slime dump file(s)", "a Dressage artifact tree"),
+    ],
+)
+def test_a_folder_of_several_kinds_of_log_reads_one_and_names_the_rest(
+    small_logs: dict[str, Path], tmp_path: Path, beside: list[str], read: str, unread: str
+) -> None:
+    """Once the other kinds were passed over without a word."""
+    import shutil
+
+    for name in beside:
+        if name == "table.parquet":
+            analysis.convert_logs([small_logs["jsonl"]], tmp_path / name)
+        elif name == "run.jsonl":
+            shutil.copy(small_logs["jsonl"], tmp_path / name)
+        else:  # the dumps' or the artifact tree's contents, at the folder's top
+            shutil.copytree(
+                small_logs[{"dumps": "pt"}.get(name, name)], tmp_path, dirs_exist_ok=True
+            )
+    report = analysis.LoadReport()
+    table = analysis.load_logs([tmp_path], report=report)
+    assert table.height == analysis.load_logs([small_logs["jsonl"]]).height  # one copy only
+    (warning,) = report.warnings
+    assert f"read {read}" in warning and unread in warning and "pass those files" in warning
+
+
+def test_folders_find_logs_by_any_case_and_gzipped_ndjson(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    data = small_logs["jsonl"].read_bytes()
+    (tmp_path / "RUN.JSONL").write_bytes(data)
+    (tmp_path / "more.ndjson.gz").write_bytes(gzip.compress(data))
+    report = analysis.LoadReport()
+    table = analysis.load_logs([tmp_path], report=report)
+    assert table.height == 2 * analysis.load_logs([small_logs["jsonl"]]).height
+    assert report.warnings == [] and [s.format for s in report.sources] == ["jsonl", "jsonl"]
+
+
 def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
     path = tmp_path / "log.data"
     with gzip.open(path, "wt") as handle:

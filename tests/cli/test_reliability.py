@@ -267,7 +267,13 @@ def test_single_huge_group(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- interruption
 
 
-def test_sigint_during_convert_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sent", "code", "said"),
+    [(signal.SIGINT, 130, "Interrupted"), (signal.SIGTERM, 143, "Terminated")],
+)
+def test_interrupted_convert_leaves_nothing(
+    tmp_path: Path, sent: signal.Signals, code: int, said: str
+) -> None:
     log = tmp_path / "big.jsonl"
     write_jsonl(simulate(SimulationConfig(n_groups=250, n_samples_per_prompt=8, median_response_tokens=3000,
                                           tail_sigma=0.2, multi_segment_fraction=0.0, seed=5)), log)  # fmt: skip
@@ -283,10 +289,10 @@ def test_sigint_during_convert_leaves_nothing(tmp_path: Path) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     time.sleep(0.2)  # well inside the write
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)  # SIGTERM: what kill, timeout and job schedulers send
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr and "Interrupted" in stderr
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr and f"{said}; no partial output was left" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]
     assert log.stat().st_size == size
 
@@ -347,3 +353,158 @@ def test_parquet_metadata_that_is_not_utf8_is_passed_over(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.stderr
     assert "panicked" not in result.stderr
     assert json.loads(result.stdout)["groups"]["total"] == 6
+
+
+# --------------------------------------------------------------------------- unreadable inputs
+
+
+def without_read_permission() -> list[str] | None:
+    """The command prefix under which a file's permissions hold: none for a user, and for
+    root (who reads anything) setpriv dropping the overriding capabilities; None when
+    root has no setpriv."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        return None
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps, "--"]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "pt", "parquet", "folder"])
+def test_an_unreadable_input_is_exit_3_and_can_be_skipped(tmp_path: Path, kind: str) -> None:
+    """Once click's usage error (exit 2), or a 'bad record' (exit 5), or for a folder an
+    internal error."""
+    prefix = without_read_permission()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be taken away")
+    data, name = _valid_bytes("jsonl" if kind == "folder" else kind, tmp_path)
+    locked = tmp_path / ("locked" if kind == "folder" else name)
+    if kind == "folder":
+        locked.mkdir()
+        (locked / name).write_bytes(data)
+    else:
+        locked.write_bytes(data)
+    locked.chmod(0)
+    try:
+        command = [*prefix, sys.executable, "-m", "cli.main", "replay", str(locked), "-b", "2"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 3, done.stderr
+        assert done.stderr.count("\n") == 1 and "Permission denied" in done.stderr
+        assert str(locked) in done.stderr and "check its permissions" in done.stderr
+        if kind != "folder":  # a named file is skipped like a bad one
+            other = tmp_path / "other.jsonl"
+            write_jsonl(RECORDS, other)
+            skip = ["--on-bad-record", "skip", "--json"]
+            done = subprocess.run(
+                [*command, str(other), *skip], cwd=ROOT, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["skipped"]["by_reason"] == {"unreadable file": 1}
+    finally:
+        locked.chmod(0o755)
+
+
+# --------------------------------------------------------------------------- canonical files
+
+
+def _mistyped(table: Any, case: str) -> Any:
+    """The canonical table with one column changed as a damaged or foreign writer might."""
+    import decimal
+
+    import pyarrow as pa
+
+    def column(name: str, values: Any) -> Any:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+
+    rows = table.num_rows
+    spans = table.column("version_spans").combine_chunks()
+    if case == "decimal256 ids":  # made polars panic, printing a Rust backtrace
+        ids = [decimal.Decimal(i) for i in range(rows)]
+        return column("group_id", pa.array(ids, pa.decimal256(76, 0)))
+    if case == "text where a number belongs":  # an internal error
+        return column("response_length", pa.array(["abc"] * rows))
+    if case == "a struct where a number belongs":  # failed later, in a sum
+        return column("response_length", pa.array([{"a": 1}] * rows))
+    if case == "unsigned 2^64 - 1":
+        return column("trainer_step", pa.array([2**64 - 1] * rows, pa.uint64()))
+    if case == "span fields renamed":  # read silently as spans without versions
+        values = spans.values
+        renamed = pa.StructArray.from_arrays(
+            [values.field(i) for i in range(3)], names=["a", "b", "c"]
+        )
+        return column("version_spans", type(spans).from_arrays(spans.offsets, renamed))
+    # Bytes that are not UTF-8, stored as strings (pyarrow writes them without a check):
+    # polars aborted the whole process on them.
+    bad = pa.array([b"1\xff"] * rows, pa.binary()).view(pa.string())
+    return column("group_id" if case == "ids not UTF-8" else "end_version", bad)
+
+
+MISTYPED = [
+    "decimal256 ids",
+    "text where a number belongs",
+    "a struct where a number belongs",
+    "unsigned 2^64 - 1",
+    "span fields renamed",
+    "ids not UTF-8",
+    "labels not UTF-8",
+]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+@pytest.mark.parametrize("case", MISTYPED)
+def test_a_canonical_file_with_a_column_of_the_wrong_kind_is_a_bad_file(
+    tmp_path: Path, case: str, suffix: str
+) -> None:
+    """Found by a fuzz of structured damage. In a child process: some aborted it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, _ = _valid_bytes("parquet", tmp_path)
+    (tmp_path / "valid.parquet").write_bytes(data)
+    table = _mistyped(pq.read_table(tmp_path / "valid.parquet"), case)
+    log = tmp_path / f"odd{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(table, log)
+    else:
+        with pa.ipc.new_file(log, table.schema) as writer:
+            writer.write_table(table)
+    for command in (["inspect", str(log)], ["replay", str(log), "-b", "2", "-k", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", *command],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 5, done.stderr[-800:]
+        assert done.stderr.startswith("Error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert str(log) in done.stderr and "panicked" not in done.stderr
+
+
+def test_span_fields_in_another_order_read_the_same(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, _ = _valid_bytes("parquet", tmp_path)
+    valid = tmp_path / "valid.parquet"
+    valid.write_bytes(data)
+    table = pq.read_table(valid)
+    spans = table.column("version_spans").combine_chunks()
+    values = spans.values
+    reordered = pa.StructArray.from_arrays(
+        [values.field("version"), values.field("end"), values.field("start")],
+        names=["version", "end", "start"],
+    )
+    log = tmp_path / "reordered.parquet"
+    index = table.schema.get_field_index("version_spans")
+    pq.write_table(
+        table.set_column(index, "version_spans", type(spans).from_arrays(spans.offsets, reordered)),
+        log,
+    )
+    summaries = [
+        json.loads(runner.invoke(app, ["replay", str(path), "-b", "2", "-k", "1", "--json"]).stdout)
+        for path in (valid, log)
+    ]
+    for summary in summaries:
+        summary.pop("inputs", None)
+    assert summaries[0] == summaries[1]

@@ -114,6 +114,10 @@ def test_decisions_file(small_logs: dict[str, Path], tmp_path: Path, suffix: str
         (["-m", "lots"], 2, "whole number or 'none'"),
         (["-b", "0"], 7, "batch_groups"),
         (["--field", "nonsense"], 2, "MEANING=PATH"),
+        # Far beyond any run, and beyond 64 bits: refused, not an internal error.
+        (["-k", str(10**20)], 7, "require `keep_versions` <= 1,000,000"),
+        (["-m", str(10**20)], 7, "require `max_preempts` <= 1,000,000"),
+        (["-b", str(10**20)], 7, "require `batch_groups` <= 1,000,000"),
     ],
 )
 def test_invalid_settings(

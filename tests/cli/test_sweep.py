@@ -85,6 +85,24 @@ def test_bad_lists_are_usage_errors(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("command", ["sweep", "report", "plot"])
+@pytest.mark.parametrize("values", ["-1", "0..-1", "2,1000001"])
+def test_values_out_of_range_are_invalid_settings_as_in_replay(
+    small_logs: dict[str, Path], tmp_path: Path, command: str, values: str
+) -> None:
+    """Exit 7, as `replay -k -1` (a list that does not parse is a usage error, exit 2)."""
+    output = {
+        "sweep": [],
+        "report": ["-o", tmp_path / "r.html"],
+        "plot": ["-o", tmp_path / "p.png"],
+    }
+    args = [command, *(["spans"] if command == "plot" else []), small_logs["jsonl"]]
+    result = runner.invoke(app, [str(a) for a in [*args, "-k", values, *output[command]]])
+    assert result.exit_code == 7, result.stderr
+    assert "values must be between 0 and 1,000,000" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_replay_bias_compares_outcomes(small_logs: dict[str, Path]) -> None:
     log = str(small_logs["jsonl"])
     result = runner.invoke(app, ["replay", log, "-k", "1", "-m", "0", "--bias", "--json"])
