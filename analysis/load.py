@@ -527,10 +527,7 @@ def load_logs(
     )  # fmt: skip
     if not frames:
         return _kept_columns(_rows_to_frame([], extra_fields, where=""), columns, extra_fields)
-    try:
-        table = pl.concat(frames, how="vertical_relaxed")
-    except pl.exceptions.PolarsError as exc:
-        raise LogFormatError(f"inputs disagree on column types ({exc})") from exc
+    table = _concat(frames, extra_fields, "inputs")
     check_extra_fields(table, extra_fields, report)
     return table
 
@@ -751,10 +748,7 @@ class _FolderTable:
         """All rows in arrival order: modification time, then path, then record number."""
         if not self.frames:
             return None
-        try:
-            table = pl.concat(self.frames, how="vertical_relaxed")
-        except pl.exceptions.PolarsError as exc:
-            raise LogFormatError(f"{self.where}: files disagree on column types ({exc})") from exc
+        table = _concat(self.frames, self.extra, self.where)
         return table.sort(_MTIME, "source", "record").drop(_MTIME)
 
 
@@ -776,13 +770,64 @@ def _columns_frame(data: RowColumns, extra: Sequence[str], *, where: str) -> pl.
     for path in extra:
         if path in CANONICAL_SCHEMA:
             continue
+        values = data.columns[path]
+        _check_kinds(path, {_KINDS.get(type(v), "other") for v in values if v is not None}, where)
         try:
-            columns[path] = pl.Series(path, data.columns[path], strict=False)
+            columns[path] = pl.Series(path, values, strict=False)
         except (TypeError, pl.exceptions.PolarsError) as exc:
             raise LogFormatError(
                 f"{where}: field {path} has values of mixed types ({exc})"
             ) from exc
     return pl.DataFrame(columns)
+
+
+_KINDS = {
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    str: "text",
+    list: "list",
+    dict: "object",
+}
+"""The kinds of value an extra (ordering) field may hold, by Python type."""
+
+
+def _check_kinds(path: str, kinds: set[str], where: str) -> None:
+    """An extra field is an ordering key: numbers, text, times or booleans, one kind throughout
+    (polars would turn numbers beside text into text, which sorts 10 before 5)."""
+    if len(kinds) > 1 or not kinds <= {"boolean", "number", "text", "time"}:
+        raise LogFormatError(
+            f"{where}: field {path} holds {' and '.join(sorted(kinds))} values; an ordering "
+            "field needs numbers, text, times or booleans, one kind in every record: pick another "
+            "--order-by field"
+        )
+
+
+def _concat(frames: list[pl.DataFrame], extra: Sequence[str], where: str) -> pl.DataFrame:
+    """The frames one under the other; an extra field must be of one kind in all of them."""
+    for path in extra:
+        if path in CANONICAL_SCHEMA:
+            continue
+        kinds = set()
+        for frame in frames:
+            dtype = frame.schema.get(path, pl.Null)
+            if dtype != pl.Null:
+                kinds.add(
+                    "text"
+                    if dtype == pl.String
+                    else "boolean"
+                    if dtype == pl.Boolean
+                    else "number"
+                    if dtype.is_numeric()
+                    else "time"
+                    if dtype.is_temporal()
+                    else str(dtype)
+                )
+        _check_kinds(path, kinds, where)
+    try:
+        return pl.concat(frames, how="vertical_relaxed")
+    except pl.exceptions.PolarsError as exc:
+        raise LogFormatError(f"{where}: files disagree on column types ({exc})") from exc
 
 
 def _spans_column(data: RowColumns) -> pl.Series:

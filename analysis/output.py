@@ -37,6 +37,13 @@ def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
             )
 
 
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only on success."""
@@ -51,9 +58,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     os.close(handle)
     temp = Path(temp_name)
     # mkstemp creates the file private (0600); give it the permissions a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    temp.chmod(0o666 & ~umask)
+    temp.chmod(0o666 & ~_umask())
     try:
         yield temp
         os.replace(temp, path)
@@ -82,6 +87,8 @@ def atomic_folder(path: Path) -> Iterator[Path]:
     except OSError as exc:
         raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
     try:
+        # mkdtemp creates the folder private (0700); give it what a plain mkdir() would.
+        temp.chmod(0o777 & ~_umask())
         yield temp
         if path.exists():
             path.rmdir()

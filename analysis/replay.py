@@ -229,6 +229,11 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
             f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
             "pass --order-by with a field that the log has"
         )
+    if order_by is not None and table.schema[order_by].is_nested():
+        raise ConfigError(
+            f"--order-by {order_by}: the field holds {table.schema[order_by]} values, which do "
+            "not order arrival; pass a field holding numbers, text or times"
+        )
     # The ordering column under a name of its own: it may be one of the columns above.
     order = [pl.col(order_by).alias(_ORDER_KEY)] if order_by else []
     rows = table.select(*REPLAY_COLUMNS, *order)

@@ -58,6 +58,20 @@ def focus_setting(result: SweepResult) -> ReplayResult:
     return result.results[position]
 
 
+def _is_chosen(result: SweepResult, focus: ReplayResult) -> bool:
+    """Whether the focus setting is Pareto-efficient with a control on (not the fallback)."""
+    config = focus.config
+    row = result.rows.filter(
+        (pl.col("keep_versions") == config.keep_versions)
+        & pl.col("max_preempts").eq_missing(config.max_preempts)
+    )
+    return bool(
+        row.height
+        and row["pareto"][0]
+        and (config.keep_versions > 0 or config.max_preempts is not None)
+    )
+
+
 def build_report(
     prepared: PreparedLog,
     table: pl.DataFrame,
@@ -81,6 +95,11 @@ def build_report(
     )
     focus = focus_setting(swept)
     config = focus.config
+    chosen = (
+        "the Pareto-efficient setting with a control on that keeps the most tokens"
+        if _is_chosen(swept, focus)
+        else "the first setting (no setting with a control on is Pareto-efficient)"
+    )
     # The sweep already replayed every K under the focus setting's M: reuse those results.
     per_k = [r for r in swept.results if r.config.max_preempts == config.max_preempts]
     figures = [
@@ -101,8 +120,8 @@ def build_report(
         _frame_table(_sweep_display(swept.rows), row_classes=_pareto_classes(swept.rows)),
         f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
         "<h2>Figures</h2>",
-        f"<p class='note'>Single-setting figures use {html.escape(setting)}: the "
-        "Pareto-efficient setting with a control on that keeps the most tokens.</p>",
+        f"<p class='note'>Single-setting figures use {html.escape(setting)}: "
+        f"{html.escape(chosen)}.</p>",
         *(_figure(caption, figure) for caption, figure in figures),
         f"<h2>Who gets dropped ({html.escape(setting)})</h2>",
         _frame_table(bias.table.rename(_BIAS_HEADERS)),

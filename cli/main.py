@@ -77,6 +77,9 @@ def interrupted(interrupt: KeyboardInterrupt) -> int:
 
 # --------------------------------------------------------------------------- shared options
 
+FLAG = ""
+"""The metavar of an on/off option: none (typer would show ``<bool>``, as if it took one)."""
+
 Inputs = Annotated[
     list[Path],
     typer.Argument(
@@ -113,6 +116,7 @@ TrustPickle = Annotated[
     typer.Option(
         "--trust-pickle",
         help="Fully unpickle .pt/pickle files (runs code from the file: only for files you trust).",
+        metavar=FLAG,
     ),
 ]
 OrderBy = Annotated[
@@ -122,7 +126,7 @@ OrderBy = Annotated[
     ),
 ]
 Traceback = Annotated[
-    bool, typer.Option("--traceback", help="Show the Python traceback of an error.")
+    bool, typer.Option("--traceback", help="Show the Python traceback of an error.", metavar=FLAG)
 ]
 Quiet = Annotated[
     bool,
@@ -130,6 +134,7 @@ Quiet = Annotated[
         "--quiet",
         "-q",
         help="No progress bars (they are off anyway when stderr is not a terminal).",
+        metavar=FLAG,
     ),
 ]
 KeepVersionsList = Annotated[
@@ -284,15 +289,20 @@ def replay(
     batch_groups: BatchGroups = None,
     order_by: OrderBy = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="Print the summary as one JSON object.")
+        bool, typer.Option("--json", help="Print the summary as one JSON object.", metavar=FLAG)
     ] = False,
     decisions: Annotated[
-        Path | None, typer.Option(help="Write one row per group to this CSV or Parquet file.")
+        Path | None,
+        typer.Option(
+            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow."
+        ),
     ] = None,
     bias: Annotated[
         bool,
         typer.Option(
-            "--bias", help="Also compare kept, dropped and rejected groups (who gets dropped)."
+            "--bias",
+            help="Also compare kept, dropped and rejected groups (who gets dropped).",
+            metavar=FLAG,
         ),
     ] = False,
     field: FieldOption = None,
@@ -337,9 +347,15 @@ def sweep(
     batch_groups: BatchGroups = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the rows to .csv, .parquet or .json."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow.",
+        ),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
+    ] = False,
     order_by: OrderBy = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
@@ -418,7 +434,7 @@ def plot(
 def inspect(
     inputs: Inputs,
     json_output: Annotated[
-        bool, typer.Option("--json", help="Print the findings as one JSON object.")
+        bool, typer.Option("--json", help="Print the findings as one JSON object.", metavar=FLAG)
     ] = False,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
@@ -450,7 +466,13 @@ def convert(
             "--output", "-o", help="Output file: .parquet (or .arrow) in the canonical layout."
         ),
     ],
-    order_by: OrderBy = None,
+    order_by: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep this field as a column, so that a replay of the output can order "
+            "group arrival by it (--order-by); rows stay in input order."
+        ),
+    ] = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -586,7 +608,7 @@ def compare(
         Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
     ] = None,
     json_output: Annotated[
-        bool, typer.Option("--json", help="Print the comparison as JSON.")
+        bool, typer.Option("--json", help="Print the comparison as JSON.", metavar=FLAG)
     ] = False,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,

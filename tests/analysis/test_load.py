@@ -356,6 +356,40 @@ def test_order_by_field_reorders_and_guards(tmp_path: Path) -> None:
         analysis.load_logs([path], extra_fields=["absent"])
 
 
+@pytest.mark.parametrize(
+    ("values", "kinds"),
+    [
+        (["5", 10, 15], "number and text"),  # polars made them all text: "10" < "15" < "5"
+        ([[3], [1], [2]], "list"),  # was passed over: arrival stayed in input order
+        ([{"t": 1}, {"t": 0}, {"t": 2}], "object"),
+        ([True, 1, 0], "boolean and number"),
+    ],
+)
+def test_an_ordering_field_of_mixed_or_nested_values_is_refused(
+    tmp_path: Path, values: list[object], kinds: str
+) -> None:
+    rows = [
+        {"group_index": f"g{i}", "t": value, "metadata": {"parent_traj_id": "a"}}
+        for i, value in enumerate(values)
+    ]
+    for per_file in (False, True):  # in one chunk, and across files
+        paths = []
+        for i, part in enumerate([[row] for row in rows] if per_file else [rows]):
+            paths.append(tmp_path / f"{per_file}-{i}.jsonl")
+            paths[-1].write_text("".join(json.dumps(r) + "\n" for r in part))
+        with pytest.raises(LogFormatError, match=f"field t holds {kinds} values; an ordering"):
+            analysis.load_logs(paths, extra_fields=["t"])
+
+
+def test_an_ordering_column_of_lists_in_a_canonical_file_is_refused(tmp_path: Path) -> None:
+    table = pl.DataFrame({"group_id": ["a"], "t": [[1, 2]]})
+    with pytest.raises(analysis.ConfigError, match=r"--order-by t: the field holds List\(Int64\) values"):
+        analysis.prepare(
+            analysis.records_to_table([{"group_index": "a"}]).with_columns(table["t"]),
+            order_by="t",
+        )
+
+
 def test_order_by_a_column_the_replay_also_reads(tmp_path: Path) -> None:
     """--order-by trainer_step: the ordering column is one prepare() reads anyway."""
     path = tmp_path / "steps.jsonl"
@@ -387,6 +421,11 @@ def test_outputs_get_ordinary_permissions(tmp_path: Path, small_logs: dict[str, 
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+    # A folder (artifacts, dumps) too: it is made with mkdtemp, which makes it private.
+    for kind in ("artifacts", "pt"):
+        folder = tmp_path / kind
+        analysis.write_log(analysis.simulate(analysis.SimulationConfig(n_groups=2)), folder, kind)
+        assert folder.stat().st_mode & 0o777 == 0o777 & ~umask
 
 
 def test_dumps_are_byte_for_byte_reproducible(tmp_path: Path) -> None:

@@ -37,6 +37,18 @@ def test_report_is_self_contained(report_file: Path) -> None:
     settings = text[text.index(">Settings compared") : text.index(">Figures")]
     assert settings.count("<tr class=") == 4 * 4  # one sweep row per (K, M)
     assert "Pareto-efficient" in text
+    assert "the Pareto-efficient setting with a control on that keeps the most tokens" in text
+
+
+def test_report_says_when_it_falls_back_to_the_first_setting(tmp_path: Path) -> None:
+    """With both controls off in every setting, none is 'Pareto-efficient with a control
+    on': the report once said the first setting was."""
+    target = tmp_path / "r.html"
+    result = runner.invoke(app, ["report", str(SAMPLE), "-o", str(target), "-k", "0", "-m", "none"])
+    assert result.exit_code == 0, result.stderr
+    text = target.read_text()
+    assert "K=0, M=none, B=4: the first setting (no setting with a control on" in text
+    assert "with a control on that keeps the most tokens" not in text
 
 
 def test_report_refuses_other_extensions_and_inputs(tmp_path: Path) -> None:
