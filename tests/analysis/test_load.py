@@ -383,7 +383,9 @@ def test_an_ordering_field_of_mixed_or_nested_values_is_refused(
 
 def test_an_ordering_column_of_lists_in_a_canonical_file_is_refused(tmp_path: Path) -> None:
     table = pl.DataFrame({"group_id": ["a"], "t": [[1, 2]]})
-    with pytest.raises(analysis.ConfigError, match=r"--order-by t: the field holds List\(Int64\) values"):
+    with pytest.raises(
+        analysis.ConfigError, match=r"--order-by t: the field holds List\(Int64\) values"
+    ):
         analysis.prepare(
             analysis.records_to_table([{"group_index": "a"}]).with_columns(table["t"]),
             order_by="t",
