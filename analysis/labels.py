@@ -7,6 +7,7 @@ the same label, ``"03"`` is another one.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,11 +26,12 @@ def label_text(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"a label must be a string or an integer (found {repr(value)[:60]})")
     if isinstance(value, float):
-        if value != value:
-            raise ValueError("a label must be a string or an integer (found NaN)")
-        # Integer labels that went through a numeric column with nulls come back as floats.
-        if value.is_integer():
-            return str(int(value))
+        # Integer labels that went through a numeric column with nulls come back as floats;
+        # any other float (2.5, inf, NaN) is no version or id a run writes.
+        if not value.is_integer():
+            found = json.dumps(value)  # as the log writes it: 2.5, NaN, Infinity
+            raise ValueError(f"a label must be a string or an integer (found {found})")
+        return str(int(value))
     return str(value)
 
 

@@ -314,8 +314,13 @@ def _read_canonical(
     if missing:
         raise MissingFieldError(
             f"{source.path}: not in the canonical layout: lacks {', '.join(missing)} "
-            f"(columns: {', '.join(present)}); write it with `dressage-replay convert`"
-            + (" --order-by FIELD to keep an ordering field" if extra else "")
+            f"(columns: {', '.join(present)}); "
+            + (
+                "convert the run's log again with `dressage-replay convert --order-by FIELD` "
+                "to keep an ordering field"
+                if not [c for c in REQUIRED_COLUMNS if c not in present]
+                else _CANONICAL_ONLY
+            )
         )
     wanted = {
         name: dtype
@@ -328,8 +333,7 @@ def _read_canonical(
         if name in CANONICAL_SCHEMA and not _fits(file.schema.field(name).type, name):
             raise LogFormatError(
                 f"{source.path}: column {name} holds {file.schema.field(name).type} where the "
-                f"canonical layout has {CANONICAL_SCHEMA[name]}; write it with "
-                "`dressage-replay convert`"
+                f"canonical layout has {CANONICAL_SCHEMA[name]}; {_CANONICAL_ONLY}"
             )
     try:
         frame = file.read(read)
@@ -344,6 +348,13 @@ def _read_canonical(
     # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
         raise LogFormatError(f"{unreadable} ({exc})") from exc
+
+
+_CANONICAL_ONLY = (
+    "Parquet and Arrow files are read in the layout `dressage-replay convert` writes: "
+    "write raw records as JSONL instead (polars: DataFrame.write_ndjson), and read or "
+    "convert that"
+)
 
 
 def _fits(kind: pa.DataType, name: str) -> bool:
@@ -615,6 +626,13 @@ def _log_chunks(
     sources, warnings = detect_sources(inputs)
     report.sources += [source for source in sources if not source.folder]  # folders once read
     report.warnings += warnings
+    canonical = [s.path.name for s in sources if s.format in ("parquet", "ipc")]
+    if canonical and fields != FieldMap():
+        report.warnings.append(
+            f"--field does not apply to canonical Parquet/Arrow input ({canonical[0]}"
+            + (", ..." if len(canonical) > 1 else "")
+            + "): its fields were found when it was converted; convert the log again with it"
+        )
 
     def skip_or_raise(error: ReplayError) -> None:
         if on_bad_record == "fail":

@@ -232,6 +232,37 @@ def test_folders_find_logs_by_any_case_and_gzipped_ndjson(
     assert report.warnings == [] and [s.format for s in report.sources] == ["jsonl", "jsonl"]
 
 
+def test_a_parquet_file_of_raw_records_gets_advice_that_leads_somewhere(
+    small_records: list[dict], tmp_path: Path
+) -> None:
+    """The advice was to `convert` it, which refused it with the same advice."""
+    raw = tmp_path / "raw.parquet"
+    pl.DataFrame(
+        [{k: v for k, v in r.items() if k != "metadata"} for r in small_records]
+    ).write_parquet(raw)
+    for attempt in (
+        analysis.load_logs,
+        lambda paths: analysis.convert_logs(paths, tmp_path / "o.parquet"),
+    ):
+        with pytest.raises(MissingFieldError, match="write raw records as JSONL instead") as caught:
+            attempt([raw])
+        assert "write it with `dressage-replay convert`" not in str(caught.value)
+
+
+def test_field_overrides_on_canonical_input_are_said_to_do_nothing(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    canonical = tmp_path / "log.parquet"
+    analysis.convert_logs([small_logs["jsonl"]], canonical)
+    report = analysis.LoadReport()
+    moved = analysis.FieldMap().override(group="metadata.elsewhere")
+    analysis.load_logs([canonical], fields=moved, report=report)
+    assert any("--field does not apply to canonical" in w for w in report.warnings)
+    report = analysis.LoadReport()
+    analysis.load_logs([canonical], report=report)
+    assert report.warnings == []
+
+
 def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
     path = tmp_path / "log.data"
     with gzip.open(path, "wt") as handle:
@@ -337,6 +368,22 @@ def test_integral_float_labels_and_ids_read_as_integers() -> None:
     assert table["group_id"].to_list() == ["3"]
     result = analysis.replay(table, analysis.ReplayConfig(max_preempts=0, batch_groups=1))
     assert result.decisions["decision"].to_list() == ["kept"]
+
+
+@pytest.mark.parametrize("value", [2.5, float("inf"), float("nan")])
+@pytest.mark.parametrize("where", ["group", "end version", "token version"])
+def test_other_floats_are_not_labels_or_ids(value: float, where: str) -> None:
+    """Once 2.5 became group "2.5" and inf "inf", while NaN was refused."""
+    metadata: dict[str, object] = {"parent_traj_id": "t", "full_versions": ["v1", "v1"]}
+    record: dict[str, object] = {"group_index": 1, "metadata": metadata}
+    if where == "group":
+        record["group_index"] = value
+    elif where == "end version":
+        metadata["dressage_end_token_version"] = value
+    else:
+        metadata["full_versions"] = ["v1", value]
+    with pytest.raises(LogFormatError, match="must be a string or an integer"):
+        analysis.records_to_table([record])
 
 
 def test_order_by_field_reorders_and_guards(tmp_path: Path) -> None:
