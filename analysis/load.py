@@ -125,7 +125,13 @@ def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str
     warnings: list[str] = []
     for raw in inputs:
         path = Path(raw)
-        if not path.exists():
+        try:
+            exists, is_dir = path.exists(), path.is_dir()
+        except OSError as exc:  # a folder on the way that may not be searched
+            raise InputNotFoundError(
+                f"{raw}: cannot reach it ({exc.strerror}); check the permissions of its folders"
+            ) from exc
+        if not exists:
             pattern = str(raw)
             matches = (
                 sorted(map(Path, glob.glob(pattern))) if any(c in pattern for c in "*?[") else []
@@ -137,7 +143,7 @@ def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str
                 sources += found
                 warnings += more
             continue
-        if path.is_dir():
+        if is_dir:
             found, more = _directory_sources(path)
             sources += found
             warnings += more
@@ -165,12 +171,17 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
         ) from exc
     found: dict[str, list[Path]] = {kind: [] for kind, _ in _FOLDER_KINDS}
-    for entry in entries:
-        name = entry.name.lower()
-        for kind, endings in _FOLDER_KINDS:
-            if name.endswith(endings) and entry.is_file():
-                found[kind].append(entry)
-                break
+    try:
+        for entry in entries:
+            name = entry.name.lower()
+            for kind, endings in _FOLDER_KINDS:
+                if name.endswith(endings) and entry.is_file():
+                    found[kind].append(entry)
+                    break
+    except OSError as exc:  # listed, but its entries may not be looked at
+        raise InputNotFoundError(
+            f"{root}: cannot look at the folder's files ({exc.strerror}); check its permissions"
+        ) from exc
     artifacts = is_artifact_folder(root)
     chosen: list[Source] = []
     what = ""
@@ -221,8 +232,9 @@ def _file_format(path: Path) -> Format:
     try:
         with path.open("rb") as handle:
             head = handle.read(8)
-    except OSError as exc:
-        raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+    except OSError:
+        # Reading it will fail the same way, and say so where --on-bad-record skip applies.
+        return "jsonl"
     if head.startswith(b"PAR1"):
         return "parquet"
     if head.startswith(b"ARROW1"):
@@ -366,6 +378,8 @@ def _fits(kind: pa.DataType, name: str) -> bool:
     other field names comes out as nulls)."""
     if pa.types.is_null(kind):
         return True
+    if pa.types.is_dictionary(kind):  # as polars writes a Categorical, pandas a category
+        return pa.types.is_integer(kind.index_type) and _fits(kind.value_type, name)
     expected = CANONICAL_SCHEMA[name]
     if name == "version_spans":
         if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
@@ -382,8 +396,8 @@ def _fits(kind: pa.DataType, name: str) -> bool:
         return bool(
             pa.types.is_string(kind) or pa.types.is_large_string(kind) or _is_string_view(kind)
         )
-    if expected == pl.Int64:
-        return bool(pa.types.is_integer(kind))
+    if expected == pl.Int64:  # floats too: pandas writes integers with nulls as floats
+        return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
     if expected == pl.Float64:
         return bool(pa.types.is_integer(kind) or pa.types.is_floating(kind))
     return bool(pa.types.is_boolean(kind))
@@ -420,8 +434,12 @@ class _ArrowFile:
 
             # pyarrow's Parquet reader does not check that strings are UTF-8, and polars
             # aborts the process on one that is not: strings are read as bytes (straight
-            # into polars' layout), and the cast to strings checks them.
+            # into polars' layout), and the cast to strings checks them. Dictionary-encoded
+            # strings cannot be read as bytes: those columns are checked in full instead.
             table = pq.read_table(self.path, columns=columns, schema=_as_bytes(schema))
+            for field in schema:
+                if _has_dictionary(field.type):
+                    table.column(field.name).validate(full=True)
             table = table.cast(schema)
         else:
             with pa.ipc.open_file(self.path) as reader:
@@ -448,6 +466,17 @@ def _for_polars(field: pa.Field) -> pa.Field:
     elif pa.types.is_large_list(kind):
         kind = pa.large_list(_for_polars(kind.value_field))
     return pa.field(field.name, kind, field.nullable)
+
+
+def _has_dictionary(kind: pa.DataType) -> bool:
+    """Whether a type is dictionary-encoded, or holds a dictionary-encoded child."""
+    if pa.types.is_dictionary(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_dictionary(field.type) for field in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_dictionary(kind.value_type)
+    return False
 
 
 def _as_bytes(schema: pa.Schema) -> pa.Schema:
@@ -595,7 +624,9 @@ def iter_log_chunks(
         trust_pickle=trust_pickle, report=report, progress=progress,
         chunk_records=chunk_records, columns=columns,
     )  # fmt: skip
+    kinds = _KindsSeen(extra_fields)
     for chunk in chunks:
+        kinds.check(chunk, _where(chunk, "inputs"))
         yield _kept_columns(chunk, columns, extra_fields)
 
 
@@ -789,7 +820,7 @@ def _columns_frame(data: RowColumns, extra: Sequence[str], *, where: str) -> pl.
         if path in CANONICAL_SCHEMA:
             continue
         values = data.columns[path]
-        _check_kinds(path, {_KINDS.get(type(v), "other") for v in values if v is not None}, where)
+        _check_kinds(path, values, data, where)
         try:
             columns[path] = pl.Series(path, values, strict=False)
         except (TypeError, pl.exceptions.PolarsError) as exc:
@@ -808,40 +839,84 @@ _KINDS = {
     dict: "object",
 }
 """The kinds of value an extra (ordering) field may hold, by Python type."""
+_ORDERABLE = frozenset({"boolean", "number", "text", "time"})
 
 
-def _check_kinds(path: str, kinds: set[str], where: str) -> None:
-    """An extra field is an ordering key: numbers, text, times or booleans, one kind throughout
-    (polars would turn numbers beside text into text, which sorts 10 before 5)."""
-    if len(kinds) > 1 or not kinds <= {"boolean", "number", "text", "time"}:
-        raise LogFormatError(
-            f"{where}: field {path} holds {' and '.join(sorted(kinds))} values; an ordering "
-            "field needs numbers, text, times or booleans, one kind in every record: pick another "
-            "--order-by field"
-        )
+def _check_kinds(path: str, values: Sequence[Any], data: RowColumns, where: str) -> None:
+    """An extra field is an ordering key: numbers, text, times or booleans, one kind
+    throughout (polars would turn numbers beside text into text, which sorts 10 before
+    5). The error names the first record whose value breaks that."""
+    first = None
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        kind = _KINDS.get(type(value), type(value).__name__)
+        if kind not in _ORDERABLE or (first is not None and kind != first):
+            source, record = data.columns["source"][i], data.columns["record"][i]
+            found = (
+                f"{kind} values"
+                if first is None or kind not in _ORDERABLE
+                else f"a {kind} value where earlier records hold {first}"
+            )
+            raise LogFormatError(_kind_error(f"{source}: record {record}", path, found))
+        first = kind
+
+
+def _kind_error(where: str, path: str, found: str) -> str:
+    return (
+        f"{where}: field {path} holds {found}; an ordering field needs numbers, text, "
+        "times or booleans, one kind in every record: pick another --order-by field"
+    )
+
+
+def _frame_kind(frame: pl.DataFrame, path: str) -> str | None:
+    """The kind of value (see :data:`_KINDS`) an extra column holds; None when all null."""
+    dtype = frame.schema.get(path, pl.Null)
+    if dtype == pl.Null:
+        return None
+    if dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+        return "text"
+    if dtype == pl.Boolean:
+        return "boolean"
+    if dtype.is_numeric():
+        return "number"
+    return "time" if dtype.is_temporal() else str(dtype)
+
+
+class _KindsSeen:
+    """The kind of each extra field in the chunks so far: a chunk of another kind is an
+    error (a relaxed concatenation, or a writer, would turn its values into the first's)."""
+
+    def __init__(self, extra: Sequence[str]) -> None:
+        self.paths = [path for path in extra if path not in CANONICAL_SCHEMA]
+        self.seen: dict[str, tuple[str, str]] = {}
+
+    def check(self, frame: pl.DataFrame, where: str) -> None:
+        for path in self.paths:
+            kind = _frame_kind(frame, path)
+            if kind is None:
+                continue
+            if kind not in _ORDERABLE:
+                raise LogFormatError(_kind_error(where, path, f"{kind} values"))
+            first, first_where = self.seen.setdefault(path, (kind, where))
+            if kind != first:
+                raise LogFormatError(
+                    _kind_error(where, path, f"{kind} values where {first_where} holds {first}")
+                )
+
+
+def _where(frame: pl.DataFrame, fallback: str) -> str:
+    """The file a chunk's first row came from, for a message."""
+    if "source" in frame.columns and frame.height and frame["source"][0] is not None:
+        return str(frame["source"][0])
+    return fallback
 
 
 def _concat(frames: list[pl.DataFrame], extra: Sequence[str], where: str) -> pl.DataFrame:
     """The frames one under the other; an extra field must be of one kind in all of them."""
-    for path in extra:
-        if path in CANONICAL_SCHEMA:
-            continue
-        kinds = set()
-        for frame in frames:
-            dtype = frame.schema.get(path, pl.Null)
-            if dtype != pl.Null:
-                kinds.add(
-                    "text"
-                    if dtype == pl.String
-                    else "boolean"
-                    if dtype == pl.Boolean
-                    else "number"
-                    if dtype.is_numeric()
-                    else "time"
-                    if dtype.is_temporal()
-                    else str(dtype)
-                )
-        _check_kinds(path, kinds, where)
+    kinds = _KindsSeen(extra)
+    for frame in frames:
+        kinds.check(frame, _where(frame, where))
     try:
         return pl.concat(frames, how="vertical_relaxed")
     except pl.exceptions.PolarsError as exc:

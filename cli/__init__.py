@@ -15,8 +15,20 @@ class Terminated(KeyboardInterrupt):
     command unwinds as on Ctrl-C: an output being written is removed."""
 
 
+_terminated = False
+
+
 def _terminate(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
+    # Once: a second SIGTERM must not cut short the clean-up the first one starts.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated
+
+
+def was_terminated() -> bool:
+    """Whether SIGTERM has been received (typer ends some interrupts itself, quietly)."""
+    return _terminated
 
 
 def on_sigterm_unwind() -> None:

@@ -18,7 +18,7 @@ import typer
 import analysis
 from analysis.errors import EXIT_INTERRUPTED, ReplayError
 from analysis.sweep import ValueListError
-from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind
+from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind, was_terminated
 
 app = typer.Typer(
     name="dressage-replay",
@@ -66,12 +66,17 @@ def handles_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def interrupted(interrupt: KeyboardInterrupt) -> int:
-    """Say that Ctrl-C or SIGTERM stopped the command; its exit code (130 or 143)."""
-    terminated = isinstance(interrupt, Terminated)
-    typer.echo(
-        f"{'Terminated' if terminated else 'Interrupted'}; no partial output was left.", err=True
-    )
+_interrupt_said = False
+
+
+def interrupted(interrupt: KeyboardInterrupt | None = None) -> int:
+    """Say (once) that Ctrl-C or SIGTERM stopped the command; its exit code (130 or 143)."""
+    global _interrupt_said
+    terminated = isinstance(interrupt, Terminated) or was_terminated()
+    if not _interrupt_said:
+        _interrupt_said = True
+        what = "Terminated" if terminated else "Interrupted"
+        typer.echo(f"{what}; no partial output was left.", err=True)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
@@ -728,6 +733,9 @@ def main() -> None:
             sys.exit(0)
         typer.echo(f"Error: {one_line(message())} (see --help)", err=True)
         sys.exit(exit_code)
+    if code == EXIT_INTERRUPTED or was_terminated():
+        # typer ends an interrupt that comes while it parses options with 130, quietly.
+        sys.exit(interrupted())
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import polars as pl
@@ -404,31 +405,48 @@ def test_order_by_field_reorders_and_guards(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "kinds"),
+    ("values", "found"),
     [
-        (["5", 10, 15], "number and text"),  # polars made them all text: "10" < "15" < "5"
-        ([[3], [1], [2]], "list"),  # was passed over: arrival stayed in input order
-        ([{"t": 1}, {"t": 0}, {"t": 2}], "object"),
-        ([True, 1, 0], "boolean and number"),
+        # polars made them all text, which sorts "10" before "5"
+        (["5", 10, 15], "a number value where earlier records hold text"),
+        ([[3], [1], [2]], "list values"),  # was passed over: arrival stayed in input order
+        ([{"t": 1}, {"t": 0}, {"t": 2}], "object values"),
+        ([True, 1, 0], "a number value where earlier records hold boolean"),
     ],
 )
 def test_an_ordering_field_of_mixed_or_nested_values_is_refused(
-    tmp_path: Path, values: list[object], kinds: str
+    tmp_path: Path, values: list[object], found: str
 ) -> None:
+    path = tmp_path / "log.jsonl"
     rows = [
         {"group_index": f"g{i}", "t": value, "metadata": {"parent_traj_id": "a"}}
         for i, value in enumerate(values)
     ]
-    for per_file in (False, True):  # in one chunk, and across files
-        paths = []
-        for i, part in enumerate([[row] for row in rows] if per_file else [rows]):
-            paths.append(tmp_path / f"{per_file}-{i}.jsonl")
-            paths[-1].write_text("".join(json.dumps(r) + "\n" for r in part))
-        with pytest.raises(LogFormatError, match=f"field t holds {kinds} values; an ordering"):
-            analysis.load_logs(paths, extra_fields=["t"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    where = f"{path}: record {2 if found.startswith('a ') else 1}: field t holds {found}"
+    with pytest.raises(LogFormatError, match=re.escape(where)):
+        analysis.load_logs([path], extra_fields=["t"])
 
 
-def test_an_ordering_column_of_lists_in_a_canonical_file_is_refused(tmp_path: Path) -> None:
+def test_an_ordering_field_of_another_kind_in_another_file_is_refused(tmp_path: Path) -> None:
+    """Each file of one kind: caught when their chunks meet, in load_logs and in convert
+    (which wrote the second file's numbers as text, in the first file's column type)."""
+    files = []
+    for name, value in (("text", "5"), ("number", 10)):
+        log = tmp_path / f"{name}.jsonl"
+        record = {"group_index": name, "t": value, "metadata": {"parent_traj_id": "a"}}
+        log.write_text(json.dumps(record) + "\n")
+        files.append(tmp_path / f"{name}.parquet")
+        analysis.convert_logs([log], files[-1], extra_fields=["t"])  # one chunk each
+    message = f"field t holds number values where {files[0]} holds text"
+    with pytest.raises(LogFormatError, match=re.escape(message)):
+        analysis.load_logs(files, extra_fields=["t"])
+    with pytest.raises(LogFormatError, match=re.escape(message)):
+        analysis.convert_logs(files, tmp_path / "both.parquet", extra_fields=["t"])
+    assert not (tmp_path / "both.parquet").exists()
+
+
+def test_prepare_refuses_an_ordering_column_of_lists(tmp_path: Path) -> None:
     table = pl.DataFrame({"group_id": ["a"], "t": [[1, 2]]})
     with pytest.raises(
         analysis.ConfigError, match=r"--order-by t: the field holds List\(Int64\) values"

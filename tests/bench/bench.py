@@ -200,11 +200,15 @@ def bench_artifacts() -> list[dict[str, Any]]:
                 json.load(handle)
 
     def one_process() -> None:
+        before = os.environ.get("DRESSAGE_REPLAY_HELPERS")
         os.environ["DRESSAGE_REPLAY_HELPERS"] = "0"
         try:
             analysis.load_logs([folder])
         finally:
-            del os.environ["DRESSAGE_REPLAY_HELPERS"]
+            if before is None:
+                del os.environ["DRESSAGE_REPLAY_HELPERS"]
+            else:
+                os.environ["DRESSAGE_REPLAY_HELPERS"] = before
 
     ours, plain, listing, alone = best_of_each(
         [lambda: analysis.load_logs([folder]), plain_loop, plain_loop_listing, one_process],

@@ -373,28 +373,36 @@ def without_read_permission() -> list[str] | None:
     return ["setpriv", "--bounding-set", caps, "--inh-caps", caps, "--"]
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "pt", "parquet", "folder"])
+@pytest.mark.parametrize(
+    "kind", ["jsonl", "pt", "parquet", "no extension", "folder", "unsearchable folder", "hidden"]
+)
 def test_an_unreadable_input_is_exit_3_and_can_be_skipped(tmp_path: Path, kind: str) -> None:
-    """Once click's usage error (exit 2), or a 'bad record' (exit 5), or for a folder an
-    internal error."""
+    """Once click's usage error (exit 2), or a 'bad record' (exit 5), or for a folder (or a
+    file in a folder that may not be searched) an internal error."""
     prefix = without_read_permission()
     if prefix is None:
         pytest.skip("running as root without setpriv: permissions cannot be taken away")
-    data, name = _valid_bytes("jsonl" if kind == "folder" else kind, tmp_path)
-    locked = tmp_path / ("locked" if kind == "folder" else name)
-    if kind == "folder":
+    data, name = _valid_bytes(kind if kind in ("pt", "parquet") else "jsonl", tmp_path)
+    if kind == "no extension":
+        name = "log"
+    folder = kind in ("folder", "unsearchable folder", "hidden")
+    locked = tmp_path / ("locked" if folder else name)
+    if folder:
         locked.mkdir()
         (locked / name).write_bytes(data)
     else:
         locked.write_bytes(data)
-    locked.chmod(0)
+    locked.chmod({"unsearchable folder": 0o644, "hidden": 0o700}.get(kind, 0))
+    target = locked / name if kind == "hidden" else locked
+    if kind == "hidden":  # root owns it: as root without the override, it may not be entered
+        prefix = [*prefix[:-1], "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
     try:
-        command = [*prefix, sys.executable, "-m", "cli.main", "replay", str(locked), "-b", "2"]
+        command = [*prefix, sys.executable, "-m", "cli.main", "replay", str(target), "-b", "2"]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 3, done.stderr
         assert done.stderr.count("\n") == 1 and "Permission denied" in done.stderr
-        assert str(locked) in done.stderr and "check its permissions" in done.stderr
-        if kind != "folder":  # a named file is skipped like a bad one
+        assert str(target) in done.stderr and "; check " in done.stderr
+        if not folder:  # a named file is skipped like a bad one
             other = tmp_path / "other.jsonl"
             write_jsonl(RECORDS, other)
             skip = ["--on-bad-record", "skip", "--json"]
@@ -508,3 +516,40 @@ def test_span_fields_in_another_order_read_the_same(tmp_path: Path) -> None:
     for summary in summaries:
         summary.pop("inputs", None)
     assert summaries[0] == summaries[1]
+
+
+def test_sigterm_unwinds_once_and_is_then_ignored_during_the_clean_up() -> None:
+    """A second SIGTERM, while outputs being written are removed, once cut that short."""
+    import os
+
+    import cli
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        cli.on_sigterm_unwind()
+        with pytest.raises(cli.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs at the next bytecode
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and cli.was_terminated()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        cli._terminated = False
+
+
+def test_an_interrupt_typer_ends_itself_is_still_reported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """typer turns an interrupt that comes while it parses options into a quiet 130."""
+    import cli
+    from cli import main as entry
+
+    monkeypatch.setattr(entry, "app", lambda **_: 130)
+    monkeypatch.setattr(entry, "on_sigterm_unwind", lambda: None)
+    monkeypatch.setattr(entry, "_interrupt_said", False)
+    for terminated, code, said in ((False, 130, "Interrupted"), (True, 143, "Terminated")):
+        monkeypatch.setattr(cli, "_terminated", terminated)
+        monkeypatch.setattr(entry, "_interrupt_said", False)
+        with pytest.raises(SystemExit) as exit_:
+            entry.main()
+        assert exit_.value.code == code
+        assert capsys.readouterr().err == f"{said}; no partial output was left.\n"
