@@ -553,3 +553,65 @@ def test_an_interrupt_typer_ends_itself_is_still_reported(
             entry.main()
         assert exit_.value.code == code
         assert capsys.readouterr().err == f"{said}; no partial output was left.\n"
+
+
+LEGITIMATE = [
+    "polars Categorical ids",
+    "pyarrow dictionary labels",
+    "dictionary labels in the spans",
+    "integers stored as floats",
+    "int32 and large_string",
+]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+@pytest.mark.parametrize("case", LEGITIMATE)
+def test_canonical_files_in_other_legitimate_layouts_read_the_same(
+    tmp_path: Path, case: str, suffix: str
+) -> None:
+    """The column-type check once refused the first four (a review found it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, _ = _valid_bytes("parquet", tmp_path)
+    valid = tmp_path / "valid.parquet"
+    valid.write_bytes(data)
+    table = pq.read_table(valid)
+
+    def column(name: str, values: Any) -> Any:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+
+    if case == "polars Categorical ids":
+        table = pl.read_parquet(valid).with_columns(pl.col("group_id").cast(pl.Categorical))
+        table = table.to_arrow()
+    elif case == "pyarrow dictionary labels":
+        table = column("end_version", table.column("end_version").dictionary_encode())
+    elif case == "dictionary labels in the spans":
+        spans = table.column("version_spans").combine_chunks()
+        values = spans.values
+        encoded = pa.StructArray.from_arrays(
+            [
+                values.field("start"),
+                values.field("end"),
+                values.field("version").dictionary_encode(),
+            ],
+            names=["start", "end", "version"],
+        )
+        table = column("version_spans", type(spans).from_arrays(spans.offsets, encoded))
+    elif case == "integers stored as floats":  # as pandas writes integers with nulls
+        table = column("segment_index", table.column("segment_index").cast(pa.float64()))
+    else:
+        table = column("trainer_step", table.column("trainer_step").cast(pa.int32()))
+        table = column("group_id", table.column("group_id").cast(pa.large_string()))
+    log = tmp_path / f"other{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(table, log)
+    else:
+        with pa.ipc.new_file(log, table.schema) as writer:
+            writer.write_table(table)
+    summaries = []
+    for path in (valid, log):
+        result = runner.invoke(app, ["replay", str(path), "-b", "2", "-k", "1", "--json"])
+        assert result.exit_code == 0, result.stderr
+        summaries.append({k: v for k, v in json.loads(result.stdout).items() if k != "inputs"})
+    assert summaries[0] == summaries[1]
