@@ -593,10 +593,12 @@ def simulate(
 @handles_errors
 def compare(
     first: Annotated[
-        Path, typer.Argument(help="The first log (file or folder).", show_default=False)
+        Path,
+        typer.Argument(help="The first log (file or folder).", show_default=False, readable=False),
     ],
     second: Annotated[
-        Path, typer.Argument(help="The second log (file or folder).", show_default=False)
+        Path,
+        typer.Argument(help="The second log (file or folder).", show_default=False, readable=False),
     ],
     keep_versions: Annotated[
         int, typer.Option("--keep-versions", "-k", help="K applied to both logs.")

@@ -405,6 +405,17 @@ def test_an_unreadable_input_is_exit_3_and_can_be_skipped(tmp_path: Path, kind: 
         if not folder:  # a named file is skipped like a bad one
             other = tmp_path / "other.jsonl"
             write_jsonl(RECORDS, other)
+            compare = [
+                *prefix,
+                sys.executable,
+                "-m",
+                "cli.main",
+                "compare",
+                str(target),
+                str(other),
+            ]
+            done = subprocess.run(compare, cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 3, done.stderr  # was click's usage error (exit 2)
             skip = ["--on-bad-record", "skip", "--json"]
             done = subprocess.run(
                 [*command, str(other), *skip], cwd=ROOT, capture_output=True, text=True, timeout=120
