@@ -212,7 +212,7 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     if unread:
         warnings.append(
             f"{root}: read {what} only; also there and not read: {'; '.join(unread)} "
-            "(pass those files explicitly to read them too)"
+            "(pass those files explicitly to read them too, unless they hold the same run)"
         )
     return chosen, warnings
 
