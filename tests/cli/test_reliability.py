@@ -429,36 +429,71 @@ def test_an_unreadable_input_is_exit_3_and_can_be_skipped(tmp_path: Path, kind: 
 # --------------------------------------------------------------------------- canonical files
 
 
+def _valid_canonical(tmp_path: Path) -> tuple[Path, Any]:
+    """A canonical Parquet file of RECORDS, as convert writes it, and its pyarrow table."""
+    import pyarrow.parquet as pq
+
+    data, _ = _valid_bytes("parquet", tmp_path)
+    valid = tmp_path / "valid.parquet"
+    valid.write_bytes(data)
+    return valid, pq.read_table(valid)
+
+
+def _with_column(table: Any, name: str, values: Any) -> Any:
+    return table.set_column(table.schema.get_field_index(name), name, values)
+
+
+def _with_span_fields(table: Any, fields: dict[str, Any]) -> Any:
+    """The table with its span structs made of these fields (name: array of the values)."""
+    import pyarrow as pa
+
+    spans = table.column("version_spans").combine_chunks()
+    values = pa.StructArray.from_arrays(list(fields.values()), names=list(fields))
+    return _with_column(table, "version_spans", type(spans).from_arrays(spans.offsets, values))
+
+
+def _span_field(table: Any, name: str) -> Any:
+    return table.column("version_spans").combine_chunks().values.field(name)
+
+
+def _written(table: Any, path: Path) -> Path:
+    """The table written to ``path`` as Parquet or Arrow IPC, by its extension."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table)
+    return path
+
+
 def _mistyped(table: Any, case: str) -> Any:
     """The canonical table with one column changed as a damaged or foreign writer might."""
     import decimal
 
     import pyarrow as pa
 
-    def column(name: str, values: Any) -> Any:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-
     rows = table.num_rows
-    spans = table.column("version_spans").combine_chunks()
     if case == "decimal256 ids":  # made polars panic, printing a Rust backtrace
         ids = [decimal.Decimal(i) for i in range(rows)]
-        return column("group_id", pa.array(ids, pa.decimal256(76, 0)))
+        return _with_column(table, "group_id", pa.array(ids, pa.decimal256(76, 0)))
     if case == "text where a number belongs":  # an internal error
-        return column("response_length", pa.array(["abc"] * rows))
+        return _with_column(table, "response_length", pa.array(["abc"] * rows))
     if case == "a struct where a number belongs":  # failed later, in a sum
-        return column("response_length", pa.array([{"a": 1}] * rows))
+        return _with_column(table, "response_length", pa.array([{"a": 1}] * rows))
     if case == "unsigned 2^64 - 1":
-        return column("trainer_step", pa.array([2**64 - 1] * rows, pa.uint64()))
+        return _with_column(table, "trainer_step", pa.array([2**64 - 1] * rows, pa.uint64()))
     if case == "span fields renamed":  # read silently as spans without versions
-        values = spans.values
-        renamed = pa.StructArray.from_arrays(
-            [values.field(i) for i in range(3)], names=["a", "b", "c"]
+        fields = ("start", "end", "version")
+        return _with_span_fields(
+            table, {new: _span_field(table, old) for new, old in zip("abc", fields, strict=True)}
         )
-        return column("version_spans", type(spans).from_arrays(spans.offsets, renamed))
     # Bytes that are not UTF-8, stored as strings (pyarrow writes them without a check):
     # polars aborted the whole process on them.
     bad = pa.array([b"1\xff"] * rows, pa.binary()).view(pa.string())
-    return column("group_id" if case == "ids not UTF-8" else "end_version", bad)
+    return _with_column(table, "group_id" if case == "ids not UTF-8" else "end_version", bad)
 
 
 MISTYPED = [
@@ -472,24 +507,17 @@ MISTYPED = [
 ]
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+in_parquet_and_arrow = pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+
+
+@in_parquet_and_arrow
 @pytest.mark.parametrize("case", MISTYPED)
 def test_a_canonical_file_with_a_column_of_the_wrong_kind_is_a_bad_file(
     tmp_path: Path, case: str, suffix: str
 ) -> None:
     """Found by a fuzz of structured damage. In a child process: some aborted it."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    data, _ = _valid_bytes("parquet", tmp_path)
-    (tmp_path / "valid.parquet").write_bytes(data)
-    table = _mistyped(pq.read_table(tmp_path / "valid.parquet"), case)
-    log = tmp_path / f"odd{suffix}"
-    if suffix == ".parquet":
-        pq.write_table(table, log)
-    else:
-        with pa.ipc.new_file(log, table.schema) as writer:
-            writer.write_table(table)
+    _, table = _valid_canonical(tmp_path)
+    log = _written(_mistyped(table, case), tmp_path / f"odd{suffix}")
     for command in (["inspect", str(log)], ["replay", str(log), "-b", "2", "-k", "1"]):
         done = subprocess.run(
             [sys.executable, "-m", "cli.main", *command],
@@ -498,35 +526,6 @@ def test_a_canonical_file_with_a_column_of_the_wrong_kind_is_a_bad_file(
         assert done.returncode == 5, done.stderr[-800:]
         assert done.stderr.startswith("Error: ") and done.stderr.count("\n") == 1, done.stderr
         assert str(log) in done.stderr and "panicked" not in done.stderr
-
-
-def test_span_fields_in_another_order_read_the_same(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    data, _ = _valid_bytes("parquet", tmp_path)
-    valid = tmp_path / "valid.parquet"
-    valid.write_bytes(data)
-    table = pq.read_table(valid)
-    spans = table.column("version_spans").combine_chunks()
-    values = spans.values
-    reordered = pa.StructArray.from_arrays(
-        [values.field("version"), values.field("end"), values.field("start")],
-        names=["version", "end", "start"],
-    )
-    log = tmp_path / "reordered.parquet"
-    index = table.schema.get_field_index("version_spans")
-    pq.write_table(
-        table.set_column(index, "version_spans", type(spans).from_arrays(spans.offsets, reordered)),
-        log,
-    )
-    summaries = [
-        json.loads(runner.invoke(app, ["replay", str(path), "-b", "2", "-k", "1", "--json"]).stdout)
-        for path in (valid, log)
-    ]
-    for summary in summaries:
-        summary.pop("inputs", None)
-    assert summaries[0] == summaries[1]
 
 
 def test_sigterm_unwinds_once_and_is_then_ignored_during_the_clean_up() -> None:
@@ -572,54 +571,45 @@ LEGITIMATE = [
     "dictionary labels in the spans",
     "integers stored as floats",
     "int32 and large_string",
+    "span fields in another order",
 ]
 
 
-@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def _other_layout(valid: Path, table: Any, case: str) -> Any:
+    """The canonical table in another layout that a writer may legitimately choose."""
+    import pyarrow as pa
+
+    if case == "polars Categorical ids":
+        return (
+            pl.read_parquet(valid).with_columns(pl.col("group_id").cast(pl.Categorical)).to_arrow()
+        )
+    if case == "pyarrow dictionary labels":
+        return _with_column(table, "end_version", table.column("end_version").dictionary_encode())
+    if case == "dictionary labels in the spans":
+        fields = {name: _span_field(table, name) for name in ("start", "end", "version")}
+        return _with_span_fields(
+            table, {**fields, "version": fields["version"].dictionary_encode()}
+        )
+    if case == "integers stored as floats":  # as pandas writes integers with nulls
+        return _with_column(
+            table, "segment_index", table.column("segment_index").cast(pa.float64())
+        )
+    if case == "span fields in another order":
+        return _with_span_fields(
+            table, {name: _span_field(table, name) for name in ("version", "end", "start")}
+        )
+    table = _with_column(table, "trainer_step", table.column("trainer_step").cast(pa.int32()))
+    return _with_column(table, "group_id", table.column("group_id").cast(pa.large_string()))
+
+
+@in_parquet_and_arrow
 @pytest.mark.parametrize("case", LEGITIMATE)
 def test_canonical_files_in_other_legitimate_layouts_read_the_same(
     tmp_path: Path, case: str, suffix: str
 ) -> None:
     """The column-type check once refused the first four (a review found it)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    data, _ = _valid_bytes("parquet", tmp_path)
-    valid = tmp_path / "valid.parquet"
-    valid.write_bytes(data)
-    table = pq.read_table(valid)
-
-    def column(name: str, values: Any) -> Any:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-
-    if case == "polars Categorical ids":
-        table = pl.read_parquet(valid).with_columns(pl.col("group_id").cast(pl.Categorical))
-        table = table.to_arrow()
-    elif case == "pyarrow dictionary labels":
-        table = column("end_version", table.column("end_version").dictionary_encode())
-    elif case == "dictionary labels in the spans":
-        spans = table.column("version_spans").combine_chunks()
-        values = spans.values
-        encoded = pa.StructArray.from_arrays(
-            [
-                values.field("start"),
-                values.field("end"),
-                values.field("version").dictionary_encode(),
-            ],
-            names=["start", "end", "version"],
-        )
-        table = column("version_spans", type(spans).from_arrays(spans.offsets, encoded))
-    elif case == "integers stored as floats":  # as pandas writes integers with nulls
-        table = column("segment_index", table.column("segment_index").cast(pa.float64()))
-    else:
-        table = column("trainer_step", table.column("trainer_step").cast(pa.int32()))
-        table = column("group_id", table.column("group_id").cast(pa.large_string()))
-    log = tmp_path / f"other{suffix}"
-    if suffix == ".parquet":
-        pq.write_table(table, log)
-    else:
-        with pa.ipc.new_file(log, table.schema) as writer:
-            writer.write_table(table)
+    valid, table = _valid_canonical(tmp_path)
+    log = _written(_other_layout(valid, table, case), tmp_path / f"other{suffix}")
     summaries = []
     for path in (valid, log):
         result = runner.invoke(app, ["replay", str(path), "-b", "2", "-k", "1", "--json"])
