@@ -75,12 +75,10 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         "numeric_labels_misordered_by_sorting": _misordered_numeric(observed),
         "records_skipped": sum(report.skipped.values()),
     }
+    # Labels a sort would misorder are counted, not warned about: versions are ordered by
+    # first observation, so nothing is wrong (a warning on every run of 11+ integer
+    # versions read as a problem to a new user).
     warnings = list(report.warnings)
-    if quality["numeric_labels_misordered_by_sorting"]:
-        warnings.append(
-            "some version labels look numeric and a sort would misorder them; "
-            "dressage-replay orders versions by first observation, never by value"
-        )
     return LogInspection(
         formats=tuple(report.formats),
         sources=report.files,

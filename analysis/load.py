@@ -566,9 +566,15 @@ def load_logs(
         )
     )  # fmt: skip
     if not frames:
-        return _kept_columns(_rows_to_frame([], extra_fields, where=""), columns, extra_fields)
-    table = _concat(frames, extra_fields, "inputs")
-    check_extra_fields(table, extra_fields, report)
+        table = _kept_columns(_rows_to_frame([], extra_fields, where=""), columns, extra_fields)
+    else:
+        table = _concat(frames, extra_fields, "inputs")
+        check_extra_fields(table, extra_fields, report)
+    if table.height == 0:
+        report.warnings.append(
+            "no records were read"
+            + (": every one was skipped" if report.skipped else " from the inputs")
+        )
     return table
 
 
@@ -657,6 +663,12 @@ def _log_chunks(
     sources, warnings = detect_sources(inputs)
     report.sources += [source for source in sources if not source.folder]  # folders once read
     report.warnings += warnings
+    times = Counter(source.path.resolve() for source in sources)
+    report.warnings += [
+        f"{path}: given {count} times, so its records are read {count} times; pass each input once"
+        for path, count in times.items()
+        if count > 1
+    ]
     canonical = [s.path.name for s in sources if s.format in ("parquet", "ipc")]
     if canonical and fields != FieldMap():
         report.warnings.append(

@@ -264,6 +264,31 @@ def test_field_overrides_on_canonical_input_are_said_to_do_nothing(
     assert report.warnings == []
 
 
+def test_an_input_given_twice_and_an_empty_log_are_warned_about(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Both were quiet: the first double-counted every record, the second looked like a
+    log in which nothing happened."""
+    report = analysis.LoadReport()
+    once = analysis.load_logs([small_logs["jsonl"]])
+    twice = analysis.load_logs([small_logs["jsonl"], small_logs["jsonl"]], report=report)
+    assert twice.height == 2 * once.height
+    assert report.warnings == [
+        f"{small_logs['jsonl'].resolve()}: given 2 times, so its records are read 2 times; "
+        "pass each input once"
+    ]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    report = analysis.LoadReport()
+    assert analysis.load_logs([empty], report=report).height == 0
+    assert report.warnings == ["no records were read from the inputs"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{oops\n")
+    report = analysis.LoadReport()
+    analysis.load_logs([broken], report=report, on_bad_record="skip")
+    assert report.warnings == ["no records were read: every one was skipped"]
+
+
 def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
     path = tmp_path / "log.data"
     with gzip.open(path, "wt") as handle:
