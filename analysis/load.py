@@ -568,7 +568,7 @@ def load_logs(
     if not frames:
         table = _kept_columns(_rows_to_frame([], extra_fields, where=""), columns, extra_fields)
     else:
-        table = _concat(frames, extra_fields, "inputs")
+        table = _stacked(frames, "inputs")  # their kinds were checked as they came
         check_extra_fields(table, extra_fields, report)
     if table.height == 0:
         report.warnings.append(
@@ -858,6 +858,9 @@ def _check_kinds(path: str, values: Sequence[Any], data: RowColumns, where: str)
     """An extra field is an ordering key: numbers, text, times or booleans, one kind
     throughout (polars would turn numbers beside text into text, which sorts 10 before
     5). The error names the first record whose value breaks that."""
+    kinds = {_KINDS.get(kind, kind.__name__) for kind in set(map(type, values))} - {"NoneType"}
+    if len(kinds) <= 1 and kinds <= _ORDERABLE:
+        return  # the common case, decided without a Python loop over the records
     first = None
     for i, value in enumerate(values):
         if value is None:
@@ -929,6 +932,10 @@ def _concat(frames: list[pl.DataFrame], extra: Sequence[str], where: str) -> pl.
     kinds = _KindsSeen(extra)
     for frame in frames:
         kinds.check(frame, _where(frame, where))
+    return _stacked(frames, where)
+
+
+def _stacked(frames: list[pl.DataFrame], where: str) -> pl.DataFrame:
     try:
         return pl.concat(frames, how="vertical_relaxed")
     except pl.exceptions.PolarsError as exc:
