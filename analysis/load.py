@@ -11,6 +11,8 @@ import functools
 import glob
 import gzip
 import json
+import operator
+import os
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -165,7 +167,10 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     files, else its Parquet/Arrow files. Logs of a later kind beside them are not read
     (runs keep one kind of log), with a warning that names them."""
     try:
-        entries = sorted(root.iterdir())
+        # By name: the same order as sorting the paths, without making a Path of each of
+        # what may be thousands of instance folders (that sort alone took 27 ms for 5,000).
+        with os.scandir(root) as listing:
+            entries = sorted(listing, key=operator.attrgetter("name"))
     except OSError as exc:
         raise InputNotFoundError(
             f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
@@ -175,8 +180,8 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
         for entry in entries:
             name = entry.name.lower()
             for kind, endings in _FOLDER_KINDS:
-                if name.endswith(endings) and entry.is_file():
-                    found[kind].append(entry)
+                if name.endswith(endings) and (path := root / entry.name).is_file():
+                    found[kind].append(path)
                     break
     except OSError as exc:  # listed, but its entries may not be looked at
         raise InputNotFoundError(

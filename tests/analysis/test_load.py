@@ -116,6 +116,17 @@ def test_several_inputs_are_read_in_the_order_given(tmp_path: Path) -> None:
     assert table["group_id"].to_list() == ["2", "1"]
 
 
+def test_a_folder_of_logs_is_read_in_name_order(tmp_path: Path) -> None:
+    # Written in another order than their names, so neither creation order nor the order
+    # the folder lists them in (often creation order) would pass.
+    for name, group in (("run-2.jsonl", 2), ("Run-3.jsonl", 3), ("run-10.jsonl", 10)):
+        (tmp_path / name).write_text(json.dumps({"group_index": group}) + "\n")
+    (tmp_path / "run-1.jsonl").write_text(json.dumps({"group_index": 1}) + "\n")
+    table = analysis.load_logs([tmp_path])
+    # By code point, as Path sorts: upper case before lower case, "10" before "2".
+    assert table["group_id"].to_list() == ["3", "1", "10", "2"]
+
+
 def test_flat_keys_and_fallback_fields(tmp_path: Path) -> None:
     path = tmp_path / "flat.jsonl"
     rows = [
