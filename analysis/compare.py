@@ -161,17 +161,30 @@ def compare_logs(
     results = (replay(prepared[0], config_a), replay(prepared[1], config_b))
     gaps, spans, drifts = [], [], []
     notes: list[str] = []
+    without: list[str] = []  # runs given as tables whose records carry no log-probs
     for name, log, ready, result in zip(names, tables, prepared, results, strict=True):
         outcomes = trajectory_outcomes(ready, result)
         gaps.append(_distribution(outcomes, "version_gap", name, GAP_SCHEMA))
         spans.append(_distribution(outcomes, "span", name, SPAN_SCHEMA))
         if isinstance(log, pl.DataFrame):
-            drifts.append(_drift_by_gap(log, ready, result.config, name))
+            drifts.append(drift := _drift_by_gap(log, ready, result.config, name))
+            if drift.height == 0:
+                without.append(name)
         else:
             notes.append(
                 f"run {name} was given as a PreparedLog, which keeps no per-record log-probs, "
                 "so it has no drift figures; pass the canonical table instead"
             )
+    if without:
+        # Said, so that a run's missing drift figures are not read as "no drift".
+        shown = [drift["run"][0] for drift in drifts if drift.height]
+        notes.append(
+            f"run {without[0]} has no records with both rollout_log_probs and log_probs: "
+            + (f"drift by gap is shown for run {shown[0]} only" if shown else "no drift by gap")
+            if len(without) == 1
+            else "neither run has records with both rollout_log_probs and log_probs: "
+            "no drift by gap"
+        )
     figures = [_metrics(result.summary) for result in results]
     table = pl.DataFrame(
         {

@@ -83,6 +83,38 @@ def interrupted(interrupt: KeyboardInterrupt | None = None) -> int:
 # --------------------------------------------------------------------------- shared options
 
 FLAG = ""
+INT, FLOAT = "<int>", "<float>"
+
+
+def whole_number(value: str) -> int:
+    """An integer option's value, refused in our words (typer's come from pydantic:
+    "Input should be a valid integer, unable to parse string as an integer")."""
+    try:
+        return int(value)
+    except ValueError:
+        raise typer.BadParameter(f"expected a whole number (found {value!r})") from None
+
+
+def one_keep_versions(value: str) -> int:
+    """``-k`` of replay and compare: one K. A list there is the sweep's, said so."""
+    try:
+        return int(value)
+    except ValueError:
+        listed = "," in value or ".." in value
+        raise typer.BadParameter(
+            f"expected a whole number (found {value!r})"
+            + ("; lists of K values are for sweep, plot and report" if listed else "")
+        ) from None
+
+
+def number(value: str) -> float:
+    """A decimal option's value, refused in our words."""
+    try:
+        return float(value)
+    except ValueError:
+        raise typer.BadParameter(f"expected a number (found {value!r})") from None
+
+
 """The metavar of an on/off option: none (typer would show ``<bool>``, as if it took one)."""
 
 Inputs = Annotated[
@@ -154,6 +186,8 @@ BatchGroups = Annotated[
         "--batch-groups",
         "-b",
         help="B: groups per trainer batch (default: inferred from trainer steps).",
+        parser=whole_number,
+        metavar=INT,
     ),
 ]
 
@@ -281,6 +315,8 @@ def replay(
             "--keep-versions",
             "-k",
             help="K: keep groups from the K newest observed versions; 0 disables.",
+            parser=one_keep_versions,
+            metavar=INT,
         ),
     ] = 0,
     max_preempts: Annotated[
@@ -529,31 +565,66 @@ def simulate(
             "artifacts and pt write a new folder).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same log.")] = 0,
-    groups: Annotated[int, typer.Option(help="GRPO prompt groups to generate.")] = 64,
-    samples_per_prompt: Annotated[int, typer.Option(help="Trajectories per group.")] = 4,
-    max_active_groups: Annotated[int, typer.Option(help="Groups in flight at once.")] = 16,
-    batch_groups: Annotated[int, typer.Option(help="Groups per trainer step.")] = 4,
+    seed: Annotated[
+        int,
+        typer.Option(
+            help="Random seed: the same seed gives the same log.", parser=whole_number, metavar=INT
+        ),
+    ] = 0,
+    groups: Annotated[
+        int, typer.Option(help="GRPO prompt groups to generate.", parser=whole_number, metavar=INT)
+    ] = 64,
+    samples_per_prompt: Annotated[
+        int, typer.Option(help="Trajectories per group.", parser=whole_number, metavar=INT)
+    ] = 4,
+    max_active_groups: Annotated[
+        int, typer.Option(help="Groups in flight at once.", parser=whole_number, metavar=INT)
+    ] = 16,
+    batch_groups: Annotated[
+        int, typer.Option(help="Groups per trainer step.", parser=whole_number, metavar=INT)
+    ] = 4,
     train_step_time: Annotated[
-        float, typer.Option(help="Seconds per trainer step; each step publishes a version.")
+        float,
+        typer.Option(
+            help="Seconds per trainer step; each step publishes a version.",
+            parser=number,
+            metavar=FLOAT,
+        ),
     ] = 20.0,
     token_time: Annotated[
-        float, typer.Option(help="Seconds per generated token of one trajectory.")
+        float,
+        typer.Option(
+            help="Seconds per generated token of one trajectory.", parser=number, metavar=FLOAT
+        ),
     ] = 0.01,
     median_tokens: Annotated[
-        int, typer.Option(help="Median response tokens per trajectory.")
+        int,
+        typer.Option(
+            help="Median response tokens per trajectory.", parser=whole_number, metavar=INT
+        ),
     ] = 300,
     tail_sigma: Annotated[
         float,
-        typer.Option(help="Log-normal spread of response lengths (heavier tail when larger)."),
+        typer.Option(
+            help="Log-normal spread of response lengths (heavier tail when larger).",
+            parser=number,
+            metavar=FLOAT,
+        ),
     ] = 0.9,
-    max_tokens: Annotated[int, typer.Option(help="Longest response, in tokens.")] = 16_000,
+    max_tokens: Annotated[
+        int, typer.Option(help="Longest response, in tokens.", parser=whole_number, metavar=INT)
+    ] = 16_000,
     multi_turn_fraction: Annotated[
-        float, typer.Option(help="Fraction of multi-turn trajectories.")
+        float,
+        typer.Option(help="Fraction of multi-turn trajectories.", parser=number, metavar=FLOAT),
     ] = 0.3,
     multi_segment_fraction: Annotated[
         float,
-        typer.Option(help="Fraction of multi-turn trajectories split into two segment records."),
+        typer.Option(
+            help="Fraction of multi-turn trajectories split into two segment records.",
+            parser=number,
+            metavar=FLOAT,
+        ),
     ] = 0.2,
     partial_rollout: Annotated[
         bool,
@@ -562,14 +633,24 @@ def simulate(
     log_prob_drift: Annotated[
         float,
         typer.Option(
-            help="Write rollout and trainer log-probs whose difference grows by this per version behind (0: none)."
+            help="Write rollout and trainer log-probs whose difference grows by this per version behind (0: none).",
+            parser=number,
+            metavar=FLOAT,
         ),
     ] = 0.0,
     log_prob_noise: Annotated[
-        float, typer.Option(help="Spread of the log-prob difference at 0 versions behind.")
+        float,
+        typer.Option(
+            help="Spread of the log-prob difference at 0 versions behind.",
+            parser=number,
+            metavar=FLOAT,
+        ),
     ] = 0.02,
     abort_fraction: Annotated[
-        float, typer.Option(help="Fraction of groups with an aborted sample.")
+        float,
+        typer.Option(
+            help="Fraction of groups with an aborted sample.", parser=number, metavar=FLOAT
+        ),
     ] = 0.0,
     traceback_: Traceback = False,
 ) -> None:
@@ -601,7 +682,14 @@ def compare(
         typer.Argument(help="The second log (file or folder).", show_default=False, readable=False),
     ],
     keep_versions: Annotated[
-        int, typer.Option("--keep-versions", "-k", help="K applied to both logs.")
+        int,
+        typer.Option(
+            "--keep-versions",
+            "-k",
+            help="K applied to both logs.",
+            parser=one_keep_versions,
+            metavar=INT,
+        ),
     ] = 0,
     max_preempts: Annotated[
         str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")

@@ -132,6 +132,21 @@ def test_without_log_probs_drift_is_empty_and_not_plotted() -> None:
     result = compare_logs(plain, plain, config_a=SETTING, config_b=SETTING)
     assert_frame_equal(result.drift_by_gap, pl.DataFrame(schema=DRIFT_SCHEMA))
     assert len(plot_compare(result).axes) == 2
+    assert result.notes == (
+        "neither run has records with both rollout_log_probs and log_probs: no drift by gap",
+    )
+
+
+def test_a_run_without_log_probs_is_named(fast: pl.DataFrame) -> None:
+    plain = simulated_table(log_prob_drift=0.0)
+    result = compare_logs(
+        fast, plain, config_a=SETTING, config_b=SETTING, names=("drifting", "plain")
+    )
+    assert result.drift_by_gap["run"].unique().to_list() == ["drifting"]
+    assert result.notes == (
+        "run plain has no records with both rollout_log_probs and log_probs: "
+        "drift by gap is shown for run drifting only",
+    )
 
 
 def test_a_log_compared_with_itself_gives_identical_columns(fast: pl.DataFrame) -> None:
@@ -163,6 +178,16 @@ def test_a_prepared_log_has_no_drift_and_says_so(fast: pl.DataFrame, result: Com
     assert "PreparedLog" in mixed.notes[0]
     assert "fast" in mixed.notes[0]
     assert_frame_equal(mixed.table.select("metric", "fast"), result.table.select("metric", "fast"))
+
+
+def test_a_prepared_log_beside_a_table_without_log_probs(fast: pl.DataFrame) -> None:
+    plain = simulated_table(log_prob_drift=0.0)
+    mixed = compare_logs(analysis.prepare(fast), plain, config_a=SETTING, config_b=SETTING)
+    assert mixed.drift_by_gap.height == 0
+    assert "PreparedLog" in mixed.notes[0]
+    assert mixed.notes[1] == (
+        "run B has no records with both rollout_log_probs and log_probs: no drift by gap"
+    )
 
 
 def test_to_dict_is_json(result: CompareResult) -> None:

@@ -142,6 +142,26 @@ def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) ->
     assert table.drop("source", "record").equals(reference.drop("source", "record"))
 
 
+def test_simulate_options_take_decimals_and_refuse_what_is_not_a_number(tmp_path: Path) -> None:
+    target = tmp_path / "sim.jsonl"
+    args = ["simulate", "-o", str(target), "--groups", "6", "--train-step-time", "2.5"]
+    assert CliRunner().invoke(app, [*args, "--log-prob-drift", "0.05"]).exit_code == 0
+    config = SimulationConfig(n_groups=6, train_step_time=2.5, log_prob_drift=0.05)
+    reference = analysis.records_to_table(list(simulate(config)))
+    assert (
+        analysis.load_logs([target])
+        .drop("source", "record")
+        .equals(reference.drop("source", "record"))
+    )
+    for option, value, message in (
+        ("--groups", "1e3", "'--groups': expected a whole number (found '1e3')"),
+        ("--token-time", "fast", "'--token-time': expected a number (found 'fast')"),
+    ):
+        result = CliRunner().invoke(app, [*args, option, value])
+        assert result.exit_code == 2
+        assert message in " ".join(result.stderr.replace("│", " ").split())
+
+
 def test_simulated_jsonl_is_one_object_per_line(tmp_path: Path) -> None:
     target = tmp_path / "sim.jsonl"
     CliRunner().invoke(app, ["simulate", "-o", str(target), "--groups", "5"])
