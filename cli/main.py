@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +33,34 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("dressage-replay")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown (not installed)"
+        typer.echo(f"dressage-replay {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+            metavar="",
+        ),
+    ] = False,
+) -> None:
+    """Options given before the command (the help shown is the app's own)."""
+
+
 def one_line(message: str) -> str:
     """Errors are one line: messages quoted from other libraries may span several."""
     return " ".join(message.split())
@@ -51,6 +81,8 @@ def handles_errors(command: F) -> F:
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt as interrupt:
             raise typer.Exit(interrupted(interrupt)) from None
+        except BrokenPipeError:
+            raise typer.Exit(stdout_gone()) from None
         except (typer.Exit, typer.Abort, typer.BadParameter, SystemExit):
             raise
         except BaseException as error:  # also a panic inside a native library
@@ -294,6 +326,48 @@ def parse_max_preempts(value: str) -> int | None:
         ) from None
 
 
+EXIT_STDOUT_GONE = 141
+"""Exit code when the reader of standard output has gone (``| head``): 128 + SIGPIPE, as
+for Unix tools that die of it."""
+
+
+@contextlib.contextmanager
+def results_out() -> Iterator[None]:
+    """Results printed to standard output. One that cannot take them (a full disk) is an
+    output error, exit 8, not an internal error; a reader that has gone (``| head``) ends
+    the command quietly with 141 (see :func:`stdout_gone`)."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # handles_errors ends the command quietly
+    except OSError as exc:
+        _stdout_to_devnull()  # what it holds unwritten must not fail again at exit
+        raise analysis.OutputError(
+            f"standard output: cannot write the results ({exc.strerror}); "
+            "write them where there is room"
+        ) from None
+
+
+def stdout_gone() -> int:
+    """The reader of standard output has gone (``| head``): what it wanted was written.
+    Standard output becomes /dev/null, so that Python's flush at exit does not fail
+    again, and the exit code is :data:`EXIT_STDOUT_GONE`."""
+    _stdout_to_devnull()
+    return EXIT_STDOUT_GONE
+
+
+def _stdout_to_devnull() -> None:
+    with contextlib.suppress(OSError, ValueError):  # (no file descriptor: captured)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _reader_gone(console: Any) -> None:
+    """rich's own handling exits with 1, which this tool's exit codes call an internal
+    error: raise the error instead, to end the command with 141."""
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def stdout_console() -> Any:
     from rich.console import Console
 
@@ -367,15 +441,16 @@ def replay(
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)
     dropped = analysis.who_gets_dropped(prepared, result, table=table) if bias else None
-    if json_output:
-        extra = {"bias": dropped.to_dict()} if dropped else {}
-        typer.echo(json.dumps({**result.summary.to_dict(), **extra, **report_dict(report)}))
-    else:
-        from cli.render import print_bias, print_summary
+    with results_out():
+        if json_output:
+            extra = {"bias": dropped.to_dict()} if dropped else {}
+            typer.echo(json.dumps({**result.summary.to_dict(), **extra, **report_dict(report)}))
+        else:
+            from cli.render import print_bias, print_summary
 
-        print_summary(result.summary, stdout_console())
-        if dropped is not None:
-            print_bias(dropped, stdout_console())
+            print_summary(result.summary, stdout_console())
+            if dropped is not None:
+                print_bias(dropped, stdout_console())
     warn(report)
 
 
@@ -417,12 +492,13 @@ def sweep(
         )
     if output is not None:
         analysis.write_frame_to(result.rows, output, inputs=inputs)
-    if json_output:
-        typer.echo(json.dumps(result.rows.to_dicts()))
-    else:
-        from cli.render import print_sweep
+    with results_out():
+        if json_output:
+            typer.echo(json.dumps(result.rows.to_dicts()))
+        else:
+            from cli.render import print_sweep
 
-        print_sweep(result, stdout_console())
+            print_sweep(result, stdout_console())
     warn(report)
 
 
@@ -489,12 +565,13 @@ def inspect(
     )
     table, report = options.load()
     inspection = analysis.inspect_log(table, report)
-    if json_output:
-        typer.echo(json.dumps({**inspection.to_dict(), **report_dict(report)}))
-    else:
-        from cli.render import print_inspection
+    with results_out():
+        if json_output:
+            typer.echo(json.dumps({**inspection.to_dict(), **report_dict(report)}))
+        else:
+            from cli.render import print_inspection
 
-        print_inspection(inspection, stdout_console())
+            print_inspection(inspection, stdout_console())
 
 
 @app.command()
@@ -741,12 +818,13 @@ def compare(
 
         analysis.refuse_overwriting_inputs(plot_file, [first, second])
         save_figure(plot_compare(result), plot_file)
-    if json_output:
-        typer.echo(json.dumps(result.to_dict()))
-    else:
-        from cli.render import print_compare
+    with results_out():
+        if json_output:
+            typer.echo(json.dumps(result.to_dict()))
+        else:
+            from cli.render import print_compare
 
-        print_compare(result, stdout_console())
+            print_compare(result, stdout_console())
 
 
 @app.command()
@@ -807,10 +885,19 @@ def main() -> None:
     """Console-script entry point: usage errors as one line, Ctrl-C as exit 130, SIGTERM
     as 143."""
     on_sigterm_unwind()
+    from rich.console import Console
+
+    Console.on_broken_pipe = _reader_gone  # type: ignore[method-assign]  # also typer's help
     try:
         code = app(standalone_mode=False)
     except KeyboardInterrupt as interrupt:
         sys.exit(interrupted(interrupt))
+    except SystemExit as end:
+        # typer ends a broken pipe outside the commands (its help) with 1, after it
+        # wraps standard output to silence the flush at exit; 1 means a bug here.
+        if end.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            sys.exit(stdout_gone())
+        raise
     except Exception as error:
         # typer's usage errors (unknown option, bad value) carry a message and exit code 2;
         # they are told apart by shape because typer keeps their classes private.

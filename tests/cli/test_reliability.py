@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -616,3 +617,69 @@ def test_canonical_files_in_other_legitimate_layouts_read_the_same(
         assert result.exit_code == 0, result.stderr
         summaries.append({k: v for k, v in json.loads(result.stdout).items() if k != "inputs"})
     assert summaries[0] == summaries[1]
+
+
+# --------------------------------------------------------------------------- standard output
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cli.main", *args]
+
+
+def _buffered() -> dict[str, str]:
+    # Unbuffered, CPython drops what a pipe does not take without an error (a short
+    # write is not retried), so the reader's going would not be seen at all.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sweep", "-k", "0..40", "-m", "none,0..20"],  # a rich table
+        ["sweep", "-k", "0..40", "-m", "none,0..20", "--json"],
+        ["--help"],  # typer's own output
+    ],
+    ids=["table", "json", "help"],
+)
+def test_a_reader_that_goes_early_ends_the_command_quietly(tmp_path: Path, args: list[str]) -> None:
+    log = tmp_path / "log.jsonl"
+    write_jsonl(RECORDS, log)
+    command = _cli(*args[:1], str(log), *args[1:]) if args[0] != "--help" else _cli(*args)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=_buffered(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(20)  # like `| head -c 20`
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, err  # 128 + SIGPIPE, not 1 ("internal error")
+    assert err == ""
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("json_output", [False, True])
+def test_results_that_do_not_fit_on_stdout_are_an_output_error(
+    tmp_path: Path, json_output: bool
+) -> None:
+    log = tmp_path / "log.jsonl"
+    write_jsonl(RECORDS, log)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            _cli("replay", str(log), "-b", "2", *(["--json"] if json_output else [])),
+            cwd=ROOT, env=_buffered(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 8
+    assert done.stderr == (
+        "Error: standard output: cannot write the results (No space left on device); "
+        "write them where there is room\n"
+    )
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.stdout) == (
+        0,
+        f"dressage-replay {version('dressage-replay')}\n",
+    )
