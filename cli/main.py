@@ -705,7 +705,10 @@ def simulate(
     ] = 0.2,
     partial_rollout: Annotated[
         bool,
-        typer.Option(help="Resume interrupted generation under the new version (else restart)."),
+        typer.Option(
+            help="Resume interrupted generation under the new version (else restart).",
+            metavar=FLAG,
+        ),
     ] = True,
     log_prob_drift: Annotated[
         float,

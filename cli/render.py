@@ -118,12 +118,19 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 def print_sweep(result: SweepResult, console: Console) -> None:
-    """One row per setting, Pareto-efficient rows starred, the star explained under the table."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Sweep", title_justify="left")
+    """One row per setting, Pareto-efficient rows starred, the star explained under the table.
+
+    Failed groups (SPEC §4: an aborted sample) are shown only when the log has some; with
+    them the groups' shares add up to 100: kept, stale, span-rejected, failed."""
+    table = Table(
+        box=box.SIMPLE_HEAD, pad_edge=False, title="Sweep (shares in %)", title_justify="left"
+    )
+    failed = bool(result.rows.height) and bool(result.rows["failed_pct"].max())
     headers = [
-        ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept %", "right"),
-        ("samples\nkept %", "right"), ("tokens\nkept %", "right"), ("stale\narrival %", "right"),
-        ("stale\npending %", "right"), ("span\nrejected %", "right"), ("batches", "right"),
+        ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept", "right"),
+        ("samples\nkept", "right"), ("tokens\nkept", "right"), ("stale\narrival", "right"),
+        ("stale\npending", "right"), ("span\nrejected", "right"),
+        *([("groups\nfailed", "right")] if failed else []), ("batches", "right"),
         ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"), ("span\nmax", "right"),
     ]  # fmt: skip
     for header, justify in headers:
@@ -139,6 +146,7 @@ def print_sweep(result: SweepResult, console: Console) -> None:
             _fmt(row["dropped_arrival_pct"]),
             _fmt(row["dropped_pending_pct"]),
             _fmt(row["rejected_span_pct"]),
+            *([_fmt(row["failed_pct"])] if failed else []),
             _fmt(row["batches_emitted"]),
             _fmt(row["version_gap_mean"], 2),
             _fmt(row["version_gap_max"]),

@@ -123,3 +123,34 @@ def test_replay_bias_compares_outcomes(small_logs: dict[str, Path]) -> None:
     )
     table = runner.invoke(app, ["replay", log, "-k", "1", "-m", "0", "--bias"])
     assert "Who gets dropped" in table.stdout and "never reached a batch" in table.stdout
+
+
+@pytest.mark.parametrize("abort_fraction", [0.0, 0.3])
+def test_the_table_shows_failed_groups_when_there_are_some(
+    tmp_path: Path, abort_fraction: float
+) -> None:
+    log = tmp_path / "log.jsonl"
+    config = analysis.SimulationConfig(n_groups=40, abort_fraction=abort_fraction, seed=2)
+    analysis.write_log(analysis.simulate(config), log, "jsonl")
+    args = ["sweep", str(log), "-k", "0,2", "-m", "none,1"]
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.stderr
+    rows = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    shares = ("groups_kept_pct", "dropped_stale_pct", "rejected_span_pct", "failed_pct")
+    for row in rows:
+        assert sum(row[share] for share in shares) == pytest.approx(100)
+    header = table.stdout.splitlines()[3].split()  # the second line of the headers
+    assert ("failed" in header) == (abort_fraction > 0)
+    assert any(row["failed_pct"] > 0 for row in rows) == (abort_fraction > 0)
+    if abort_fraction:
+        failed_column = [line.split()[header.index("failed")] for line in _table_rows(table.stdout)]
+        assert failed_column == [f"{row['failed_pct']:.1f}" for row in rows]
+    assert "…" not in table.stdout  # the whole table fits the 120 columns of piped output
+
+
+def _table_rows(text: str) -> list[str]:
+    """The data lines of the sweep table, without the Pareto star."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "───" in line) + 1
+    end = next(i for i, line in enumerate(lines) if i > start and not line.strip())
+    return [line.lstrip(" *") for line in lines[start:end]]
