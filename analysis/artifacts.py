@@ -256,7 +256,16 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
         return (
             stamp,
             path,
-            [(0, None, ("LogFormatError", f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"))],
+            [
+                (
+                    0,
+                    None,
+                    (
+                        "LogFormatError",
+                        f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
+                    ),
+                )
+            ],
         )
     if isinstance(document, list):
         numbered = [(n, f"{path}: record {n}", record) for n, record in enumerate(document, 1)]

@@ -271,11 +271,11 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                     yield number, parse_json(line)
                 except json.JSONDecodeError as exc:
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
+                    # Past the line's own text: the record is cut short (or spans lines).
+                    at = f"column {exc.colno}" if exc.lineno == 1 else "where the line ends"
                     yield (
                         number,
-                        LogFormatError(
-                            f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
-                        ),
+                        LogFormatError(f"{path}:{number}: not valid JSON ({exc.msg}, {at})"),
                     )
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):

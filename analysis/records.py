@@ -447,7 +447,9 @@ def read_json_file(path: Path) -> Any:
         with path.open("rb") as handle:
             return parse_json(handle.read())
     except json.JSONDecodeError as exc:
-        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+        raise LogFormatError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
+        ) from exc
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
 

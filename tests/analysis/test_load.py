@@ -164,8 +164,17 @@ def test_missing_group_names_fields_and_option(tmp_path: Path) -> None:
 def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.jsonl"
     path.write_text(json.dumps({"group_index": 1}) + "\n" + '{"group_index": 2,\n')
-    with pytest.raises(LogFormatError, match=r"broken.jsonl:2: not valid JSON"):
+    # Cut short: where the line ends, not "column 1" of the line after it.
+    with pytest.raises(
+        LogFormatError, match=r"broken.jsonl:2: not valid JSON \(.*, where the line ends\)"
+    ):
         analysis.load_logs([path])
+    path.write_text('{"group_index": 1} {"group_index": 2}\n')
+    with pytest.raises(
+        LogFormatError, match=r"broken.jsonl:1: not valid JSON \(Extra data, column 20\)"
+    ):
+        analysis.load_logs([path])
+    path.write_text(json.dumps({"group_index": 1}) + "\n" + '{"group_index": 2,\n')
     report = analysis.LoadReport()
     table = analysis.load_logs([path], on_bad_record="skip", report=report)
     assert table.height == 1
