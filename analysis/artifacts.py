@@ -29,7 +29,6 @@ import collections
 import contextlib
 import dataclasses
 import gc
-import itertools
 import json
 import marshal
 import os
@@ -186,10 +185,13 @@ def read_artifact_folder(
             read(problems)
     if progress is not None:
         progress(len(instances), len(instances))
-    tied = 0
-    for _, run in itertools.groupby(sorted(stamps)):
-        count = sum(1 for _ in run)
-        tied += count if count > 1 else 0
+    # (Counted only when some are tied: a groupby over the sorted times took 20 ms for
+    # 20,000 files, at the end of the load, when the helper process is done.)
+    tied = (
+        0
+        if len(set(stamps)) == len(stamps)
+        else sum(count for count in collections.Counter(stamps).values() if count > 1)
+    )
     if tied:
         warnings.append(
             f"{tied} of {len(stamps)} artifact files share a modification time with another, "

@@ -320,11 +320,21 @@ def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Pat
     from analysis.writers import write_artifacts
 
     write_artifacts(small_records[:6], tmp_path / "art")
-    for path in (tmp_path / "art").rglob("*.json"):
-        os.utime(path, (1.8e9, 1.8e9))
+    files = sorted((tmp_path / "art").rglob("*.json"))
+    assert len(files) == 6
+    # Two pairs tied, two files apart: the warning counts the four.
+    for path, stamp in zip(files, (1.8e9, 1.8e9, 1.9e9, 1.9e9, 2.0e9, 2.1e9), strict=True):
+        os.utime(path, (stamp, stamp))
     report = analysis.LoadReport()
     analysis.load_logs([tmp_path / "art"], report=report)
-    assert any("share a modification time" in w for w in report.warnings)
+    assert [w.split(" share")[0] for w in report.warnings if "share a modification" in w] == [
+        "4 of 6 artifact files"
+    ]
+    for path, stamp in zip(files, range(6), strict=True):
+        os.utime(path, (1.8e9 + stamp, 1.8e9 + stamp))
+    report = analysis.LoadReport()
+    analysis.load_logs([tmp_path / "art"], report=report)
+    assert not any("share a modification" in w for w in report.warnings)
 
 
 # --------------------------------------------------------------------------- pickles
