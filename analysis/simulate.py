@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.errors import ConfigError
+from analysis.replay import MAX_SETTING
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,12 @@ class SimulationConfig:
             (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
               "median_response_tokens", "max_response_tokens", "max_turns"),
              lambda v: v >= 1, ">= 1"),
+            # As K, M and B: far beyond any run (a million groups is a 60 GB log already),
+            # so that a slip of the keyboard does not start filling the disk.
+            (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
+              "median_response_tokens", "max_response_tokens", "max_turns", "prompt_tokens",
+              "tool_tokens"),
+             lambda v: v <= MAX_SETTING, f"<= {MAX_SETTING:,}"),
             (("prompt_tokens", "tool_tokens"), lambda v: v >= 0, ">= 0"),
             (("train_step_time", "token_time", "tail_sigma"),
              lambda v: 0 < v < math.inf, "> 0 and finite"),
@@ -79,7 +86,8 @@ class SimulationConfig:
                 value = getattr(self, name)
                 if not ok(value):
                     option = SIMULATE_OPTIONS.get(name, name)
-                    raise ConfigError(f"require `{name}` ({option}) {rule} (found {value!r})")
+                    found = f"{value:,}" if type(value) is int else repr(value)
+                    raise ConfigError(f"require `{name}` ({option}) {rule} (found {found})")
 
 
 SIMULATE_OPTIONS = {
@@ -193,6 +201,11 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
             pending[group] -= 1
             if pending[group] == 0:
                 finished_trajectories[group] = active.pop(group)
+                # Forgotten once done, so that memory stays flat however many groups
+                # are simulated (a superseded "done" still in the queue finds no entry).
+                del pending[group]
+                for trajectory in finished_trajectories[group]:
+                    del generation[(group, trajectory.member)]
                 completed.append(group)
                 # The trainer takes completed groups in completion order, B at a time.
                 yield from _group_records(
