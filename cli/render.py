@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from analysis import BiasReport, CompareResult, LogInspection, ReplaySummary, SweepResult
@@ -32,6 +34,42 @@ def _number(value: Any, digits: int = 2) -> str:
     if value is None:
         return "n/a"
     return f"{value:.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def _print_fitted(
+    console: Console,
+    title: str,
+    headers: Sequence[tuple[str, str]],
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int,
+) -> None:
+    """A table printed whole, as several tables if its columns do not fit the terminal,
+    each repeating the first ``keys`` columns (rich would shrink columns to "3…" and drop
+    the key ones). Piped output is 120 columns wide, where the tables here fit as one."""
+
+    def table(columns: Sequence[int], part: str) -> Table:
+        shown = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title + part, title_justify="left")
+        for i in columns:
+            header, justify = headers[i]
+            shown.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for row in rows:
+            shown.add_row(*(row[i] for i in columns))
+        return shown
+
+    def fits(columns: Sequence[int]) -> bool:
+        options = console.options.update(max_width=10_000)
+        return Measurement.get(console, options, table(columns, "")).maximum <= console.width
+
+    parts: list[list[int]] = [list(range(keys))]
+    for column in range(keys, len(headers)):
+        if fits([*parts[-1], column]) or len(parts[-1]) == keys:
+            parts[-1].append(column)
+        else:
+            parts.append([*range(keys), column])
+    for number, columns in enumerate(parts, start=1):
+        part = "" if len(parts) == 1 else f" ({number} of {len(parts)})"
+        console.print(table(columns, part))
 
 
 def print_summary(summary: ReplaySummary, console: Console) -> None:
@@ -122,9 +160,6 @@ def print_sweep(result: SweepResult, console: Console) -> None:
 
     Failed groups (SPEC §4: an aborted sample) are shown only when the log has some; with
     them the groups' shares add up to 100: kept, stale, span-rejected, failed."""
-    table = Table(
-        box=box.SIMPLE_HEAD, pad_edge=False, title="Sweep (shares in %)", title_justify="left"
-    )
     failed = bool(result.rows.height) and bool(result.rows["failed_pct"].max())
     headers = [
         ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept", "right"),
@@ -133,10 +168,8 @@ def print_sweep(result: SweepResult, console: Console) -> None:
         *([("groups\nfailed", "right")] if failed else []), ("batches", "right"),
         ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"), ("span\nmax", "right"),
     ]  # fmt: skip
-    for header, justify in headers:
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for row in result.rows.iter_rows(named=True):
-        table.add_row(
+    rows = [
+        [
             "*" if row["pareto"] else "",
             str(row["keep_versions"]),
             "none" if row["max_preempts"] is None else str(row["max_preempts"]),
@@ -152,24 +185,21 @@ def print_sweep(result: SweepResult, console: Console) -> None:
             _fmt(row["version_gap_max"]),
             _fmt(row["version_span_mean"], 2),
             _fmt(row["version_span_max"]),
-        )
-    console.print(table)
+        ]
+        for row in result.rows.iter_rows(named=True)
+    ]
+    _print_fitted(console, "Sweep (shares in %)", headers, rows, keys=3)
     console.print(PARETO_NOTE, highlight=False)
 
 
 def print_bias(report: BiasReport, console: Console) -> None:
     """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
-    table = Table(
-        box=box.SIMPLE_HEAD, pad_edge=False, title="Who gets dropped", title_justify="left"
-    )
     headers = (
         "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",
         "segments\nper traj.", "reward\nmean", "arrival delay\n(versions)",
     )  # fmt: skip
-    for header in headers:
-        table.add_column(header, justify="left" if header == "outcome" else "right", no_wrap=True)
-    for row in report.table.iter_rows(named=True):
-        table.add_row(
+    rows = [
+        [
             row["outcome"],
             _fmt(row["groups"]),
             _fmt(row["trajectories"]),
@@ -178,8 +208,11 @@ def print_bias(report: BiasReport, console: Console) -> None:
             _fmt(row["segments_per_trajectory_mean"], 2),
             _fmt(row["reward_mean"], 3),
             _fmt(row["arrival_delay_mean"], 2),
-        )
-    console.print(table)
+        ]
+        for row in report.table.iter_rows(named=True)
+    ]
+    aligned = [(header, "left" if header == "outcome" else "right") for header in headers]
+    _print_fitted(console, "Who gets dropped", aligned, rows, keys=1)
     never = report.never_batched
     if never:
         shown = ", ".join(never[:20]) + (

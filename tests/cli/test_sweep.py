@@ -154,3 +154,33 @@ def _table_rows(text: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if "───" in line) + 1
     end = next(i for i, line in enumerate(lines) if i > start and not line.strip())
     return [line.lstrip(" *") for line in lines[start:end]]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+def test_tables_too_wide_for_the_terminal_are_split_not_cut(
+    small_logs: dict[str, Path], width: int
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from cli.render import print_bias, print_sweep
+
+    table = analysis.load_logs([small_logs["jsonl"]])
+    prepared = analysis.prepare(table)
+    result = analysis.sweep(prepared, keep_versions=[0, 2], max_preempts=[None, 1])
+    out = io.StringIO()
+    print_sweep(result, Console(file=out, width=width))
+    text = out.getvalue()
+    assert "…" not in text
+    assert all(len(line) <= width for line in text.splitlines())
+    parts = text.count("Sweep (shares in %")
+    assert (parts == 1) == (width >= 120)
+    # Every part repeats K and M: each shows every setting's row.
+    assert text.count(" none ") == 2 * parts
+    replayed = analysis.replay(prepared, analysis.ReplayConfig(keep_versions=2))
+    out = io.StringIO()
+    report = analysis.who_gets_dropped(prepared, replayed, table=table)
+    print_bias(report, Console(file=out, width=width))
+    assert "…" not in out.getvalue()
+    assert out.getvalue().count("kept ") >= out.getvalue().count("Who gets dropped")
