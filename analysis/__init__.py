@@ -33,6 +33,8 @@ from analysis.load import (
     records_to_table,
 )
 from analysis.output import (
+    FRAME_FORMATS,
+    check_output,
     convert_logs,
     refuse_overwriting_inputs,
     write_canonical,
@@ -57,6 +59,7 @@ from analysis.writers import log_format_for, write_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
+    "FRAME_FORMATS",
     "REPLAY_COLUMNS",
     "BiasReport",
     "CompareResult",
@@ -77,6 +80,7 @@ __all__ = [
     "SweepResult",
     "UnknownFormatError",
     "UnsafePickleError",
+    "check_output",
     "compare_logs",
     "convert_logs",
     "derive_end_version",

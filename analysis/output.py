@@ -37,6 +37,47 @@ def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
             )
 
 
+FRAME_FORMATS = {
+    ".csv": "write_csv",
+    ".parquet": "write_parquet",
+    ".arrow": "write_ipc",
+    ".ipc": "write_ipc",
+    ".feather": "write_ipc",
+    ".json": "write_json",
+    ".jsonl": "write_ndjson",
+    ".ndjson": "write_ndjson",
+}
+"""Table outputs (decisions, sweep rows) by extension: the polars writer of each."""
+
+
+def check_output(
+    path: Path, extensions: Iterable[str], *, what: str = "output", inputs: Iterable[Path] = ()
+) -> None:
+    """Refuse, before any work, an output that could not be written: an unknown extension,
+    a folder that is not there or is a file, a path that is a folder, or one of the inputs
+    (a multi-GB log must not be read first to learn of a typo in the output's name)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    known = list(extensions)
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder; give a file name ending in {known[0]}")
+    if suffix not in known:
+        raise OutputError(
+            f"{path}: unknown {what} extension {suffix or '(none)'}; use one of {', '.join(known)}"
+        )
+    _check_folder(path)
+    refuse_overwriting_inputs(path, inputs)
+
+
+def _check_folder(path: Path) -> Path:
+    """The folder ``path`` is to be written in, which must exist."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        problem = "is a file, not a folder" if directory.exists() else "does not exist"
+        raise OutputError(f"{path}: {directory} {problem}; give a path in an existing folder")
+    return directory
+
+
 def _umask() -> int:
     """The process's umask (reading it means setting it: set it straight back)."""
     umask = os.umask(0)
@@ -48,9 +89,7 @@ def _umask() -> int:
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only on success."""
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise OutputError(f"{path}: the folder {directory} does not exist; create it first")
+    directory = _check_folder(path)
     try:
         handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
@@ -79,9 +118,7 @@ def atomic_folder(path: Path) -> Iterator[Path]:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         kind = "a folder that is not empty" if path.is_dir() else "a file"
         raise OutputError(f"{path}: already exists and is {kind}; choose a new folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{path}: the folder {parent} does not exist; create it first")
+    parent = _check_folder(path)
     try:
         temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
     except OSError as exc:
@@ -103,24 +140,9 @@ def atomic_folder(path: Path) -> Iterator[Path]:
 def write_frame(frame: pl.DataFrame, path: Path) -> None:
     """Write a frame as CSV, Parquet, Arrow IPC or JSON, chosen by the path's extension."""
     path = Path(path)
-    suffix = path.suffix.lower()
-    writers = {
-        ".csv": lambda p: frame.write_csv(p),
-        ".parquet": lambda p: frame.write_parquet(p),
-        ".arrow": lambda p: frame.write_ipc(p),
-        ".ipc": lambda p: frame.write_ipc(p),
-        ".feather": lambda p: frame.write_ipc(p),
-        ".json": lambda p: frame.write_json(p),
-        ".jsonl": lambda p: frame.write_ndjson(p),
-        ".ndjson": lambda p: frame.write_ndjson(p),
-    }
-    if suffix not in writers:
-        raise OutputError(
-            f"{path}: unknown output extension {suffix or '(none)'}; "
-            f"use one of {', '.join(sorted(writers))}"
-        )
+    check_output(path, FRAME_FORMATS)
     with atomic_path(path) as temp:
-        writers[suffix](temp)
+        getattr(frame, FRAME_FORMATS[path.suffix.lower()])(temp)
 
 
 DECISION_COLUMNS = ("group_id", "decision", "stage", "batch", "version_index", "version_gap")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analysis.errors import ConfigError, OutputError
-from analysis.output import atomic_path
+from analysis.errors import ConfigError
+from analysis.output import atomic_path, check_output
 from analysis.replay import (
     PreparedLog,
     ReplayConfig,
@@ -424,15 +424,10 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
 def save_figure(figure: Figure, path: str | Path) -> None:
     """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in FIGURE_FORMATS:
-        raise OutputError(
-            f"{path}: unknown figure extension {suffix or '(none)'}; "
-            f"use one of {', '.join(FIGURE_FORMATS)}"
-        )
+    check_output(path, FIGURE_FORMATS, what="figure")
     with atomic_path(path) as temp:
         # The temporary name ends in .tmp, so the format must be given, not guessed.
-        figure.savefig(temp, format=FIGURE_FORMATS[suffix], dpi=PNG_DPI)
+        figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)
 
 
 def make_plot(

@@ -16,9 +16,8 @@ from typing import Any
 import polars as pl
 
 from analysis.bias import who_gets_dropped
-from analysis.errors import OutputError
 from analysis.inspect import LogInspection
-from analysis.output import atomic_path, refuse_overwriting_inputs
+from analysis.output import atomic_path, check_output
 from analysis.replay import PreparedLog, ReplayResult
 from analysis.sweep import PARETO_NOTE, SweepResult, sweep
 
@@ -230,11 +229,13 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+REPORT_FORMATS = (".html", ".htm")
+"""What a report may be written as."""
+
+
 def write_report(document: str, path: Path, *, inputs: Sequence[Path] = ()) -> None:
     """Write the report atomically; refuse a path that is one of the inputs."""
     path = Path(path)
-    refuse_overwriting_inputs(path, inputs)
-    if path.suffix.lower() not in (".html", ".htm"):
-        raise OutputError(f"{path}: a report is an .html file; change the extension")
+    check_output(path, REPORT_FORMATS, what="report", inputs=inputs)
     with atomic_path(path) as temp:
         temp.write_text(document, encoding="utf-8")

@@ -432,6 +432,8 @@ def replay(
         max_preempts=parse_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
+    if decisions is not None:  # before the log is read: a typo is told at once
+        analysis.check_output(decisions, analysis.FRAME_FORMATS, inputs=inputs)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
@@ -481,6 +483,8 @@ def sweep(
 ) -> None:
     """Replay every combination of K and M from one load of the log; mark the Pareto front."""
     ks, ms = parse_grid(keep_versions, max_preempts)
+    if output is not None:  # before the log is read: a typo is told at once
+        analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
@@ -527,14 +531,14 @@ def plot(
     traceback_: Traceback = False,
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap (single-setting kinds use the first K and M)."""
-    from analysis.plots import make_plot, save_figure
+    from analysis.plots import FIGURE_FORMATS, make_plot, save_figure
 
     ks, ms = parse_grid(keep_versions, max_preempts)
+    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
     )  # fmt: skip
-    analysis.refuse_overwriting_inputs(output, inputs)
     _, prepared, report = options.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:
         figure = make_plot(
@@ -803,6 +807,10 @@ def compare(
         raise typer.BadParameter(
             "expected two different names, e.g. baseline,controlled", param_hint="--names"
         )
+    if plot_file is not None:  # before the logs are read: a typo is told at once
+        from analysis.plots import FIGURE_FORMATS
+
+        analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
     tables = [
         load_options([path], field=field, on_bad_record=on_bad_record,
                      trust_pickle=trust_pickle, quiet=quiet).load()[0]
@@ -819,7 +827,6 @@ def compare(
         from analysis.compare import plot_compare
         from analysis.plots import save_figure
 
-        analysis.refuse_overwriting_inputs(plot_file, [first, second])
         save_figure(plot_compare(result), plot_file)
     with results_out():
         if json_output:
@@ -846,14 +853,14 @@ def report(
     traceback_: Traceback = False,
 ) -> None:
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
-    from analysis.report import build_report, write_report
+    from analysis.report import REPORT_FORMATS, build_report, write_report
 
     ks, ms = parse_grid(keep_versions, max_preempts)
+    analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     options = load_options(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet,
     )  # fmt: skip
-    analysis.refuse_overwriting_inputs(output, inputs)
     table, prepared, loaded = options.prepare(whole_table=True)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(

@@ -683,3 +683,36 @@ def test_version() -> None:
         0,
         f"dressage-replay {version('dressage-replay')}\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["replay", "--decisions", "d.xlsx"], "d.xlsx: unknown output extension .xlsx"),
+        (["replay", "--decisions", "missing/d.csv"], "missing does not exist"),
+        (["replay", "--decisions", "afile/d.csv"], "afile is a file, not a folder"),
+        (["replay", "--decisions", "adir"], "adir: is a folder; give a file name"),
+        (["sweep", "-o", "s.txt"], "s.txt: unknown output extension .txt"),
+        (["plot", "sweep", "-o", "x.gif"], "x.gif: unknown figure extension .gif"),
+        (["report", "-o", "missing/r.html"], "missing does not exist"),
+        (["report", "-o", "r.txt"], "r.txt: unknown report extension .txt"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_the_log_is_read(
+    tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log is bad too: were it read first, the error would be its (exit 5), not the
+    # output's (exit 8), after minutes of reading on a large log.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "log.jsonl").write_text("{not json\n")
+    command, *rest = args
+    if command == "plot":
+        command, kind, *rest = args
+        result = runner.invoke(app, [command, kind, "log.jsonl", *rest])
+    else:
+        result = runner.invoke(app, [command, "log.jsonl", *rest])
+    assert result.exit_code == 8, result.stderr
+    assert message in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile", "log.jsonl"]
