@@ -38,7 +38,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError, ReplayError
+from analysis.errors import (
+    InputNotFoundError,
+    LogFormatError,
+    MissingFieldError,
+    ReplayError,
+    counted,
+)
 from analysis.records import FieldMap, RowColumns, canonical_row, parse_json, row_columns
 
 if TYPE_CHECKING:  # the helper process never needs these: it starts faster without
@@ -170,7 +176,7 @@ def read_artifact_folder(
                     warnings.append(
                         f"{root}: the helper process failed ({failed.problem}); "
                         + (
-                            f"this process read the {len(left)} instance folder(s) it left"
+                            f"this process read the {counted(len(left), 'instance folder')} it left"
                             if left
                             else "this process read every instance folder"
                             if not failed.assigned

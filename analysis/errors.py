@@ -27,6 +27,11 @@ class LogFormatError(ReplayError):
     exit_code = 5
 
 
+class DamagedFileError(LogFormatError):
+    """A whole file cannot be read in its format (a truncated gzip, a damaged archive or
+    Parquet file): no record in it is at fault, the file is."""
+
+
 class UnsafePickleError(LogFormatError):
     """A pickle needs more than plain containers and scalars; only --trust-pickle loads it."""
 
@@ -51,3 +56,8 @@ class OutputError(ReplayError):
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT)."""
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` with its noun in the right number, for messages: "1 file", "2 files"."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"

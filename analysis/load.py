@@ -25,12 +25,14 @@ import pyarrow as pa
 
 from analysis.artifacts import ERRORS, Chunk, is_artifact_folder, read_artifact_folder
 from analysis.errors import (
+    DamagedFileError,
     InputNotFoundError,
     LogFormatError,
     MissingFieldError,
     ReplayError,
     UnknownFormatError,
     UnsafePickleError,
+    counted,
 )
 from analysis.pickles import ZIP_MAGIC, load_pickled
 from analysis.records import (
@@ -88,9 +90,11 @@ class Source:
 
 _SKIP_REASONS = {
     "LogFormatError": "bad record",
+    "DamagedFileError": "damaged file",
     "MissingFieldError": "missing field",
     "InputNotFoundError": "unreadable file",
 }
+"""Why something was skipped, by error (the keys of ``skipped`` in ``--json``)."""
 
 
 @dataclass
@@ -202,11 +206,12 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             continue
         paths = found[kind]
         if paths and chosen:
-            unread.append(f"{len(paths)} {kind} file(s) ({paths[0].name}, ...)")
+            names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
+            unread.append(f"{counted(len(paths), kind + ' file')} ({names})")
         elif paths:
             # slime dumps are put in trainer-step order once read (_order_dumps).
             chosen = [Source(path, _file_format(path)) for path in paths]
-            what = f"the {len(paths)} {kind} file(s)"
+            what = f"the {kind} file" if len(paths) == 1 else f"the {len(paths)} {kind} files"
     if not chosen:
         raise UnknownFormatError(
             f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
@@ -280,7 +285,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
-        raise LogFormatError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
+        raise DamagedFileError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
 
 
 def _dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[Any]]:
@@ -325,7 +330,7 @@ def _read_canonical(
     try:
         file = _ArrowFile(source)
     except (Exception, pl.exceptions.PanicException) as exc:
-        raise LogFormatError(f"{unreadable} ({exc})") from exc
+        raise DamagedFileError(f"{unreadable} ({exc})") from exc
     present = file.columns
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
@@ -684,6 +689,11 @@ def _log_chunks(
 
     def skip_or_raise(error: ReplayError) -> None:
         if on_bad_record == "fail":
+            if isinstance(error, DamagedFileError):
+                raise DamagedFileError(
+                    f"{error}; check that the file is whole (copy it again) "
+                    "or pass --on-bad-record skip"
+                ) from error
             if isinstance(error, LogFormatError) and not isinstance(error, UnsafePickleError):
                 raise LogFormatError(
                     f"{error}; fix the record or pass --on-bad-record skip"

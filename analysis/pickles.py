@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import LogFormatError, UnsafePickleError
+from analysis.errors import DamagedFileError, LogFormatError, UnsafePickleError
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -75,9 +75,8 @@ def _restricted_load(data: bytes, *, where: str) -> Any:
     except UnsafePickleError:
         raise
     except Exception as exc:  # pickle raises many types on corrupt input
-        raise LogFormatError(
-            f"{where}: not a readable pickle ({type(exc).__name__}: {exc}); "
-            "check the file is complete"
+        raise DamagedFileError(
+            f"{where}: not a readable pickle ({type(exc).__name__}: {exc})"
         ) from exc
 
 
@@ -98,13 +97,13 @@ def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
         except LogFormatError:
             raise
         except Exception as exc:  # zipfile raises many types on damaged archives
-            raise LogFormatError(f"{path}: damaged zip archive ({exc})") from exc
+            raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
         return _restricted_load(payload, where=str(path))
     if trust_pickle:
         try:
             return pickle.loads(raw)
         except Exception as exc:
-            raise LogFormatError(f"{path}: not a readable pickle ({exc})") from exc
+            raise DamagedFileError(f"{path}: not a readable pickle ({exc})") from exc
     return _restricted_load(raw, where=str(path))
 
 

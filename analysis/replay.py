@@ -35,7 +35,7 @@ from analysis.engine import (
     collect,
     observe,
 )
-from analysis.errors import ConfigError, MissingFieldError
+from analysis.errors import ConfigError, MissingFieldError, counted
 from analysis.labels import real_label
 
 DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
@@ -1188,8 +1188,9 @@ def _summarise(
     rejected = counts["groups"]["rejected_span"] or 0
     if rejected:
         notes.append(
-            f"{rejected} rejected group(s) would have been retried by Dressage as a new "
-            "attempt; a log cannot show what the retry would produce, so they count as lost"
+            f"{counted(rejected, 'rejected group')} would have been retried by Dressage as a "
+            "new attempt; a log cannot show what the retry would produce, so "
+            + ("it counts as lost" if rejected == 1 else "they count as lost")
         )
     if not prepared.tokens_known:
         notes.append(

@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 import analysis
-from analysis.errors import EXIT_INTERRUPTED, ReplayError
+from analysis.errors import EXIT_INTERRUPTED, ReplayError, counted
 from analysis.sweep import ValueListError
 from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind, was_terminated
 
@@ -576,6 +576,7 @@ def inspect(
             from cli.render import print_inspection
 
             print_inspection(inspection, stdout_console())
+    warn(report)
 
 
 @app.command()
@@ -879,14 +880,26 @@ def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
 
 
+_SKIPPED = {
+    "bad record": ("bad record", "bad records"),
+    "damaged file": ("damaged file", "damaged files"),
+    "missing field": ("record missing a field", "records missing a field"),
+    "unreadable file": ("unreadable file", "unreadable files"),
+}
+"""The reasons of ``LoadReport.skipped``, singular and plural."""
+
+
 def warn(report: analysis.LoadReport) -> None:
     """Load warnings and skipped records, on stderr."""
     for warning in report.warnings:
         typer.echo(f"warning: {one_line(warning)}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        reasons = ", ".join(f"{count} {reason}" for reason, count in report.skipped.items())
-        typer.echo(f"warning: skipped {skipped} record(s) or file(s) ({reasons}); first:", err=True)
+        reasons = ", ".join(
+            counted(count, *_SKIPPED.get(reason, (reason, reason)))
+            for reason, count in report.skipped.items()
+        )
+        typer.echo(f"warning: skipped {reasons}; the first:", err=True)
         for where in report.skipped_where:
             typer.echo(f"  {one_line(where)}", err=True)
 

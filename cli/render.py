@@ -119,8 +119,13 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
         console.print(f"note: {note}", style="dim", highlight=False)
 
 
+_NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
+"""Counts in ``--json`` that are not data-quality problems (versions are ordered by first
+observation, not by sorting): left out of the table, where they read as defects."""
+
+
 def print_inspection(inspection: LogInspection, console: Console) -> None:
-    """Print what a log holds and its data-quality counts."""
+    """Print what a log holds and its data-quality counts (its warnings go to stderr)."""
     facts = Table(show_header=False, title="Log", title_justify="left")
     facts.add_column("what")
     facts.add_column("value", justify="right")
@@ -135,7 +140,8 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     quality.add_column("what")
     quality.add_column("count", justify="right")
     for key, value in inspection.quality.items():
-        quality.add_row(key.replace("_", " "), f"{value:,}")
+        if key not in _NOT_PROBLEMS:
+            quality.add_row(key.replace("_", " "), f"{value:,}")
     console.print(quality)
 
     shown = ", ".join(inspection.versions[:20])
@@ -145,8 +151,6 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         + (f", ... ({more} more)" if more > 0 else ""),
         highlight=False,
     )
-    for warning in inspection.warnings:
-        console.print(f"warning: {warning}", style="yellow", highlight=False)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

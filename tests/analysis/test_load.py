@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.errors import (
+    DamagedFileError,
     InputNotFoundError,
     LogFormatError,
     MissingFieldError,
@@ -213,10 +214,10 @@ def test_missing_path_and_unknown_format(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("beside", "read", "unread"),
     [
-        (["run.jsonl", "table.parquet"], "the 1 JSONL file(s)", "1 Parquet/Arrow file(s)"),
-        (["dumps", "run.jsonl"], "the 12 slime dump file(s)", "1 JSONL file(s) (run.jsonl, ...)"),
-        (["artifacts", "run.jsonl"], "the artifact tree", "1 JSONL file(s)"),
-        (["dumps", "artifacts"], "the 12 slime dump file(s)", "a Dressage artifact tree"),
+        (["run.jsonl", "table.parquet"], "the JSONL file", "1 Parquet/Arrow file (table.parquet)"),
+        (["dumps", "run.jsonl"], "the 12 slime dump files", "1 JSONL file (run.jsonl)"),
+        (["artifacts", "run.jsonl"], "the artifact tree", "1 JSONL file (run.jsonl)"),
+        (["dumps", "artifacts"], "the 12 slime dump files", "a Dressage artifact tree"),
     ],
 )
 def test_a_folder_of_several_kinds_of_log_reads_one_and_names_the_rest(
@@ -555,3 +556,20 @@ def test_dumps_are_byte_for_byte_reproducible(tmp_path: Path) -> None:
     dump_pt(payload, tmp_path / "a.pt", archive_name="rollout_1")
     dump_pt(payload, tmp_path / "b.pt", archive_name="rollout_1")
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+
+
+def test_a_damaged_file_is_told_apart_from_a_bad_record(tmp_path: Path) -> None:
+    lines = "".join(json.dumps({"group_index": g}) + "\n" for g in range(2000))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(lines.encode())[:2000])  # copied only in part
+    archive = tmp_path / "dump.pt"
+    archive.write_bytes(b"PK\x03\x04" + b"\x00" * 40)
+    for path in (cut, archive):
+        with pytest.raises(DamagedFileError, match="check that the file is whole") as caught:
+            analysis.load_logs([path])
+        assert "fix the record" not in str(caught.value)
+        assert caught.value.exit_code == 5
+    report = analysis.LoadReport()
+    kept = analysis.load_logs([cut, archive], on_bad_record="skip", report=report)
+    assert 0 < kept.height < 2000  # the records before the break are kept
+    assert report.skipped == {"damaged file": 2}

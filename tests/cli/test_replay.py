@@ -145,6 +145,10 @@ def test_missing_input_unknown_format_bad_record(tmp_path: Path) -> None:
     assert code == 5 and "broken.jsonl:2: not valid JSON" in err
     code, out, err = invoke("replay", broken, "-b", "2", "--on-bad-record", "skip", "--json")
     assert code == 0 and json.loads(out)["skipped"]["by_reason"] == {"bad record": 1}
+    assert err.startswith(f"warning: skipped 1 bad record; the first:\n  {broken}:2:")
+    broken.write_text('{"group_index": 1}\n{oops\n[]\n{"x": 1}\n')
+    _, _, err = invoke("replay", broken, "-b", "2", "--on-bad-record", "skip")
+    assert "warning: skipped 2 bad records, 1 record missing a field; the first:" in err
 
 
 def test_missing_fields_name_the_option(tmp_path: Path) -> None:
