@@ -45,7 +45,14 @@ from analysis.errors import (
     ReplayError,
     counted,
 )
-from analysis.records import FieldMap, RowColumns, canonical_row, parse_json, row_columns
+from analysis.records import (
+    FieldMap,
+    RowColumns,
+    canonical_row,
+    json_problem,
+    parse_json,
+    row_columns,
+)
 
 if TYPE_CHECKING:  # the helper process never needs these: it starts faster without
     import queue
@@ -270,7 +277,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
                     None,
                     (
                         "LogFormatError",
-                        f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})",
+                        f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})",
                     ),
                 )
             ],

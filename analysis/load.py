@@ -40,6 +40,7 @@ from analysis.records import (
     FieldMap,
     RowColumns,
     canonical_row,
+    json_problem,
     parse_json,
     read_json_file,
     row_columns,
@@ -277,10 +278,10 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
                     # Past the line's own text: the record is cut short (or spans lines).
-                    at = f"column {exc.colno}" if exc.lineno == 1 else "where the line ends"
+                    at = json_problem(exc) if exc.lineno == 1 else f"{exc.msg}, where the line ends"
                     yield (
                         number,
-                        LogFormatError(f"{path}:{number}: not valid JSON ({exc.msg}, {at})"),
+                        LogFormatError(f"{path}:{number}: not valid JSON ({at})"),
                     )
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):

@@ -222,6 +222,11 @@ def _fields_present(record: dict[str, Any]) -> str:
 def _as_int(value: Any, what: str, where: str) -> int | None:
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        # (the JSON parser reads an integer beyond 64 bits as a float)
+        raise LogFormatError(
+            f"{where}: {what} is too large for a 64-bit integer (found {short_repr(value)})"
+        )
     if isinstance(value, bool) or not isinstance(value, int):
         raise LogFormatError(f"{where}: {what} must be an integer (found {short_repr(value)})")
     if not -(2**63) <= value < 2**63:
@@ -442,14 +447,18 @@ def parse_json(data: bytes) -> Any:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
 
 
+def json_problem(error: json.JSONDecodeError) -> str:
+    """What is wrong with a JSON text and where, for a message: "Expecting value, column
+    7"; a message that ends in "at" reads on: "Unterminated string starting at column 9"."""
+    return f"{error.msg}{'' if error.msg.endswith(' at') else ','} column {error.colno}"
+
+
 def read_json_file(path: Path) -> Any:
     try:
         with path.open("rb") as handle:
             return parse_json(handle.read())
     except json.JSONDecodeError as exc:
-        raise LogFormatError(
-            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})"
-        ) from exc
+        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})") from exc
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
 

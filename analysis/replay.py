@@ -1028,6 +1028,13 @@ def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
     """Fill in ``batch_groups`` from the log's trainer steps when it was not given (SPEC §5)."""
     if config.batch_groups is not None:
         return config
+    if prepared.n_groups == 0:
+        # Said first: "no trainer steps" would send the user after the wrong problem.
+        raise ConfigError(
+            "batch_groups cannot be inferred: the log has no records (an empty input, or "
+            "every record skipped); check the input, or pass --batch-groups B to replay "
+            "nothing"
+        )
     if prepared.inferred_batch_groups is None:
         raise ConfigError(
             "batch_groups cannot be inferred: the log has no trainer steps "

@@ -156,6 +156,7 @@ Inputs = Annotated[
         "canonical Parquet/Arrow. Read in the order given.",
         show_default=False,
         readable=False,  # an unreadable input is the loader's to report (exit 3), not click's
+        metavar="INPUT",
     ),
 ]
 FieldOption = Annotated[
@@ -169,6 +170,29 @@ FieldOption = Annotated[
 ]
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+def one_of(choices: type[E]) -> Callable[[str], E]:
+    """A parser for an option with a fixed set of values, in any letter case, refused in
+    our words (typer's come from pydantic: "Value error, 'x' is not one of ...")."""
+    names = [choice.value for choice in choices]
+
+    def parse(value: str) -> E:
+        try:
+            return choices(value.lower())
+        except ValueError:
+            raise typer.BadParameter(
+                f"expected one of {', '.join(names)} (found {value!r})"
+            ) from None
+
+    return parse
+
+
+def choice_metavar(choices: type[StrEnum]) -> str:
+    return "<" + "|".join(choice.value for choice in choices) + ">"
+
+
 class BadRecordPolicy(StrEnum):
     fail = "fail"
     skip = "skip"
@@ -177,7 +201,9 @@ class BadRecordPolicy(StrEnum):
 OnBadRecord = Annotated[
     BadRecordPolicy,
     typer.Option(
-        help="fail: stop at the first bad record; skip: skip bad records and report them."
+        help="fail: stop at the first bad record; skip: skip bad records and report them.",
+        parser=one_of(BadRecordPolicy),
+        metavar=choice_metavar(BadRecordPolicy),
     ),
 ]
 TrustPickle = Annotated[
@@ -517,7 +543,15 @@ class PlotKind(StrEnum):
 @app.command()
 @handles_errors
 def plot(
-    kind: Annotated[PlotKind, typer.Argument(help="What to draw.", show_default=False)],
+    kind: Annotated[
+        PlotKind,
+        typer.Argument(
+            help="What to draw: sweep, spans, gaps, timeline or heatmap.",
+            show_default=False,
+            parser=one_of(PlotKind),
+            metavar="KIND",
+        ),
+    ],
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
     keep_versions: KeepVersionsList = "0..4",
@@ -645,6 +679,8 @@ def simulate(
             "--format",
             help="What to write (default: from the extension, .jsonl[.gz] or .parquet; "
             "artifacts and pt write a new folder).",
+            parser=one_of(LogFormatChoice),
+            metavar=choice_metavar(LogFormatChoice),
         ),
     ] = None,
     seed: Annotated[

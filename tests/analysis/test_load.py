@@ -175,6 +175,14 @@ def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
         LogFormatError, match=r"broken.jsonl:1: not valid JSON \(Extra data, column 20\)"
     ):
         analysis.load_logs([path])
+    path.write_text('{"group_index": 1, "status": "compl')  # the last line, cut in a string
+    with pytest.raises(
+        LogFormatError, match=r"not valid JSON \(Unterminated string starting at column 30\)"
+    ):
+        analysis.load_logs([path])
+    path.write_text('{"group_index": 1, "index": 1000000000000000000000000000000}\n')
+    with pytest.raises(LogFormatError, match=r"index is too large for a 64-bit integer"):
+        analysis.load_logs([path])  # (the parser reads it as the float 1e+30)
     path.write_text(json.dumps({"group_index": 1}) + "\n" + '{"group_index": 2,\n')
     report = analysis.LoadReport()
     table = analysis.load_logs([path], on_bad_record="skip", report=report)

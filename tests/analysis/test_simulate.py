@@ -152,7 +152,8 @@ def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) ->
 def test_simulate_options_take_decimals_and_refuse_what_is_not_a_number(tmp_path: Path) -> None:
     target = tmp_path / "sim.jsonl"
     args = ["simulate", "-o", str(target), "--groups", "6", "--train-step-time", "2.5"]
-    assert CliRunner().invoke(app, [*args, "--log-prob-drift", "0.05"]).exit_code == 0
+    drift = ["--log-prob-drift", "0.05", "--format", "JSONL"]  # any letter case
+    assert CliRunner().invoke(app, [*args, *drift]).exit_code == 0
     config = SimulationConfig(n_groups=6, train_step_time=2.5, log_prob_drift=0.05)
     reference = analysis.records_to_table(list(simulate(config)))
     assert (
@@ -163,6 +164,7 @@ def test_simulate_options_take_decimals_and_refuse_what_is_not_a_number(tmp_path
     for option, value, message in (
         ("--groups", "1e3", "'--groups': expected a whole number (found '1e3')"),
         ("--token-time", "fast", "'--token-time': expected a number (found 'fast')"),
+        ("--format", "csv", "expected one of jsonl, parquet, artifacts, pt (found 'csv')"),
     ):
         result = CliRunner().invoke(app, [*args, option, value])
         assert result.exit_code == 2

@@ -220,6 +220,10 @@ def test_empty_file(tmp_path: Path) -> None:
     assert summary["versions_observed"] == 0
     inspected = runner.invoke(app, ["inspect", str(tmp_path / "log.jsonl"), "--json"])
     assert inspected.exit_code == 0 and json.loads(inspected.stdout)["records"] == 0
+    # Without -b: the message names the empty log, not missing trainer steps.
+    result = runner.invoke(app, ["replay", str(tmp_path / "log.jsonl")])
+    assert result.exit_code == 7
+    assert "the log has no records" in result.stderr and "trainer steps" not in result.stderr
 
 
 def test_one_group(tmp_path: Path) -> None:
