@@ -107,7 +107,10 @@ class CompareResult:
                 {"name": name, "config": result.config.to_dict()}
                 for name, result in zip(self.names, self.results, strict=True)
             ],
-            "table": self.table.to_dicts(),
+            "table": [
+                {key: _whole(row["metric"], value) for key, value in row.items()}
+                for row in self.table.to_dicts()
+            ],
             "gap_distribution": self.gap_distribution.to_dicts(),
             "span_distribution": self.span_distribution.to_dicts(),
             "drift_by_gap": self.drift_by_gap.to_dicts(),
@@ -117,6 +120,19 @@ class CompareResult:
             },
             "notes": list(self.notes),
         }
+
+
+_COUNTS = frozenset(
+    ("versions observed", "groups total", "version gap min (versions)",
+     "version gap max (versions)", "version span max (versions)")
+)  # fmt: skip
+"""Metrics that are whole numbers (the table holds every metric as a float)."""
+
+
+def _whole(metric: str, value: Any) -> Any:
+    """A count as an integer in JSON ("groups total": 300, not 300.0)."""
+    counted = metric in _COUNTS and isinstance(value, float) and value.is_integer()
+    return int(value) if counted else value
 
 
 def compare_logs(

@@ -1115,7 +1115,10 @@ def _decisions_frame(
         samples=prepared.groups["samples"],
         trajectories=prepared.groups["trajectories"],
         tokens=prepared.groups["tokens"],
-        versioned_trajectories=pl.Series(observation.versioned, dtype=pl.Int64),
+        # Of every group, rejected ones too (the observation counts only observed groups).
+        versioned_trajectories=pl.Series(
+            np.bincount(prepared.arrays.owner, minlength=prepared.arrays.n), dtype=pl.Int64
+        ),
     )
 
 

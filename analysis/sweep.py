@@ -116,7 +116,8 @@ def _check_range(values: Sequence[int | None], option: str) -> None:
     outside = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
     if outside:
         raise ConfigError(
-            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]})"
+            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]:,}); "
+            "give values a run can have"
         )
 
 

@@ -195,6 +195,11 @@ def test_to_dict_is_json(result: CompareResult) -> None:
     assert [run["name"] for run in out["runs"]] == ["fast", "slow"]
     assert out["runs"][0]["config"]["keep_versions"] == 2
     assert len(out["table"]) == len(METRICS)
+    rows = {row["metric"]: row for row in out["table"]}
+    assert type(rows["groups total"]["fast"]) is int  # counts as integers, not 300.0
+    assert type(rows["version gap max (versions)"]["slow"]) is int
+    assert type(rows["groups kept (%)"]["fast"]) is float
+    assert rows["groups total"]["fast"] == result.summaries[0].counts["groups"]["total"]
     assert out["drift_by_gap"] and set(out["summaries"]) == {"fast", "slow"}
 
 

@@ -191,3 +191,19 @@ def test_prepare_with_and_without_the_view_path(records: list[dict[str, Any]]) -
     assert_frame_equal(fast.trajectories, slow.trajectories)
     for name in ("codes", "owner", "max_switches", "span", "span_owner"):
         assert getattr(fast.arrays, name).tolist() == getattr(slow.arrays, name).tolist(), name
+
+
+def test_versioned_trajectories_is_a_fact_of_the_group_not_of_the_setting() -> None:
+    """A span-rejected group showed 0: it is never observed, but its trajectories have
+    versions all the same."""
+    table = analysis.records_to_table(
+        list(analysis.simulate(analysis.SimulationConfig(n_groups=40, seed=5)))
+    )
+    prepared = analysis.prepare(table)
+    loose = analysis.replay(prepared, analysis.ReplayConfig(batch_groups=4)).decisions
+    strict = analysis.replay(
+        prepared, analysis.ReplayConfig(max_preempts=0, batch_groups=4)
+    ).decisions
+    assert (strict["decision"] == "rejected_span").sum() > 0
+    assert (loose["versioned_trajectories"] > 0).all()
+    assert strict["versioned_trajectories"].to_list() == loose["versioned_trajectories"].to_list()
