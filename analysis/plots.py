@@ -396,6 +396,9 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         (row["max_preempts"], row["keep_versions"]): (row[kept_column], row["pareto"])
         for row in rows.iter_rows(named=True)
     }
+    if all(value is None for value, _ in cells.values()):
+        _show_empty(ax, "no records: no kept share to show")
+        return figure
     grid = [
         [_floats([cells.get((m, k), (None, False))[0]])[0] for k in keep_values]
         for m in preempt_values
@@ -410,8 +413,9 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
                 "n/a" if value is None else f"{value:.1f}",
                 ha="center",
                 va="center",
-                # viridis is dark at the low end and bright at the high end.
-                color="black" if value is not None and value >= 55 else "white",
+                # viridis is dark at the low end and bright at the high end; a cell
+                # without a value is left white.
+                color="black" if value is None or value >= 55 else "white",
                 fontweight="bold" if efficient else "normal",
             )
     ax.set_xticks(range(len(keep_values)), [str(k) for k in keep_values])

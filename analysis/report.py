@@ -71,6 +71,12 @@ def _is_chosen(result: SweepResult, focus: ReplayResult) -> bool:
     )
 
 
+def _has_control(result: SweepResult) -> bool:
+    """Whether any swept setting has a control on (K > 0 or M given)."""
+    rows = result.rows
+    return bool(((rows["keep_versions"] > 0) | rows["max_preempts"].is_not_null()).any())
+
+
 def build_report(
     prepared: PreparedLog,
     table: pl.DataFrame,
@@ -98,6 +104,8 @@ def build_report(
         "the Pareto-efficient setting with a control on that keeps the most tokens"
         if _is_chosen(swept, focus)
         else "the first setting (no setting with a control on is Pareto-efficient)"
+        if _has_control(swept)
+        else "the first setting (no setting with a control on was swept)"
     )
     # The sweep already replayed every K under the focus setting's M: reuse those results.
     per_k = [r for r in swept.results if r.config.max_preempts == config.max_preempts]

@@ -147,7 +147,7 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     shown = ", ".join(inspection.versions[:20])
     more = len(inspection.versions) - 20
     console.print(
-        f"versions in observation order ({len(inspection.versions)}): {shown}"
+        f"versions in observation order ({len(inspection.versions)}): {shown or 'none'}"
         + (f", ... ({more} more)" if more > 0 else ""),
         highlight=False,
     )
@@ -193,7 +193,8 @@ def print_sweep(result: SweepResult, console: Console) -> None:
         for row in result.rows.iter_rows(named=True)
     ]
     _print_fitted(console, "Sweep (shares in %)", headers, rows, keys=3)
-    console.print(PARETO_NOTE, highlight=False)
+    if result.rows.height and result.rows["pareto"].any():
+        console.print(PARETO_NOTE, highlight=False)
 
 
 def print_bias(report: BiasReport, console: Console) -> None:

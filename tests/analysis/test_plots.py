@@ -226,6 +226,15 @@ def test_heatmap_grid_and_annotations_match_the_sweep(prepared: analysis.Prepare
     assert sum(bold) == result.rows["pareto"].sum()
 
 
+def test_heatmap_of_an_empty_log_says_so() -> None:
+    """Its cells were drawn blank: "n/a" in white on white."""
+    empty = analysis.prepare(analysis.records_to_table([]))
+    result = analysis.sweep(empty, keep_versions=[0, 1], max_preempts=[None], batch_groups=4)
+    (ax,) = plots.plot_heatmap(result).axes
+    assert "no records" in shown_texts(ax)
+    assert not ax.images
+
+
 AXES_PER_KIND = {"sweep": 2, "spans": 1, "gaps": 1, "timeline": 3, "heatmap": 2}
 
 

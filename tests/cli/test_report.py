@@ -47,7 +47,7 @@ def test_report_says_when_it_falls_back_to_the_first_setting(tmp_path: Path) -> 
     result = runner.invoke(app, ["report", str(SAMPLE), "-o", str(target), "-k", "0", "-m", "none"])
     assert result.exit_code == 0, result.stderr
     text = target.read_text()
-    assert "K=0, M=none, B=4: the first setting (no setting with a control on" in text
+    assert "K=0, M=none, B=4: the first setting (no setting with a control on was swept)" in text
     assert "with a control on that keeps the most tokens" not in text
 
 
