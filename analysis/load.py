@@ -181,12 +181,16 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
         ) from exc
     found: dict[str, list[Path]] = {kind: [] for kind, _ in _FOLDER_KINDS}
+    broken: list[str] = []  # links to logs that are not there
     try:
         for entry in entries:
             name = entry.name.lower()
             for kind, endings in _FOLDER_KINDS:
                 if name.endswith(endings) and (path := root / entry.name).is_file():
                     found[kind].append(path)
+                    break
+                if name.endswith(endings) and path.is_symlink() and not path.exists():
+                    broken.append(entry.name)
                     break
     except OSError as exc:  # listed, but its entries may not be looked at
         raise InputNotFoundError(
@@ -220,6 +224,10 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             "point at the run's log folder or files"
         )
     warnings = []
+    if broken:
+        warnings.append(
+            f"{root}: not read, as the files they link to are not there: {', '.join(broken)}"
+        )
     if unread:
         warnings.append(
             f"{root}: read {what} only; also there and not read: {'; '.join(unread)} "

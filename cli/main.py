@@ -302,6 +302,12 @@ def load_options(
                 f"(found {item!r})",
                 param_hint="--field",
             )
+        if overrides.get(meaning, path) != path:  # the last would win, silently
+            raise typer.BadParameter(
+                f"{meaning} is given twice ({meaning}={overrides[meaning]}, {item}); "
+                "give each meaning once",
+                param_hint="--field",
+            )
         overrides[meaning] = path
     fields = analysis.FieldMap().override(**overrides)
     return LoadOptions(inputs, fields, on_bad_record.value, trust_pickle, order_by, quiet)

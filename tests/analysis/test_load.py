@@ -581,3 +581,13 @@ def test_a_damaged_file_is_told_apart_from_a_bad_record(tmp_path: Path) -> None:
     kept = analysis.load_logs([cut, archive], on_bad_record="skip", report=report)
     assert 0 < kept.height < 2000  # the records before the break are kept
     assert report.skipped == {"damaged file": 2}
+
+
+def test_a_broken_link_in_a_log_folder_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(json.dumps({"group_index": 1}) + "\n")
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    report = analysis.LoadReport()
+    assert analysis.load_logs([tmp_path], report=report)["group_id"].to_list() == ["1"]
+    assert report.warnings == [
+        f"{tmp_path}: not read, as the files they link to are not there: b.jsonl"
+    ]

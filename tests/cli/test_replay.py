@@ -118,6 +118,11 @@ def test_decisions_file(small_logs: dict[str, Path], tmp_path: Path, suffix: str
         (["--on-bad-record", "ignore"], 2, "expected one of fail, skip (found 'ignore')"),
         (["-b", "0"], 7, "batch_groups"),
         (["--field", "nonsense"], 2, "MEANING=PATH"),
+        (
+            ["--field", "group=a", "--field", "group=b"],
+            2,
+            "group is given twice (group=a, group=b)",
+        ),
         # Far beyond any run, and beyond 64 bits: refused, not an internal error.
         (["-k", str(10**20)], 7, "require `keep_versions` <= 1,000,000"),
         (["-m", str(10**20)], 7, "require `max_preempts` <= 1,000,000"),
