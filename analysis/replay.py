@@ -144,6 +144,9 @@ class TrajectoryArrays:
     """Arrival position of the trajectory's group."""
     single_records: bool = False
     """Every trajectory is one record: the arrays are per record, in row order."""
+    duplicate_records: int = 0
+    """Records whose (group, trajectory, segment) another record has too: the same run
+    read twice, say (counted among trajectories of several records, the only place)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ class PreparedLog:
     @property
     def n_groups(self) -> int:
         return self.groups.height
+
+    @property
+    def duplicate_records(self) -> int:
+        """Records that repeat another's (group, trajectory, segment); see ``inspect``."""
+        return self.per_trajectory.duplicate_records
 
     def trajectory_versions(self) -> pl.Series:
         """Each group's trajectory versions (SPEC §2) as a list, groups in arrival order."""
@@ -744,6 +752,9 @@ def _trajectory_arrays(
         valid=pl.Series(valid[multi_rows]),
     )
     multi = _multi_record_facts(subset, real_labels)
+    duplicates = subset.select(
+        pl.struct("group", "trajectory_id", "segment_index").is_duplicated().sum()
+    ).item()
     order = np.argsort(np.concatenate([single_rows, multi["first_row"].to_numpy()]))
     merged = {
         name: np.concatenate([values, multi[name].to_numpy()])[order]
@@ -758,6 +769,7 @@ def _trajectory_arrays(
         version_row=merged["version_row"],
         first_versioned_row=merged["first_versioned_row"],
         arrival=arrival[merged["first_row"]],
+        duplicate_records=int(duplicates),
     )
 
 

@@ -281,7 +281,14 @@ class LoadOptions:
     ) -> tuple[Any, analysis.PreparedLog, analysis.LoadReport]:
         """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
         table, report = self.load(None if whole_table else analysis.REPLAY_COLUMNS)
-        return table, analysis.prepare(table, order_by=self.order_by), report
+        prepared = analysis.prepare(table, order_by=self.order_by)
+        if prepared.duplicate_records:
+            report.warnings.append(
+                f"{counted(prepared.duplicate_records, 'record')} share a (group, trajectory, "
+                "segment) with another, so they are counted more than once: is the same run "
+                "given twice, as two formats say? (inspect counts them too)"
+            )
+        return table, prepared, report
 
 
 def load_options(

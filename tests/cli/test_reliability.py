@@ -720,3 +720,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_log_is_read(
     assert result.exit_code == 8, result.stderr
     assert message in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile", "log.jsonl"]
+
+
+def test_the_same_run_given_twice_is_warned_about(tmp_path: Path) -> None:
+    """As JSONL and as dumps, say: every record is counted twice, silently before."""
+    log, dumps = tmp_path / "run.jsonl", tmp_path / "dumps"
+    write_jsonl(RECORDS, log)
+    dumps.mkdir()
+    from analysis.writers import write_pt_dumps
+
+    write_pt_dumps(RECORDS, dumps)
+    once = runner.invoke(app, ["replay", str(log), "-b", "2"])
+    assert once.exit_code == 0 and "share a (group, trajectory, segment)" not in once.stderr
+    twice = runner.invoke(app, ["replay", str(log), str(dumps), "-b", "2"])
+    assert twice.exit_code == 0
+    assert f"warning: {2 * len(RECORDS)} records share a (group, trajectory, segment)" in (
+        " ".join(twice.stderr.split())
+    )
