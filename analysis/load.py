@@ -96,6 +96,13 @@ _SKIP_REASONS = {
     "InputNotFoundError": "unreadable file",
 }
 """Why something was skipped, by error (the keys of ``skipped`` in ``--json``)."""
+SKIP_REASON_NOUNS = {
+    "bad record": ("bad record", "bad records"),
+    "damaged file": ("damaged file", "damaged files"),
+    "missing field": ("record missing a field", "records missing a field"),
+    "unreadable file": ("unreadable file", "unreadable files"),
+}
+"""Each reason as the thing skipped, singular and plural, for the warning."""
 
 
 @dataclass
@@ -286,7 +293,14 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     # Yielded, not raised, so that --on-bad-record skip can go on reading.
                     # Past the line's own text: the record is cut short (or spans lines).
-                    at = json_problem(exc) if exc.lineno == 1 else f"{exc.msg}, where the line ends"
+                    text = line.rstrip(b"\r\n").decode("utf-8", "replace")
+                    at = (
+                        json_problem(exc)
+                        if exc.lineno == 1 and exc.pos < len(text)
+                        else "the line ends before the record does ("
+                        + (json_problem(exc) if exc.lineno == 1 else exc.msg)
+                        + ")"
+                    )
                     yield (
                         number,
                         LogFormatError(f"{path}:{number}: not valid JSON ({at})"),
@@ -367,7 +381,12 @@ def _read_canonical(
                 f"canonical layout has {CANONICAL_SCHEMA[name]}; {_CANONICAL_ONLY}"
             )
     try:
-        frame = file.read(read)
+        stored = file.read(read)
+    # A damaged file can make polars panic (a BaseException), not only raise.
+    except (Exception, pl.exceptions.PanicException) as exc:
+        raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    try:
+        frame = file.frame(stored)
         absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
         frame = frame.with_columns(
             pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
@@ -376,8 +395,7 @@ def _read_canonical(
             frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
         # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
         return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
-    # A damaged file can make polars panic (a BaseException), not only raise.
-    except (Exception, pl.exceptions.PanicException) as exc:
+    except (Exception, pl.exceptions.PanicException) as exc:  # values, not the file
         raise LogFormatError(f"{unreadable} ({exc})") from exc
 
 
@@ -446,7 +464,8 @@ class _ArrowFile:
                 self.schema = reader.schema
         self.columns = self.schema.names
 
-    def read(self, columns: list[str]) -> pl.DataFrame:
+    def read(self, columns: list[str]) -> pa.Table:
+        """The columns as stored (this is where a damaged file fails)."""
         schema = pa.schema([_for_polars(self.schema.field(name)) for name in columns])
         if self.parquet:
             import pyarrow.parquet as pq
@@ -459,13 +478,17 @@ class _ArrowFile:
             for field in schema:
                 if _has_dictionary(field.type):
                     table.column(field.name).validate(full=True)
-            table = table.cast(schema)
-        else:
-            with pa.ipc.open_file(self.path) as reader:
-                table = reader.read_all().select(columns)
-            table.validate(full=True)
-            table = table.cast(schema)
-        frame = pl.from_arrow(table, rechunk=False)
+            return table
+        with pa.ipc.open_file(self.path) as reader:
+            table = reader.read_all().select(columns)
+        table.validate(full=True)
+        return table
+
+    def frame(self, table: pa.Table) -> pl.DataFrame:
+        """The columns read, as polars takes them (this is where text that is not UTF-8
+        fails: a bad value, not a damaged file)."""
+        schema = pa.schema([_for_polars(self.schema.field(name)) for name in table.column_names])
+        frame = pl.from_arrow(table.cast(schema), rechunk=False)
         assert isinstance(frame, pl.DataFrame)
         return frame
 

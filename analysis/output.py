@@ -50,6 +50,10 @@ FRAME_FORMATS = {
 """Table outputs (decisions, sweep rows) by extension: the polars writer of each."""
 
 
+CANONICAL_FORMATS = (".parquet", ".arrow", ".ipc", ".feather")
+"""What the canonical table (``convert``) is written as."""
+
+
 def check_output(
     path: Path, extensions: Iterable[str], *, what: str = "output", inputs: Iterable[Path] = ()
 ) -> None:
@@ -71,7 +75,7 @@ def check_output(
 
 def _check_folder(path: Path) -> Path:
     """The folder ``path`` is to be written in, which must exist."""
-    directory = path.parent if str(path.parent) else Path(".")
+    directory = path.parent
     if not directory.is_dir():
         problem = "is a file, not a folder" if directory.exists() else "does not exist"
         raise OutputError(f"{path}: {directory} {problem}; give a path in an existing folder")
@@ -172,10 +176,8 @@ def write_canonical_chunks(
     import pyarrow.parquet as pq
 
     path = Path(path)
-    refuse_overwriting_inputs(path, inputs)
+    check_output(path, CANONICAL_FORMATS, what="canonical table", inputs=inputs)
     suffix = path.suffix.lower()
-    if suffix not in (".parquet", ".arrow", ".ipc", ".feather"):
-        raise OutputError(f"{path}: convert writes .parquet or .arrow files; change the extension")
     rows = 0
     with atomic_path(path) as temp:
         writer: Any = None

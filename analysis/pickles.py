@@ -115,7 +115,10 @@ def _torch_load(path: Path) -> Any:
             f"{path}: --trust-pickle on a torch.save archive needs torch; "
             "install the 'torch' extra or drop --trust-pickle to use the safe reader"
         ) from exc
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises RuntimeError and others on a damaged archive
+        raise DamagedFileError(f"{path}: not a readable torch.save archive ({exc})") from exc
 
 
 def dump_pt(obj: Any, path: Path, *, archive_name: str | None = None) -> None:

@@ -19,6 +19,7 @@ import typer
 
 import analysis
 from analysis.errors import EXIT_INTERRUPTED, ReplayError, counted
+from analysis.load import SKIP_REASON_NOUNS
 from analysis.sweep import ValueListError
 from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind, was_terminated
 
@@ -115,28 +116,45 @@ def interrupted(interrupt: KeyboardInterrupt | None = None) -> int:
 # --------------------------------------------------------------------------- shared options
 
 FLAG = ""
+"""The metavar of an on/off option: none (typer would show ``<bool>``, as if it took one)."""
 INT, FLOAT = "<int>", "<float>"
+
+
+def _whole(value: str | int) -> int | None:
+    """``value`` as an integer: ASCII digits ("3", "+3", "1_000"), or a whole decimal
+    ("3.0", "3.", as typer took them before; not "1e3"); None for anything else. (typer passes an option's
+    default through the parser too: an int.)"""
+    if isinstance(value, int):
+        return value
+    if not value.isascii():
+        return None  # int() also takes other scripts' digits
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    whole, point, zeros = value.strip().partition(".")
+    if point and not zeros.strip("0") and whole.lstrip("+-").isdigit():
+        return int(whole)
+    return None
 
 
 def whole_number(value: str) -> int:
     """An integer option's value, refused in our words (typer's come from pydantic:
     "Input should be a valid integer, unable to parse string as an integer")."""
-    try:
-        return int(value)
-    except ValueError:
-        raise typer.BadParameter(f"expected a whole number (found {value!r})") from None
+    if (whole := _whole(value)) is None:
+        raise typer.BadParameter(f"expected a whole number (found {value!r})")
+    return whole
 
 
 def one_keep_versions(value: str) -> int:
     """``-k`` of replay and compare: one K. A list there is the sweep's, said so."""
-    try:
-        return int(value)
-    except ValueError:
+    if (whole := _whole(value)) is None:
         listed = "," in value or ".." in value
         raise typer.BadParameter(
             f"expected a whole number (found {value!r})"
             + ("; lists of K values are for sweep, plot and report" if listed else "")
-        ) from None
+        )
+    return whole
 
 
 def number(value: str) -> float:
@@ -146,8 +164,6 @@ def number(value: str) -> float:
     except ValueError:
         raise typer.BadParameter(f"expected a number (found {value!r})") from None
 
-
-"""The metavar of an on/off option: none (typer would show ``<bool>``, as if it took one)."""
 
 Inputs = Annotated[
     list[Path],
@@ -375,6 +391,11 @@ def results_out() -> Iterator[None]:
     """Results printed to standard output. One that cannot take them (a full disk) is an
     output error, exit 8, not an internal error; a reader that has gone (``| head``) ends
     the command quietly with 141 (see :func:`stdout_gone`)."""
+    if sys.stdout is None:  # started with it closed (`>&-`)
+        raise analysis.OutputError(
+            "standard output is closed: the results cannot be printed; "
+            "send them to a terminal, a pipe or a file"
+        )
     try:
         yield
         sys.stdout.flush()
@@ -929,15 +950,6 @@ def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
 
 
-_SKIPPED = {
-    "bad record": ("bad record", "bad records"),
-    "damaged file": ("damaged file", "damaged files"),
-    "missing field": ("record missing a field", "records missing a field"),
-    "unreadable file": ("unreadable file", "unreadable files"),
-}
-"""The reasons of ``LoadReport.skipped``, singular and plural."""
-
-
 def warn(report: analysis.LoadReport) -> None:
     """Load warnings and skipped records, on stderr."""
     for warning in report.warnings:
@@ -945,7 +957,7 @@ def warn(report: analysis.LoadReport) -> None:
     skipped = sum(report.skipped.values())
     if skipped:
         reasons = ", ".join(
-            counted(count, *_SKIPPED.get(reason, (reason, reason)))
+            counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
             for reason, count in report.skipped.items()
         )
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)
@@ -970,6 +982,12 @@ def main() -> None:
         if end.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
             sys.exit(stdout_gone())
         raise
+    except OSError as error:
+        # Only typer's own output (help, --version) gets here: the commands turn every
+        # error into a message of their own. A full disk, as for results: exit 8.
+        _stdout_to_devnull()
+        typer.echo(f"Error: standard output: cannot write ({error.strerror})", err=True)
+        sys.exit(analysis.OutputError.exit_code)
     except Exception as error:
         # typer's usage errors (unknown option, bad value) carry a message and exit code 2;
         # they are told apart by shape because typer keeps their classes private.

@@ -48,28 +48,35 @@ def _print_fitted(
     each repeating the first ``keys`` columns (rich would shrink columns to "3…" and drop
     the key ones). Piped output is 120 columns wide, where the tables here fit as one."""
 
-    def table(columns: Sequence[int], part: str) -> Table:
+    def table(columns: Sequence[int], part: str, shown_rows: Sequence[Sequence[str]]) -> Table:
         shown = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title + part, title_justify="left")
         for i in columns:
             header, justify = headers[i]
             shown.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        for row in rows:
+        for row in shown_rows:
             shown.add_row(*(row[i] for i in columns))
         return shown
 
+    # Measured on one row of each column's widest cell: a sweep may have thousands of rows.
+    widest = [max((row[i] for row in rows), key=len, default="") for i in range(len(headers))]
+
     def fits(columns: Sequence[int]) -> bool:
         options = console.options.update(max_width=10_000)
-        return Measurement.get(console, options, table(columns, "")).maximum <= console.width
+        measured = Measurement.get(console, options, table(columns, "", [widest]))
+        return measured.maximum <= console.width
 
     parts: list[list[int]] = [list(range(keys))]
-    for column in range(keys, len(headers)):
-        if fits([*parts[-1], column]) or len(parts[-1]) == keys:
-            parts[-1].append(column)
-        else:
-            parts.append([*range(keys), column])
+    if fits(range(len(headers))):
+        parts = [list(range(len(headers)))]
+    else:
+        for column in range(keys, len(headers)):
+            if fits([*parts[-1], column]) or len(parts[-1]) == keys:
+                parts[-1].append(column)
+            else:
+                parts.append([*range(keys), column])
     for number, columns in enumerate(parts, start=1):
         part = "" if len(parts) == 1 else f" ({number} of {len(parts)})"
-        console.print(table(columns, part))
+        console.print(table(columns, part, rows))
 
 
 def print_summary(summary: ReplaySummary, console: Console) -> None:

@@ -167,7 +167,15 @@ def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
     path.write_text(json.dumps({"group_index": 1}) + "\n" + '{"group_index": 2,\n')
     # Cut short: where the line ends, not "column 1" of the line after it.
     with pytest.raises(
-        LogFormatError, match=r"broken.jsonl:2: not valid JSON \(.*, where the line ends\)"
+        LogFormatError,
+        match=r"broken.jsonl:2: not valid JSON \(the line ends before the record does "
+        r"\(Expecting property name enclosed in double quotes\)\)",
+    ):
+        analysis.load_logs([path])
+    path.write_text('{"group_index": 1, "x": "abc\n')  # cut inside a string
+    with pytest.raises(
+        LogFormatError,
+        match=r"the line ends before the record does \(Invalid control character at column",
     ):
         analysis.load_logs([path])
     path.write_text('{"group_index": 1} {"group_index": 2}\n')
@@ -572,15 +580,32 @@ def test_a_damaged_file_is_told_apart_from_a_bad_record(tmp_path: Path) -> None:
     cut.write_bytes(gzip.compress(lines.encode())[:2000])  # copied only in part
     archive = tmp_path / "dump.pt"
     archive.write_bytes(b"PK\x03\x04" + b"\x00" * 40)
-    for path in (cut, archive):
+    # Footer whole, data pages overwritten.
+    table = tmp_path / "table.parquet"
+    analysis.write_canonical(
+        analysis.records_to_table([{"group_index": g, "status": "completed"} for g in range(500)]),
+        table,
+    )
+    data = bytearray(table.read_bytes())
+    data[4 : len(data) // 2] = b"\xff" * (len(data) // 2 - 4)
+    table.write_bytes(bytes(data))
+    for path in (cut, archive, table):
         with pytest.raises(DamagedFileError, match="check that the file is whole") as caught:
             analysis.load_logs([path])
         assert "fix the record" not in str(caught.value)
         assert caught.value.exit_code == 5
     report = analysis.LoadReport()
-    kept = analysis.load_logs([cut, archive], on_bad_record="skip", report=report)
+    kept = analysis.load_logs([cut, archive, table], on_bad_record="skip", report=report)
     assert 0 < kept.height < 2000  # the records before the break are kept
-    assert report.skipped == {"damaged file": 2}
+    assert report.skipped == {"damaged file": 3}
+
+
+def test_a_damaged_archive_with_trust_pickle_is_a_damaged_file(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    archive = tmp_path / "dump.pt"
+    archive.write_bytes(b"PK\x03\x04garbage")
+    with pytest.raises(DamagedFileError, match=r"not a readable torch\.save archive"):
+        analysis.load_logs([archive], trust_pickle=True)
 
 
 def test_a_broken_link_in_a_log_folder_is_named(tmp_path: Path) -> None:

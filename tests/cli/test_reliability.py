@@ -737,3 +737,32 @@ def test_the_same_run_given_twice_is_warned_about(tmp_path: Path) -> None:
     assert f"warning: {2 * len(RECORDS)} records share a (group, trajectory, segment)" in (
         " ".join(twice.stderr.split())
     )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["sweep", "--help"]])
+def test_typer_own_output_on_a_full_disk_is_exit_8_too(args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            _cli(*args), cwd=ROOT, env=_buffered(), stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=120,
+        )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        8,
+        "Error: standard output: cannot write (No space left on device)\n",
+    )
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_results_with_standard_output_closed_are_an_output_error(
+    tmp_path: Path, json_output: bool
+) -> None:
+    log = tmp_path / "log.jsonl"
+    write_jsonl(RECORDS, log)
+    done = subprocess.run(
+        _cli("sweep", str(log), "-b", "2", *(["--json"] if json_output else [])),
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120,
+        preexec_fn=lambda: os.close(1),  # started with `>&-`
+    )  # fmt: skip
+    assert done.returncode == 8, done.stderr
+    assert done.stderr.startswith("Error: standard output is closed")
