@@ -122,8 +122,8 @@ INT, FLOAT = "<int>", "<float>"
 
 def _whole(value: str | int) -> int | None:
     """``value`` as an integer: ASCII digits ("3", "+3", "1_000"), or a whole decimal
-    ("3.0", "3.", as typer took them before; not "1e3"); None for anything else. (typer passes an option's
-    default through the parser too: an int.)"""
+    ("3.0", "3.", as typer took them before; not "1e3"); None for anything else.
+    (typer passes an option's default through the parser too: an int.)"""
     if isinstance(value, int):
         return value
     if not value.isascii():
@@ -133,7 +133,8 @@ def _whole(value: str | int) -> int | None:
     except ValueError:
         pass
     whole, point, zeros = value.strip().partition(".")
-    if point and not zeros.strip("0") and whole.lstrip("+-").isdigit():
+    digits = whole[1:] if whole[:1] in ("+", "-") else whole
+    if point and not zeros.strip("0") and digits.isdigit():
         return int(whole)
     return None
 

@@ -117,6 +117,7 @@ def test_decisions_file(small_logs: dict[str, Path], tmp_path: Path, suffix: str
         (["-b", "2.5"], 2, "--batch-groups' / '-b': expected a whole number (found '2.5')"),
         (["--on-bad-record", "ignore"], 2, "expected one of fail, skip (found 'ignore')"),
         (["-b", "\u0663"], 2, "expected a whole number (found '\u0663')"),  # int() takes it
+        (["-b", "+-3.0"], 2, "expected a whole number (found '+-3.0')"),
         (["-b", "0"], 7, "batch_groups"),
         (["--field", "nonsense"], 2, "MEANING=PATH"),
         (
