@@ -158,6 +158,16 @@ def one_keep_versions(value: str) -> int:
     return whole
 
 
+def whole_option(help: str) -> Any:
+    """A whole-number option (of simulate): parsed and shown as such."""
+    return typer.Option(help=help, parser=whole_number, metavar=INT)
+
+
+def number_option(help: str) -> Any:
+    """A decimal option (of simulate): parsed and shown as such."""
+    return typer.Option(help=help, parser=number, metavar=FLOAT)
+
+
 def number(value: str) -> float:
     """A decimal option's value, refused in our words."""
     try:
@@ -720,64 +730,36 @@ def simulate(
     ] = None,
     seed: Annotated[
         int,
-        typer.Option(
-            help="Random seed: the same seed gives the same log.", parser=whole_number, metavar=INT
-        ),
+        whole_option("Random seed: the same seed gives the same log."),
     ] = 0,
-    groups: Annotated[
-        int, typer.Option(help="GRPO prompt groups to generate.", parser=whole_number, metavar=INT)
-    ] = 64,
-    samples_per_prompt: Annotated[
-        int, typer.Option(help="Trajectories per group.", parser=whole_number, metavar=INT)
-    ] = 4,
-    max_active_groups: Annotated[
-        int, typer.Option(help="Groups in flight at once.", parser=whole_number, metavar=INT)
-    ] = 16,
-    batch_groups: Annotated[
-        int, typer.Option(help="Groups per trainer step.", parser=whole_number, metavar=INT)
-    ] = 4,
+    groups: Annotated[int, whole_option("GRPO prompt groups to generate.")] = 64,
+    samples_per_prompt: Annotated[int, whole_option("Trajectories per group.")] = 4,
+    max_active_groups: Annotated[int, whole_option("Groups in flight at once.")] = 16,
+    batch_groups: Annotated[int, whole_option("Groups per trainer step.")] = 4,
     train_step_time: Annotated[
         float,
-        typer.Option(
-            help="Seconds per trainer step; each step publishes a version.",
-            parser=number,
-            metavar=FLOAT,
-        ),
+        number_option("Seconds per trainer step; each step publishes a version."),
     ] = 20.0,
     token_time: Annotated[
         float,
-        typer.Option(
-            help="Seconds per generated token of one trajectory.", parser=number, metavar=FLOAT
-        ),
+        number_option("Seconds per generated token of one trajectory."),
     ] = 0.01,
     median_tokens: Annotated[
         int,
-        typer.Option(
-            help="Median response tokens per trajectory.", parser=whole_number, metavar=INT
-        ),
+        whole_option("Median response tokens per trajectory."),
     ] = 300,
     tail_sigma: Annotated[
         float,
-        typer.Option(
-            help="Log-normal spread of response lengths (heavier tail when larger).",
-            parser=number,
-            metavar=FLOAT,
-        ),
+        number_option("Log-normal spread of response lengths (heavier tail when larger)."),
     ] = 0.9,
-    max_tokens: Annotated[
-        int, typer.Option(help="Longest response, in tokens.", parser=whole_number, metavar=INT)
-    ] = 16_000,
+    max_tokens: Annotated[int, whole_option("Longest response, in tokens.")] = 16_000,
     multi_turn_fraction: Annotated[
         float,
-        typer.Option(help="Fraction of multi-turn trajectories.", parser=number, metavar=FLOAT),
+        number_option("Fraction of multi-turn trajectories."),
     ] = 0.3,
     multi_segment_fraction: Annotated[
         float,
-        typer.Option(
-            help="Fraction of multi-turn trajectories split into two segment records.",
-            parser=number,
-            metavar=FLOAT,
-        ),
+        number_option("Fraction of multi-turn trajectories split into two segment records."),
     ] = 0.2,
     partial_rollout: Annotated[
         bool,
@@ -788,25 +770,17 @@ def simulate(
     ] = True,
     log_prob_drift: Annotated[
         float,
-        typer.Option(
-            help="Write rollout and trainer log-probs whose difference grows by this per version behind (0: none).",
-            parser=number,
-            metavar=FLOAT,
+        number_option(
+            "Write rollout and trainer log-probs whose difference grows by this per version behind (0: none)."
         ),
     ] = 0.0,
     log_prob_noise: Annotated[
         float,
-        typer.Option(
-            help="Spread of the log-prob difference at 0 versions behind.",
-            parser=number,
-            metavar=FLOAT,
-        ),
+        number_option("Spread of the log-prob difference at 0 versions behind."),
     ] = 0.02,
     abort_fraction: Annotated[
         float,
-        typer.Option(
-            help="Fraction of groups with an aborted sample.", parser=number, metavar=FLOAT
-        ),
+        number_option("Fraction of groups with an aborted sample."),
     ] = 0.0,
     traceback_: Traceback = False,
 ) -> None:

@@ -626,6 +626,13 @@ def test_canonical_files_in_other_legitimate_layouts_read_the_same(
 # --------------------------------------------------------------------------- standard output
 
 
+def _log(folder: Path) -> Path:
+    """A small JSONL log of RECORDS in ``folder``."""
+    log = folder / "log.jsonl"
+    write_jsonl(RECORDS, log)
+    return log
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "cli.main", *args]
 
@@ -646,8 +653,7 @@ def _buffered() -> dict[str, str]:
     ids=["table", "json", "help"],
 )
 def test_a_reader_that_goes_early_ends_the_command_quietly(tmp_path: Path, args: list[str]) -> None:
-    log = tmp_path / "log.jsonl"
-    write_jsonl(RECORDS, log)
+    log = _log(tmp_path)
     command = _cli(*args[:1], str(log), *args[1:]) if args[0] != "--help" else _cli(*args)
     process = subprocess.Popen(
         command, cwd=ROOT, env=_buffered(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -665,8 +671,7 @@ def test_a_reader_that_goes_early_ends_the_command_quietly(tmp_path: Path, args:
 def test_results_that_do_not_fit_on_stdout_are_an_output_error(
     tmp_path: Path, json_output: bool
 ) -> None:
-    log = tmp_path / "log.jsonl"
-    write_jsonl(RECORDS, log)
+    log = _log(tmp_path)
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             _cli("replay", str(log), "-b", "2", *(["--json"] if json_output else [])),
@@ -757,8 +762,7 @@ def test_typer_own_output_on_a_full_disk_is_exit_8_too(args: list[str]) -> None:
 def test_results_with_standard_output_closed_are_an_output_error(
     tmp_path: Path, json_output: bool
 ) -> None:
-    log = tmp_path / "log.jsonl"
-    write_jsonl(RECORDS, log)
+    log = _log(tmp_path)
     done = subprocess.run(
         _cli("sweep", str(log), "-b", "2", *(["--json"] if json_output else [])),
         cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120,
