@@ -37,6 +37,7 @@ from analysis.errors import (
 from analysis.pickles import ZIP_MAGIC, load_pickled
 from analysis.records import (
     CANONICAL_COLUMNS,
+    MAX_TOKENS,
     FieldMap,
     RowColumns,
     canonical_row,
@@ -394,9 +395,32 @@ def _read_canonical(
         if "source" in wanted:
             frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
         # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
-        return frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
+        frame = frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
     except (Exception, pl.exceptions.PanicException) as exc:  # values, not the file
         raise LogFormatError(f"{unreadable} ({exc})") from exc
+    _check_counts(frame, source.path)
+    return frame
+
+
+_COUNT_COLUMNS = ("token_count", "response_length", "loss_mask_length", "log_prob_tokens")
+
+
+def _check_counts(frame: pl.DataFrame, path: Path) -> None:
+    """Token counts of a canonical file lie in 0..MAX_TOKENS, as a JSONL record's must:
+    a negative or near-2^63 count (a bad writer, or bytes overwritten in an Arrow file,
+    which has no checksums) would give negative totals."""
+    for name in (c for c in _COUNT_COLUMNS if c in frame.columns):
+        column = frame[name]
+        low, high = column.min(), column.max()
+        if low is None or 0 <= low <= high <= MAX_TOKENS:  # type: ignore[operator]
+            continue  # the common case, in two passes without a mask
+        outside = ((column < 0) | (column > MAX_TOKENS)).fill_null(False)
+        if outside.any():
+            row = int(outside.arg_true()[0])
+            raise LogFormatError(
+                f"{path}: column {name} holds {column[row]:,} in row {row + 1:,}, outside 0 to "
+                f"{MAX_TOKENS:,} (a damaged file, or one convert did not write)"
+            )
 
 
 _CANONICAL_ONLY = (

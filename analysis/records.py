@@ -24,6 +24,10 @@ from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldErro
 from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
 from analysis.pickles import SKIPPED
 
+MAX_TOKENS = 2**40
+"""Largest token count a record may give: more than any trajectory has, and small enough
+that sums over any log stay within 64 bits (a count near 2^63 made them overflow)."""
+
 CANONICAL_COLUMNS: tuple[str, ...] = (
     "source",
     "record",
@@ -334,8 +338,11 @@ def _canonical_row(
     tokens = _int_list(found.tokens, "tokens", where)
     loss_mask = _int_list(found.loss_mask, "loss_mask", where)
     response_length = _as_int(found.response_length, "response_length", where)
-    if response_length is not None and response_length < 0:
-        raise LogFormatError(f"{where}: response_length must be >= 0 (found {response_length})")
+    if response_length is not None and not 0 <= response_length <= MAX_TOKENS:
+        raise LogFormatError(
+            f"{where}: response_length must be between 0 and {MAX_TOKENS:,} "
+            f"(found {response_length:,})"
+        )
 
     full_versions = _int_list(found.token_versions, "full_versions", where)
     raw_spans = found.version_spans

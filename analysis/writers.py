@@ -23,7 +23,8 @@ LogFormat = Literal["jsonl", "artifacts", "pt"]
 
 
 def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
-    """Write one JSON object per line (gzip when the name ends in .gz); return the count.
+    """Write one JSON object per line (gzip when the name ends in .gz, in any letter case,
+    as the reader and ``log_format_for`` see it); return the count.
 
     Records are encoded here while a second thread writes (and compresses) the bytes, so
     producing records and the disk work overlap on two cores.
@@ -34,9 +35,10 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: Path) -> int:
     path = Path(path)
     with atomic_path(path) as temp, open(temp, "wb") as raw:
         # The gzip header names the final file, not the temporary one.
+        compressed = path.name.lower().endswith(".gz")
         handle: Any = (
-            gzip.GzipFile(filename=path.name.removesuffix(".gz"), mode="wb", fileobj=raw, mtime=0)
-            if path.name.endswith(".gz")
+            gzip.GzipFile(filename=path.name[:-3], mode="wb", fileobj=raw, mtime=0)
+            if compressed
             else raw
         )
         with _BackgroundWriter(handle) as out:

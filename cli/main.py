@@ -38,6 +38,9 @@ def _print_version(wanted: bool) -> None:
     if wanted:
         from importlib.metadata import PackageNotFoundError, version
 
+        if sys.stdout is None:  # started with it closed (`>&-`): typer would print nothing
+            typer.echo("Error: standard output is closed: nowhere to print the version", err=True)
+            raise typer.Exit(analysis.OutputError.exit_code)
         try:
             number = version("dressage-replay")
         except PackageNotFoundError:  # run from a source tree that was never installed
@@ -384,12 +387,11 @@ def parse_max_preempts(value: str) -> int | None:
     """``none`` or a whole number; anything else is a usage error."""
     if value.strip().lower() == "none":
         return None
-    try:
-        return int(value)
-    except ValueError:
+    if (whole := _whole(value)) is None:  # as -k: "1.0" is 1
         raise typer.BadParameter(
             f"expected a whole number or 'none' (found {value!r})", param_hint="--max-preempts"
-        ) from None
+        )
+    return whole
 
 
 EXIT_STDOUT_GONE = 141

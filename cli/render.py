@@ -83,22 +83,15 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
     """Print one replay's summary as a table of outcomes plus staleness figures."""
     config = summary.config
     limit = "none" if config.max_preempts is None else config.max_preempts
-    table = Table(
-        title=(
-            f"Replay: keep_versions={config.keep_versions}  max_preempts={limit}  "
-            f"batch_groups={config.batch_groups}"
-        ),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
+    title = (
+        f"Replay: keep_versions={config.keep_versions}  max_preempts={limit}  "
+        f"batch_groups={config.batch_groups}"
     )
-    table.add_column("outcome", no_wrap=True)
-    for unit in summary.counts:
-        table.add_column(unit, justify="right", no_wrap=True)
-    table.add_row("total", *(_cell(c["total"], None) for c in summary.counts.values()))
+    headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
+    rows = [["total", *(_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in _COLUMNS:
-        table.add_row(label, *(_cell(c[key], c["total"]) for c in summary.counts.values()))
-    console.print(table)
+        rows.append([label, *(_cell(c[key], c["total"]) for c in summary.counts.values())])
+    _print_fitted(console, title, headers, rows, keys=1)
 
     gap, span = summary.version_gap, summary.version_span
     batches = summary.batches
@@ -236,14 +229,12 @@ def print_bias(report: BiasReport, console: Console) -> None:
 def print_compare(result: CompareResult, console: Console) -> None:
     """The two runs' figures side by side, then drift by gap when the logs carry log-probs."""
     first, second = result.names
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Comparison", title_justify="left")
-    table.add_column("metric", no_wrap=True)
-    table.add_column(first, justify="right")
-    table.add_column(second, justify="right")
+    rows = []
     for row in result.table.iter_rows(named=True):
         digits = 2 if "(%)" in row["metric"] or "mean" in row["metric"] else 0
-        table.add_row(row["metric"], _fmt(row[first], digits), _fmt(row[second], digits))
-    console.print(table)
+        rows.append([row["metric"], _fmt(row[first], digits), _fmt(row[second], digits)])
+    headers = [("metric", "left"), (first, "right"), (second, "right")]
+    _print_fitted(console, "Comparison", headers, rows, keys=1)
     drift = result.drift_by_gap
     if drift.height:
         shown = Table(

@@ -202,7 +202,8 @@ def test_invalid_json_names_file_and_line(tmp_path: Path) -> None:
     ("record", "message"),
     [
         ({"group_index": 0, "metadata": {"segment_index": 1.5}}, "segment_index must be an integer"),
-        ({"group_index": 0, "response_length": -2}, "response_length must be >= 0"),
+        ({"group_index": 0, "response_length": -2}, "response_length must be between 0 and"),
+        ({"group_index": 0, "response_length": 2**41}, "response_length must be between 0 and"),
         ({"group_index": 0, "metadata": {"full_versions": "v1"}}, "full_versions must be a list"),
         ({"group_index": 0, "metadata": {"version_spans": [{"start": 1, "end": 2, "version": "a"}]}},
          "consecutive runs from 0"),
@@ -616,3 +617,20 @@ def test_a_broken_link_in_a_log_folder_is_named(tmp_path: Path) -> None:
     assert report.warnings == [
         f"{tmp_path}: not read, as the files they link to are not there: b.jsonl"
     ]
+
+
+@pytest.mark.parametrize("value", [-5, 2**63 - 1])
+def test_a_canonical_token_count_out_of_range_is_a_bad_value(
+    tmp_path: Path, small_logs: dict[str, Path], value: int
+) -> None:
+    """Accepted before: the totals came out negative (2^63 - 1 overflowed their sum)."""
+    table = analysis.load_logs([small_logs["jsonl"]])
+    bad = tmp_path / "bad.parquet"
+    table.with_columns(
+        pl.when(pl.int_range(pl.len()) == 3)
+        .then(value)
+        .otherwise(pl.col("response_length"))
+        .alias("response_length")
+    ).write_parquet(bad)
+    with pytest.raises(LogFormatError, match=f"column response_length holds {value:,} in row 4"):
+        analysis.load_logs([bad])

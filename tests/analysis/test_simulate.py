@@ -275,3 +275,12 @@ def test_memory_stays_flat_however_many_groups_are_simulated() -> None:
     # Only the trainer's update times are kept (8 bytes a group here); 450 bytes a group
     # were kept before.
     assert (peak(4_000) - peak(500)) / 3_500 < 40
+
+
+def test_an_upper_case_gz_name_is_written_compressed(tmp_path: Path) -> None:
+    """It was written as plain text, which the reader (any letter case) then took for gzip."""
+    target = tmp_path / "run.JSONL.GZ"
+    result = CliRunner().invoke(app, ["simulate", "-o", str(target), "--groups", "3"])
+    assert result.exit_code == 0, result.stderr
+    assert target.read_bytes()[:2] == b"\x1f\x8b"
+    assert analysis.load_logs([target])["group_id"].n_unique() == 3

@@ -140,6 +140,14 @@ def test_invalid_settings(
     assert "Traceback" not in err and out == ""
 
 
+def test_whole_decimals_are_whole_numbers_for_k_m_and_b(small_logs: dict[str, Path]) -> None:
+    code, out, err = invoke(
+        "replay", small_logs["jsonl"], "-k", "2.0", "-m", "1.0", "-b", "3.", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["config"] == {"keep_versions": 2, "max_preempts": 1, "batch_groups": 3}
+
+
 def test_missing_input_unknown_format_bad_record(tmp_path: Path) -> None:
     code, _, err = invoke("replay", tmp_path / "nope.jsonl", "-b", "2")
     assert (code, err.count("\n")) == (3, 1) and "nope.jsonl" in err

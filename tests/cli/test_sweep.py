@@ -159,7 +159,7 @@ def _table_rows(text: str) -> list[str]:
     return [line.lstrip(" *") for line in lines[start:end]]
 
 
-@pytest.mark.parametrize("width", [60, 80, 100, 200])
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 200])
 def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     small_logs: dict[str, Path], width: int
 ) -> None:
@@ -167,7 +167,7 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
 
     from rich.console import Console
 
-    from cli.render import print_bias, print_sweep
+    from cli.render import print_bias, print_summary, print_sweep
 
     table = analysis.load_logs([small_logs["jsonl"]])
     prepared = analysis.prepare(table)
@@ -182,6 +182,11 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     # Every part repeats K and M: each shows every setting's row.
     assert text.count(" none ") == 2 * parts
     replayed = analysis.replay(prepared, analysis.ReplayConfig(keep_versions=2))
+    out = io.StringIO()
+    out = io.StringIO()
+    print_summary(replayed.summary, Console(file=out, width=width))  # the replay's own table
+    assert "…" not in out.getvalue()
+    assert out.getvalue().count("span rejected") == out.getvalue().count("Replay:")
     out = io.StringIO()
     report = analysis.who_gets_dropped(prepared, replayed, table=table)
     print_bias(report, Console(file=out, width=width))
