@@ -228,8 +228,9 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     if not chosen:
         raise UnknownFormatError(
             f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
-            "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet; "
-            "point at the run's log folder or files"
+            "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet"
+            + (f" (only links to files that are not there: {', '.join(broken)})" if broken else "")
+            + "; point at the run's log folder or files"
         )
     warnings = []
     if broken:

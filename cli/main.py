@@ -876,6 +876,7 @@ def compare(
         from analysis.plots import save_figure
 
         save_figure(plot_compare(result), plot_file)
+        typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
     with results_out():
         if json_output:
             typer.echo(json.dumps(result.to_dict()))

@@ -634,3 +634,11 @@ def test_a_canonical_token_count_out_of_range_is_a_bad_value(
     ).write_parquet(bad)
     with pytest.raises(LogFormatError, match=f"column response_length holds {value:,} in row 4"):
         analysis.load_logs([bad])
+
+
+def test_a_folder_of_broken_links_only_names_them(tmp_path: Path) -> None:
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "gone.jsonl")
+    with pytest.raises(
+        UnknownFormatError, match=r"only links to files that are not there: b\.jsonl"
+    ):
+        analysis.load_logs([tmp_path])

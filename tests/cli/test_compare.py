@@ -45,6 +45,7 @@ def test_compare_two_simulated_runs(tmp_path: Path) -> None:
     assert observed["fast"] > observed["slow"]
     assert {row["run"] for row in data["drift_by_gap"]} == {"slow", "fast"}
     assert figure.read_bytes().startswith(b"\x89PNG")
+    assert result.stderr == f"wrote {figure}\n"
     table = runner.invoke(app, ["compare", str(slow), str(fast)])
     assert "Log-prob drift by version gap" in table.stdout
 
