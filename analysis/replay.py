@@ -181,6 +181,17 @@ class PreparedLog:
         """Records that repeat another's (group, trajectory, segment); see ``inspect``."""
         return self.per_trajectory.duplicate_records
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What preparing found that a user should hear about (the CLI prints it)."""
+        if not self.duplicate_records:
+            return ()
+        return (
+            f"{counted(self.duplicate_records, 'record')} share a (group, trajectory, segment) "
+            "with another, so they are counted more than once: is the same run given twice, "
+            "in two formats say? (inspect counts them too)",
+        )
+
     def trajectory_versions(self) -> pl.Series:
         """Each group's trajectory versions (SPEC §2) as a list, groups in arrival order."""
         if "trajectory_versions" not in self._cache:

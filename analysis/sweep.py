@@ -78,6 +78,29 @@ def parse_max_preempts(text: str) -> list[int | None]:
     return _parse_values(text, "--max-preempts", allow_none=True)
 
 
+def parse_whole(text: str) -> int:
+    """An integer written in ASCII digits ("3", "+3", "1_000") or as a whole decimal
+    ("3.0", "3."); ValueError for anything else ("2.5", "1e3", other scripts' digits,
+    which ``int`` would take). One rule for single values and lists of K and M.
+
+    Examples
+    --------
+    >>> parse_whole("3.0"), parse_whole(" +4 ")
+    (3, 4)
+    """
+    if not text.isascii():
+        raise ValueError(f"not ASCII digits: {text!r}")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    whole, point, zeros = text.strip().partition(".")
+    digits = whole[1:] if whole[:1] in ("+", "-") else whole
+    if point and not zeros.strip("0") and digits.isdigit():
+        return int(whole)
+    raise ValueError(f"not a whole number: {text!r}")
+
+
 class ValueListError(ConfigError):
     """A list of K or M values that does not parse: a usage error on the command line
     (a value out of range is a plain :class:`ConfigError`, as for a single setting)."""
@@ -90,7 +113,7 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
             if allow_none and part.lower() == "none":
                 values.append(None)
             elif ".." in part:
-                low, high = (int(x) for x in part.split("..", 1))
+                low, high = (parse_whole(x) for x in part.split("..", 1))
                 _check_range([low, high], option)
                 if high < low:
                     raise ValueListError(
@@ -102,7 +125,7 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
                     )
                 values.extend(range(low, high + 1))
             else:
-                values.append(int(part))
+                values.append(parse_whole(part))
         except ValueError:
             expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
             raise ValueListError(f"{option}: expected {expected} (found {part!r})") from None

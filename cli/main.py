@@ -20,7 +20,7 @@ import typer
 import analysis
 from analysis.errors import EXIT_INTERRUPTED, ReplayError, counted
 from analysis.load import SKIP_REASON_NOUNS
-from analysis.sweep import ValueListError
+from analysis.sweep import ValueListError, parse_whole
 from cli import EXIT_TERMINATED, Terminated, on_sigterm_unwind, was_terminated
 
 app = typer.Typer(
@@ -124,22 +124,15 @@ INT, FLOAT = "<int>", "<float>"
 
 
 def _whole(value: str | int) -> int | None:
-    """``value`` as an integer: ASCII digits ("3", "+3", "1_000"), or a whole decimal
-    ("3.0", "3.", as typer took them before; not "1e3"); None for anything else.
-    (typer passes an option's default through the parser too: an int.)"""
+    """``value`` as an integer by the rule of the K and M lists (``parse_whole``: "3.0"
+    is 3, as typer took it; "1e3" is not); None for anything else. (typer passes an
+    option's default through the parser too: an int.)"""
     if isinstance(value, int):
         return value
-    if not value.isascii():
-        return None  # int() also takes other scripts' digits
     try:
-        return int(value)
+        return parse_whole(value)
     except ValueError:
-        pass
-    whole, point, zeros = value.strip().partition(".")
-    digits = whole[1:] if whole[:1] in ("+", "-") else whole
-    if point and not zeros.strip("0") and digits.isdigit():
-        return int(whole)
-    return None
+        return None
 
 
 def whole_number(value: str) -> int:
@@ -312,12 +305,7 @@ class LoadOptions:
         """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
         table, report = self.load(None if whole_table else analysis.REPLAY_COLUMNS)
         prepared = analysis.prepare(table, order_by=self.order_by)
-        if prepared.duplicate_records:
-            report.warnings.append(
-                f"{counted(prepared.duplicate_records, 'record')} share a (group, trajectory, "
-                "segment) with another, so they are counted more than once: is the same run "
-                "given twice, as two formats say? (inspect counts them too)"
-            )
+        report.warnings += prepared.warnings
         return table, prepared, report
 
 
@@ -859,11 +847,12 @@ def compare(
         from analysis.plots import FIGURE_FORMATS
 
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
-    tables = [
+    loaded = [
         load_options([path], field=field, on_bad_record=on_bad_record,
-                     trust_pickle=trust_pickle, quiet=quiet).load()[0]
+                     trust_pickle=trust_pickle, quiet=quiet).load()
         for path in (first, second)
     ]  # fmt: skip
+    tables = [table for table, _ in loaded]
     result = analysis.compare_logs(
         tables[0],
         tables[1],
@@ -884,6 +873,8 @@ def compare(
             from cli.render import print_compare
 
             print_compare(result, stdout_console())
+    for _, report in loaded:  # skipped records and warnings were dropped unsaid before
+        warn(report)
 
 
 @app.command()

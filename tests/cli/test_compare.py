@@ -55,3 +55,14 @@ def test_compare_needs_two_names(tmp_path: Path) -> None:
     write_jsonl(simulate(SimulationConfig(n_groups=4)), log)
     result = runner.invoke(app, ["compare", str(log), str(log), "--names", "only"])
     assert result.exit_code == 2 and "two different names" in result.stderr
+
+
+def test_skipped_records_of_either_log_are_reported(tmp_path: Path) -> None:
+    """compare dropped each log's load report: what it skipped went unsaid."""
+    good, broken = tmp_path / "good.jsonl", tmp_path / "broken.jsonl"
+    analysis.write_log(simulate(SimulationConfig(n_groups=8, seed=1)), good, "jsonl")
+    broken.write_text(good.read_text() + "{oops\n")
+    result = runner.invoke(app, ["compare", str(good), str(broken), "--on-bad-record", "skip"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.startswith("warning: skipped 1 bad record; the first:\n")
+    assert f"{broken}:" in result.stderr

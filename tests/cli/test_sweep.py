@@ -74,8 +74,20 @@ def test_sweep_output_file(small_logs: dict[str, Path], tmp_path: Path, suffix: 
     assert_frame_equal(frame, expected, check_dtypes=False)
 
 
+def test_lists_take_whole_numbers_as_single_values_do() -> None:
+    """One rule: "3.0" was a K for replay but not in a sweep's list."""
+    assert analysis.parse_keep_versions("0.0..2,3.0") == [0, 1, 2, 3]
+    assert analysis.parse_max_preempts("none,1.") == [None, 1]
+
+
 @pytest.mark.parametrize(
-    ("args", "message"), [(["-k", "1..x"], "--keep-versions"), (["-m", "3..1"], "--max-preempts")]
+    ("args", "message"),
+    [
+        (["-k", "1..x"], "--keep-versions"),
+        (["-m", "3..1"], "--max-preempts"),
+        (["-k", "0,\u0663"], "(found '\u0663')"),  # int() takes other scripts' digits
+        (["-k", "1e3"], "(found '1e3')"),
+    ],
 )
 def test_bad_lists_are_usage_errors(
     small_logs: dict[str, Path], args: list[str], message: str
