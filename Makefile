@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint bench bench-large sample-data figures clean
+.PHONY: help demo test test-slow test-all lint bench bench-large sample-data figures clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -22,13 +22,19 @@ demo: $(STAMP) ## Set up the virtual environment and run the main job on sample_
 	$(BIN)/dressage-replay replay sample_data/rollouts.jsonl --keep-versions 2 --max-preempts 2
 	$(BIN)/dressage-replay replay sample_data/dumps --keep-versions 1 --max-preempts 1 --json
 
-test: $(STAMP) ## Install what the tests need and run them
+test: $(STAMP) ## Install what the tests need and run them, except those marked slow (about 1-2 minutes)
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(STAMP) ## Only the tests marked slow: property tests at full size, robustness
+	$(BIN)/python -m pytest -m slow
+
+test-all: $(STAMP) ## Every test (what CI runs: make test, then make test-slow)
 	$(BIN)/python -m pytest
 
-lint: $(STAMP) ## ruff check, ruff format --check, mypy on analysis/
+lint: $(STAMP) ## ruff check (with a complexity limit), ruff format --check, mypy --strict
 	$(BIN)/ruff check analysis cli tests sample_data
 	$(BIN)/ruff format --check analysis cli tests sample_data
-	$(BIN)/mypy analysis
+	$(BIN)/mypy --strict analysis cli
 
 bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
 	$(BIN)/python -m tests.bench.bench

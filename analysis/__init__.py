@@ -10,29 +10,44 @@ Everything the command line does is here as plain functions returning values::
 
 from __future__ import annotations
 
-from analysis.bias import BiasReport, who_gets_dropped
-from analysis.compare import CompareResult, compare_logs
+from analysis.engine import (
+    REPLAY_COLUMNS,
+    PreparedLog,
+    ReplayConfig,
+    ReplayResult,
+    ReplaySummary,
+    SweepResult,
+    parse_keep_versions,
+    parse_max_preempts,
+    prepare,
+    replay,
+    replay_many,
+    sweep,
+    trajectory_outcomes,
+)
 from analysis.errors import (
     ConfigError,
+    ExitCode,
     InputNotFoundError,
     LogFormatError,
+    Message,
     MissingFieldError,
     OutputError,
     ReplayError,
+    SettingSyntaxError,
     UnknownFormatError,
     UnsafePickleError,
 )
-from analysis.inspect import LogInspection, inspect_log
-from analysis.labels import derive_end_version, real_label, run_length_spans
-from analysis.load import (
-    CANONICAL_SCHEMA,
-    FieldMap,
+from analysis.io.fields import FieldMap
+from analysis.io.load import (
     LoadReport,
     iter_log_chunks,
     load_logs,
     records_to_table,
 )
-from analysis.output import (
+from analysis.io.options import ReadOptions
+from analysis.io.raw_writers import log_format_for, write_log
+from analysis.io.tables import (
     FRAME_FORMATS,
     check_output,
     convert_logs,
@@ -42,20 +57,12 @@ from analysis.output import (
     write_frame,
     write_frame_to,
 )
-from analysis.replay import (
-    REPLAY_COLUMNS,
-    PreparedLog,
-    ReplayConfig,
-    ReplayResult,
-    ReplaySummary,
-    prepare,
-    replay,
-    replay_many,
-    trajectory_outcomes,
-)
-from analysis.simulate import SimulationConfig, simulate
-from analysis.sweep import SweepResult, parse_keep_versions, parse_max_preempts, sweep
-from analysis.writers import log_format_for, write_log
+from analysis.labels import derive_end_version, real_label, run_length_spans
+from analysis.schema import CANONICAL_SCHEMA
+from analysis.simulator import SimulationConfig, simulate
+from analysis.views.bias import BiasReport, who_gets_dropped
+from analysis.views.comparison import CompareResult, compare_logs
+from analysis.views.inspection import LogInspection, inspect_log
 
 __all__ = [
     "CANONICAL_SCHEMA",
@@ -64,18 +71,22 @@ __all__ = [
     "BiasReport",
     "CompareResult",
     "ConfigError",
+    "ExitCode",
     "FieldMap",
     "InputNotFoundError",
     "LoadReport",
     "LogFormatError",
     "LogInspection",
+    "Message",
     "MissingFieldError",
     "OutputError",
     "PreparedLog",
+    "ReadOptions",
     "ReplayConfig",
     "ReplayError",
     "ReplayResult",
     "ReplaySummary",
+    "SettingSyntaxError",
     "SimulationConfig",
     "SweepResult",
     "UnknownFormatError",

@@ -1,30 +1,123 @@
-"""Errors a person can act on: each names what is wrong, where, and what to do."""
+"""Errors a person can act on: each names what is wrong, where, and what to do.
+
+A message that tells the user to change a setting names it with :func:`setting`, so that
+the library and the command line each say it in their own words: ``str(error)`` gives the
+library's keyword (``on_bad_record='skip'``) and the command line renders the same error
+with its flag (``--on-bad-record skip``) through :meth:`ReplayError.render`.
+"""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit code of ``dressage-replay``, in one table (the README lists the same)."""
+
+    OK = 0
+    INTERNAL = 1
+    """A bug: an error nobody raised on purpose."""
+    USAGE = 2
+    """Options or arguments of the wrong shape."""
+    INPUT_NOT_FOUND = 3
+    UNKNOWN_FORMAT = 4
+    LOG_FORMAT = 5
+    MISSING_FIELD = 6
+    CONFIG = 7
+    OUTPUT = 8
+    INTERRUPTED = 130
+    """Ctrl-C (128 + SIGINT)."""
+    STDOUT_GONE = 141
+    """The reader of standard output went away (128 + SIGPIPE), as after ``| head``."""
+    TERMINATED = 143
+    """SIGTERM (128 + 15), sent by ``kill``, ``timeout`` or a job scheduler."""
+
+
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+
+_SETTING = re.compile("\x00([a-z_]+)\x01([^\x00]*)\x00")
+
+
+class Message(str):
+    """Text for a person (a warning, a note) that may refer to settings: it reads in the
+    library's words, and :attr:`raw` keeps the references for the command line to render."""
+
+    raw: str
+
+    def __new__(cls, raw: str) -> Message:
+        text = super().__new__(cls, render(raw, _keyword))
+        text.raw = raw
+        return text
+
+
+def render(text: str, say: Callable[[str, str | None], str]) -> str:
+    """``text`` (a message, or a :class:`Message`'s raw text) with each setting it refers to
+    said by ``say(keyword, value or None)``."""
+    raw = getattr(text, "raw", text)
+    return _SETTING.sub(lambda m: say(m.group(1), m.group(2) or None), raw)
+
+
+def _keyword(name: str, value: str | None) -> str:
+    return name if value is None else f"{name}={value}"
+
+
+def setting(name: str, value: object = None) -> str:
+    """A reference to a setting inside an error message, by its library keyword.
+
+    ``value`` is what to set it to (None: the setting itself). ``str()`` of the error
+    says ``name=value``; the command line says its own flag for it.
+
+    Examples
+    --------
+    >>> str(ConfigError(f"pass {setting('batch_groups', 'B')}"))
+    'pass batch_groups=B'
+    >>> ConfigError(f"pass {setting('batch_groups', 'B')}").render(lambda n, v: f"--x {v}")
+    'pass --x B'
+    """
+    return f"\x00{name}\x01{'' if value is None else value}\x00"
 
 
 class ReplayError(Exception):
     """Base of every error dressage-replay raises on purpose; carries its exit code."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.INTERNAL
+
+    @property
+    def raw(self) -> str:
+        """The message with its setting references unrendered (to build on it)."""
+        return getattr(self.args[0], "raw", str(self.args[0])) if self.args else ""
+
+    @property
+    def settings(self) -> list[tuple[str, str | None]]:
+        """The settings the message refers to, as (keyword, value or None), in order."""
+        return [(name, value or None) for name, value in _SETTING.findall(self.raw)]
+
+    def render(self, say: Callable[[str, str | None], str]) -> str:
+        """The message with each setting said by ``say(keyword, value or None)``."""
+        return render(self.raw, say)
+
+    def __str__(self) -> str:
+        return self.render(_keyword)
 
 
 class InputNotFoundError(ReplayError):
     """An input path does not exist or cannot be read."""
 
-    exit_code = 3
+    exit_code = ExitCode.INPUT_NOT_FOUND
 
 
 class UnknownFormatError(ReplayError):
     """An input is not in any format dressage-replay reads."""
 
-    exit_code = 4
+    exit_code = ExitCode.UNKNOWN_FORMAT
 
 
 class LogFormatError(ReplayError):
     """A record is malformed (invalid JSON, wrong type, inconsistent token versions)."""
 
-    exit_code = 5
+    exit_code = ExitCode.LOG_FORMAT
 
 
 class DamagedFileError(LogFormatError):
@@ -33,29 +126,30 @@ class DamagedFileError(LogFormatError):
 
 
 class UnsafePickleError(LogFormatError):
-    """A pickle needs more than plain containers and scalars; only --trust-pickle loads it."""
+    """A pickle needs more than plain containers and scalars; only ``trust_pickle`` loads it."""
 
 
 class MissingFieldError(ReplayError):
     """The log lacks a field the command needs."""
 
-    exit_code = 6
+    exit_code = ExitCode.MISSING_FIELD
 
 
 class ConfigError(ReplayError):
     """A setting is invalid (negative keep_versions, uninferable batch size, ...)."""
 
-    exit_code = 7
+    exit_code = ExitCode.CONFIG
+
+
+class SettingSyntaxError(ConfigError):
+    """A setting written in a shape that does not parse (a K list, a field mapping): a usage
+    error on the command line, where a value out of range is a plain :class:`ConfigError`."""
 
 
 class OutputError(ReplayError):
     """An output cannot be written, or would overwrite an input."""
 
-    exit_code = 8
-
-
-EXIT_INTERRUPTED = 130
-"""Exit code after Ctrl-C (128 + SIGINT)."""
+    exit_code = ExitCode.OUTPUT
 
 
 def counted(count: int, noun: str, nouns: str | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Version labels (SPEC §2): realness, run-length spans, derived end versions.
+"""Version labels (docs/semantics.md §2): realness, run-length spans, derived end versions.
 
 Labels are opaque strings: never ordered by value. An integer ``3`` and ``"3"`` are
 the same label, ``"03"`` is another one.

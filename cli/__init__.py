@@ -6,9 +6,6 @@ import signal
 import sys
 from typing import Any
 
-EXIT_TERMINATED = 143
-"""Exit code after SIGTERM (128 + 15), as after Ctrl-C is 130."""
-
 
 class Terminated(KeyboardInterrupt):
     """Raised on SIGTERM (sent by ``kill``, ``timeout``, a job scheduler), so that the
@@ -38,12 +35,15 @@ def on_sigterm_unwind() -> None:
 
 
 def run() -> None:
-    """Console-script entry point; importing the command line is itself interruptible."""
+    """Console-script entry point; importing the command line is itself interruptible.
+
+    An interrupt while it is imported cannot be told by :mod:`cli.errors`, which is what is
+    being imported: its exit code is ``analysis.ExitCode``'s rule, 128 + the signal."""
     on_sigterm_unwind()
     try:
-        from cli.main import main
+        from cli.app import main
     except KeyboardInterrupt as interrupt:
         terminated = isinstance(interrupt, Terminated)
         sys.stderr.write("Terminated.\n" if terminated else "Interrupted.\n")
-        raise SystemExit(EXIT_TERMINATED if terminated else 130) from None
+        raise SystemExit(128 + (signal.SIGTERM if terminated else signal.SIGINT)) from None
     main()

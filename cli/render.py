@@ -11,7 +11,8 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from analysis import BiasReport, CompareResult, LogInspection, ReplaySummary, SweepResult
-from analysis.sweep import PARETO_NOTE
+from analysis.engine.grid import PARETO_NOTE
+from cli.flags import flagged
 
 _COLUMNS = (
     ("kept", "kept"),
@@ -116,7 +117,7 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
     for line in lines:
         console.print(line, highlight=False)
     for note in summary.notes:
-        console.print(f"note: {note}", style="dim", highlight=False)
+        console.print(f"note: {flagged(note)}", style="dim", highlight=False)
 
 
 _NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
@@ -162,15 +163,17 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def print_sweep(result: SweepResult, console: Console) -> None:
     """One row per setting, Pareto-efficient rows starred, the star explained under the table.
 
-    Failed groups (SPEC §4: an aborted sample) are shown only when the log has some; with
-    them the groups' shares add up to 100: kept, stale, span-rejected, failed."""
+    Failed groups (docs/semantics.md §3.2 and §9: an aborted sample) are shown only when
+    the log has some; with them the groups' shares add up to 100: kept, stale,
+    span-rejected, failed."""
     failed = bool(result.rows.height) and bool(result.rows["failed_pct"].max())
     headers = [
         ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept", "right"),
         ("samples\nkept", "right"), ("tokens\nkept", "right"), ("stale\narrival", "right"),
         ("stale\npending", "right"), ("span\nrejected", "right"),
         *([("groups\nfailed", "right")] if failed else []), ("batches", "right"),
-        ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"), ("span\nmax", "right"),
+        ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"),
+        ("span\nmax", "right"),
     ]  # fmt: skip
     rows = [
         [
@@ -250,4 +253,4 @@ def print_compare(result: CompareResult, console: Console) -> None:
             )  # fmt: skip
         console.print(shown)
     for note in result.notes:
-        console.print(f"note: {note}", style="dim", highlight=False)
+        console.print(f"note: {flagged(note)}", style="dim", highlight=False)

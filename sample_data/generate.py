@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from analysis.simulate import SimulationConfig, simulate  # noqa: E402
-from analysis.writers import write_artifacts, write_jsonl, write_pt_dumps  # noqa: E402
+from analysis.io.raw_writers import write_artifacts, write_jsonl, write_pt_dumps  # noqa: E402
+from analysis.simulator import SimulationConfig, simulate  # noqa: E402
 
 CONFIG = SimulationConfig(
     n_groups=40,

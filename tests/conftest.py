@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from analysis.simulate import SimulationConfig, simulate
-from analysis.writers import write_artifacts, write_jsonl, write_pt_dumps
+from analysis.io.raw_writers import write_artifacts, write_jsonl, write_pt_dumps
+from analysis.simulator import SimulationConfig, simulate
 
 SMALL_RUN = SimulationConfig(
     n_groups=36,

@@ -1,8 +1,8 @@
-"""Slow, obviously-correct reference model of a replay, transcribed from SPEC §1-§6.
+"""Slow, obviously-correct reference model of a replay, transcribed from docs/semantics.md §1-§6.
 
 Plain loops over plain dicts, one group at a time, no polars: it exists only so the
 fast engine in ``analysis`` can be checked against it (see
-``tests/analysis/test_differential.py``). Where the SPEC is silent it follows the
+``tests/analysis/test_differential.py``). Where docs/semantics.md is silent it follows the
 decisions fixed for the engine (arrival order = first appearance; trajectory identity =
 (group id, trajectory id); rejection before failure; ...).
 
@@ -108,7 +108,7 @@ def _first_present(*candidates: tuple[dict[str, Any], str]) -> Any:
 
 @dataclass
 class ParsedRecord:
-    """One record reduced to what the SPEC uses."""
+    """One record reduced to what docs/semantics.md uses."""
 
     position_in_log: int
     group_id: str
@@ -122,7 +122,7 @@ class ParsedRecord:
 
 
 def parse_record(raw: Record, position_in_log: int) -> ParsedRecord:
-    """Read one raw slime-style record by the field mapping of SPEC §1."""
+    """Read one raw slime-style record by the field mapping of docs/semantics.md §1."""
     metadata: dict[str, Any] = raw.get("metadata") or {}
 
     group = _first_present(
@@ -235,7 +235,7 @@ class Group:
         return ordered
 
     def trajectory_versions(self) -> list[tuple[str, str]]:
-        """(trajectory id, version) per versioned trajectory, SPEC §2."""
+        """(trajectory id, version) per versioned trajectory, docs/semantics.md §2."""
         best: dict[str, ParsedRecord] = {}
         order: list[str] = []
         for record in self.records:
@@ -288,14 +288,16 @@ def _stats(values: list[int]) -> dict[str, Any]:
     return {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
 
 
-def replay_reference(
+# The reference model is one plain loop on purpose: read top to bottom against
+# docs/semantics.md §3-§5, it is obviously right; split into helpers it would not be.
+def replay_reference(  # noqa: C901
     records: list[Record],
     *,
     keep_versions: int,
     max_preempts: int | None,
     batch_groups: int,
 ) -> ReferenceResult:
-    """Replay the collection loop of SPEC §3-§5 over raw records, one group at a time."""
+    """Replay the collection loop of docs/semantics.md §3-§5 over raw records, one group at a time."""
     if keep_versions < 0:
         raise ValueError("keep_versions must be >= 0")
     if max_preempts is not None and max_preempts < 0:

@@ -1,7 +1,7 @@
-"""Hypothesis strategies for raw slime-style logs (lists of record dicts, SPEC §1).
+"""Hypothesis strategies for raw slime-style logs (lists of record dicts, docs/semantics.md §1).
 
 The logs are small (at most ``MAX_RECORDS`` records) but hit the corners of the
-SPEC: labels whose sort order disagrees with the order they are seen in, integer and
+docs/semantics.md: labels whose sort order disagrees with the order they are seen in, integer and
 padded labels, every kind of non-real label, id-less records, segments out of order
 or with null/missing ``segment_index``, end versions that are missing or null (so they
 are derived from ``full_versions`` or ``version_spans``), trajectories without token
@@ -104,7 +104,7 @@ def segment_fields(draw: st.DrawFn) -> dict[str, Any]:
     else:
         where = draw(st.sampled_from(("meta", "top", "both")))
     if where == "both":
-        # metadata.segment_index wins over a different top-level one (SPEC §1 order).
+        # metadata.segment_index wins over a different top-level one (docs/semantics.md §1 order).
         return {"top": {"segment_index": draw(st.integers(0, 3))}, "meta": {"segment_index": value}}
     if where == "meta":
         return {"top": {}, "meta": {"segment_index": value}}

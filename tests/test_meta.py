@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
@@ -41,7 +41,7 @@ def test_import_analysis_leaves_cli_and_plotting_libraries_out() -> None:
 def test_library_never_prints() -> None:
     offenders = [
         path.name
-        for path in (ROOT / "analysis").glob("*.py")
+        for path in (ROOT / "analysis").rglob("*.py")
         if "print(" in path.read_text().replace("# print(", "")
     ]
     assert offenders == []

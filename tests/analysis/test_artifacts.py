@@ -13,8 +13,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
-from analysis import artifacts
-from analysis.writers import write_artifacts
+from analysis.io import artifact_helper, artifacts
+from analysis.io.raw_writers import write_artifacts
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def load(
 ) -> Any:
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
     instance folder, so that the helper, which starts in about 50 ms, gets a share."""
-    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
+    monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
     monkeypatch.setattr(artifacts, "CHUNK_FILES", 7)  # many chunks, from both processes
     real_read_instance = artifacts.read_instance
 
@@ -59,23 +59,23 @@ def load(
 
 
 @pytest.fixture
-def helpers(monkeypatch: pytest.MonkeyPatch) -> list[artifacts._Helper]:
+def helpers(monkeypatch: pytest.MonkeyPatch) -> list[artifact_helper.HelperProcess]:
     """The helpers started, kept to look at once the folder is read."""
-    started: list[artifacts._Helper] = []
+    started: list[artifact_helper.HelperProcess] = []
 
-    class KeptHelper(artifacts._Helper):
+    class KeptHelper(artifact_helper.HelperProcess):
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
             started.append(self)
 
-    monkeypatch.setattr(artifacts, "_Helper", KeptHelper)
+    monkeypatch.setattr(artifact_helper, "HelperProcess", KeptHelper)
     return started
 
 
 def helper_runs_first(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
     """Make the helper run ``code`` before it starts reading."""
-    patched = artifacts._BOOTSTRAP.replace("helper_main()", f"{code}\nhelper_main()")
-    monkeypatch.setattr(artifacts, "_BOOTSTRAP", patched)
+    patched = artifact_helper._BOOTSTRAP.replace("helper_main()", f"{code}\nhelper_main()")
+    monkeypatch.setattr(artifact_helper, "_BOOTSTRAP", patched)
 
 
 def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
@@ -83,7 +83,7 @@ def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
     helper_runs_first(
         monkeypatch,
         "import os\n"
-        "from analysis.artifacts import Chunk\n"
+        "from analysis.io.artifacts import Chunk\n"
         "sent = []\n"
         "def first_only(self, real=Chunk.to_marshal):\n"
         "    sent.append(1)\n"
@@ -94,7 +94,7 @@ def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
 
 
 def test_helper_reads_the_same_rows_in_the_same_order(
-    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifact_helper.HelperProcess]
 ) -> None:
     report = reads_as_one_process(folder, monkeypatch)
     assert len(helpers) == 1 and helpers[0].instances_done > 0  # the helper took a share
@@ -124,29 +124,29 @@ def instance_count(folder: Path) -> int:
 
 
 def test_a_slow_helper_leaves_the_folders_to_this_process(
-    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifact_helper.HelperProcess]
 ) -> None:
     """Folders are handed out as they are read, not split in advance: a helper that is
     slow (its core busy elsewhere) reads only the batches it was given first."""
     helper_runs_first(
         monkeypatch,
         "import time\n"
-        "from analysis import artifacts\n"
+        "from analysis.io import artifacts\n"
         "real = artifacts.read_instance\n"
         "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))",
     )
     reads_as_one_process(folder, monkeypatch, slow_here=0)
     (helper,) = helpers
-    assert len(helper.assigned) == artifacts.HELPER_BATCHES_AHEAD  # never ready for more
+    assert len(helper.assigned) == artifact_helper.HELPER_BATCHES_AHEAD  # never ready for more
     assert helper.instances_done == sum(map(len, helper.assigned)) < instance_count(folder) / 2
 
 
 def test_a_slow_parent_leaves_most_folders_to_the_helper(
-    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifact_helper.HelperProcess]
 ) -> None:
     reads_as_one_process(folder, monkeypatch, slow_here=0.05)
     (helper,) = helpers
-    assert len(helper.assigned) > artifacts.HELPER_BATCHES_AHEAD  # it asked for more
+    assert len(helper.assigned) > artifact_helper.HELPER_BATCHES_AHEAD  # it asked for more
     assert helper.instances_done > instance_count(folder) / 2
     # Every folder was read once: by one process or the other.
     taken = [instance for batch in helper.assigned for instance in batch]
@@ -154,7 +154,7 @@ def test_a_slow_parent_leaves_most_folders_to_the_helper(
 
 
 def test_bad_file_in_the_helpers_share_fails_with_its_location(
-    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifacts._Helper]
+    folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifact_helper.HelperProcess]
 ) -> None:
     """Only the last instance folder, the helper's first, keeps its bad file."""
     instances = sorted(path for path in folder.iterdir() if path.is_dir())
@@ -184,7 +184,7 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
     """Its chunks so far are kept; this process reads the folders they do not cover."""
     after_its_first_chunk(monkeypatch, "os._exit(3)")
     taken: list[int] = []
-    real_taken = artifacts._Helper._taken
+    real_taken = artifact_helper.HelperProcess._taken
 
     def counted(self: Any, item: Any) -> Any:
         chunk = real_taken(self, item)
@@ -192,7 +192,7 @@ def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
             taken.append(1)
         return chunk
 
-    monkeypatch.setattr(artifacts._Helper, "_taken", counted)
+    monkeypatch.setattr(artifact_helper.HelperProcess, "_taken", counted)
     report = reads_as_one_process(folder, monkeypatch)
     assert taken == [1]  # one chunk came from the helper before it died
     assert any("helper process failed (exit 3" in warning for warning in report.warnings)
@@ -220,7 +220,7 @@ def test_stray_output_from_the_helper_is_a_failed_helper_not_lost_rows(
 
 def test_helpers_can_be_turned_off(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = []
-    monkeypatch.setattr(artifacts, "_Helper", lambda *args: started.append(args))
+    monkeypatch.setattr(artifact_helper, "HelperProcess", lambda *args: started.append(args))
     monkeypatch.setenv("DRESSAGE_REPLAY_HELPERS", "0")
     load(folder, monkeypatch, helpers=True)
     assert started == []
@@ -228,12 +228,12 @@ def test_helpers_can_be_turned_off(folder: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_the_helper_never_imports_polars() -> None:
     """It must start in milliseconds: only the record mapping, never the whole library."""
-    probe = artifacts._BOOTSTRAP.replace(
+    probe = artifact_helper._BOOTSTRAP.replace(
         "helper_main()", "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('polars', 'pyarrow', 'numpy', 'matplotlib')))"
     )  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-P", "-c", probe, str(Path(artifacts.__file__).parent)],
+        [sys.executable, "-P", "-c", probe, str(Path(artifacts.__file__).parent.parent)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "[]"
@@ -253,7 +253,7 @@ def test_a_folder_that_cannot_be_listed_is_a_skipped_file_not_silence(
         return real_scandir(path)
 
     monkeypatch.setattr(artifacts.os, "scandir", scandir)
-    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 10**9)
+    monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 10**9)
     report = analysis.LoadReport()
     analysis.load_logs([folder], on_bad_record="skip", report=report)
     assert report.skipped["unreadable file"] == 1
@@ -271,7 +271,7 @@ def test_no_interpreter_to_start_means_no_helper(
 
 
 def test_progress_counts_instance_folders(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 2)
+    monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2)
     calls: list[tuple[int, int]] = []
     analysis.load_logs([folder], on_bad_record="skip", progress=lambda *c: calls.append(c))
     done = [d / t for d, t in calls]
@@ -292,7 +292,7 @@ def test_entries_named_like_segments_that_are_not_files_are_not_counted(
 ) -> None:
     """A folder or a FIFO named *.json in samples/ is passed over: no rows, no error,
     not counted as a segment file; a stray file beside the sessions is no session."""
-    monkeypatch.setattr(artifacts, "HELPER_MIN_INSTANCES", 10**9)
+    monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 10**9)
     before = analysis.LoadReport()
     expected = analysis.load_logs([folder], on_bad_record="skip", report=before)
     samples = next(folder.glob("*/*/samples"))

@@ -10,11 +10,12 @@ import importlib
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import analysis
-from analysis.engine import (
+from analysis.engine.batching import (
     DROPPED_ARRIVAL,
     DROPPED_PENDING,
     FAILED,
@@ -26,11 +27,11 @@ from analysis.engine import (
 )
 from tests.strategies import raw_logs
 
-replay_module = importlib.import_module("analysis.replay")
+prepare_module = importlib.import_module("analysis.engine.prepare")
 
 
 def plain_collect(observation: Observation, keep: int, batch_groups: int) -> tuple[Any, ...]:
-    """SPEC §3 step by step, one group at a time."""
+    """docs/semantics.md §3 step by step, one group at a time."""
     n = len(observation.rejected)
     decision, batch_of, current = [REJECTED] * n, [-1] * n, [-1] * n
     rows: list[tuple[int, int, bool, int, int, int]] = []
@@ -77,6 +78,7 @@ def assert_collect_agrees(observation: Observation, keep: int, batch_groups: int
     assert fast.batch_rows == rows
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     records=raw_logs(),
@@ -117,6 +119,7 @@ def observations(draw: st.DrawFn) -> Observation:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(observation=observations(), keep=st.integers(0, 4), batch_groups=st.integers(1, 6))
 def test_collect_agrees_with_a_plain_loop_on_drawn_observations(
@@ -132,7 +135,7 @@ def test_span_figures_without_the_per_group_table(
     table = analysis.load_logs([small_logs["jsonl"]])
     config = analysis.ReplayConfig(keep_versions=1, max_preempts=1)
     with_table = analysis.replay(table, config).summary.version_span
-    monkeypatch.setattr(replay_module, "SPAN_TABLE_CELLS", 0)
+    monkeypatch.setattr(prepare_module, "SPAN_TABLE_CELLS", 0)
     without = analysis.replay(table, config).summary.version_span
     assert without == with_table
     assert with_table["kept"]["histogram"] and with_table["all"]["histogram"]

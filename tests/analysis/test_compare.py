@@ -11,9 +11,15 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
-from analysis.compare import DRIFT_SCHEMA, METRICS, CompareResult, compare_logs, plot_compare
 from analysis.errors import ConfigError
-from analysis.simulate import SimulationConfig, simulate
+from analysis.simulator import SimulationConfig, simulate
+from analysis.views.comparison import (
+    DRIFT_SCHEMA,
+    METRICS,
+    CompareResult,
+    compare_logs,
+    plot_compare,
+)
 
 BASE = SimulationConfig(
     n_groups=60,
@@ -233,6 +239,6 @@ def test_compare_leaves_matplotlib_unimported() -> None:
     import subprocess
     import sys
 
-    code = "import sys, analysis.compare; print('matplotlib' in sys.modules)"
+    code = "import sys, analysis.views.comparison; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

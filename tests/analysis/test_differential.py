@@ -22,7 +22,7 @@ from tests.reference import replay_reference
 from tests.strategies import raw_logs
 
 # The module, not the function of the same name that the package exports.
-replay_module = importlib.import_module("analysis.replay")
+prepare_module = importlib.import_module("analysis.engine.prepare")
 
 DECISION_COLUMNS = ["group_id", "decision", "stage", "batch", "version_index", "version_gap"]
 
@@ -60,6 +60,7 @@ def project(engine: Any, reference: Any) -> Any:
     return engine
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,
@@ -95,6 +96,7 @@ def test_engine_agrees_with_reference(
         assert project(summary, expected.summary) == expected_summary(expected.summary)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(records=raw_logs())
 def test_single_record_shortcut_agrees_with_grouping(records: list[dict[str, Any]]) -> None:
@@ -105,7 +107,7 @@ def test_single_record_shortcut_agrees_with_grouping(records: list[dict[str, Any
     with pytest.MonkeyPatch.context() as patch:
         # Only id-less records count as single: every other trajectory is grouped.
         patch.setattr(
-            replay_module,
+            prepare_module,
             "_single_record_rows",
             lambda groups, ids, codes: ids.is_null().to_numpy(),
         )

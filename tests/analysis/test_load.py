@@ -22,7 +22,7 @@ from analysis.errors import (
     UnknownFormatError,
     UnsafePickleError,
 )
-from analysis.pickles import dump_pt, load_pickled
+from analysis.io.pickles import dump_pt, load_pickled
 
 CONFIGS = [
     analysis.ReplayConfig(keep_versions=k, max_preempts=m, batch_groups=b)
@@ -157,7 +157,7 @@ def test_missing_group_names_fields_and_option(tmp_path: Path) -> None:
     path.write_text(json.dumps({"index": 3, "metadata": {"parent_traj_id": "t"}}) + "\n")
     with pytest.raises(
         MissingFieldError,
-        match=r"nogroup.jsonl:1: no group id .*index, metadata.parent_traj_id.*--field group=PATH",
+        match=r"nogroup.jsonl:1: no group id .*index, metadata.parent_traj_id.*fields=group=PATH",
     ):
         analysis.load_logs([path])
 
@@ -296,7 +296,7 @@ def test_field_overrides_on_canonical_input_are_said_to_do_nothing(
     report = analysis.LoadReport()
     moved = analysis.FieldMap().override(group="metadata.elsewhere")
     analysis.load_logs([canonical], fields=moved, report=report)
-    assert any("--field does not apply to canonical" in w for w in report.warnings)
+    assert any("fields does not apply to canonical" in w for w in report.warnings)
     report = analysis.LoadReport()
     analysis.load_logs([canonical], report=report)
     assert report.warnings == []
@@ -335,7 +335,7 @@ def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
 
 
 def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Path) -> None:
-    from analysis.writers import write_artifacts
+    from analysis.io.raw_writers import write_artifacts
 
     write_artifacts(small_records[:6], tmp_path / "art")
     files = sorted((tmp_path / "art").rglob("*.json"))
@@ -374,7 +374,7 @@ def test_malicious_pickle_is_not_executed(tmp_path: Path) -> None:
     archive = tmp_path / "evil.pt"
     dump_pt(payload, archive)
     for path in (bare, archive):
-        with pytest.raises(UnsafePickleError, match="--trust-pickle"):
+        with pytest.raises(UnsafePickleError, match="trust_pickle=True"):
             analysis.load_logs([path])
     assert not marker.exists()
 
@@ -430,7 +430,7 @@ def test_labels_of_the_wrong_type_are_bad_records(
 def test_metadata_must_be_an_object(tmp_path: Path) -> None:
     path = tmp_path / "meta.jsonl"
     path.write_text(json.dumps({"group_index": 0, "metadata": "oops"}) + "\n")
-    with pytest.raises(LogFormatError, match=r"metadata must be an object.*--on-bad-record skip"):
+    with pytest.raises(LogFormatError, match=r"metadata must be an object.*on_bad_record=skip"):
         analysis.load_logs([path])
 
 
@@ -522,7 +522,7 @@ def test_an_ordering_field_of_another_kind_in_another_file_is_refused(tmp_path: 
 def test_prepare_refuses_an_ordering_column_of_lists(tmp_path: Path) -> None:
     table = pl.DataFrame({"group_id": ["a"], "t": [[1, 2]]})
     with pytest.raises(
-        analysis.ConfigError, match=r"--order-by t: the field holds List\(Int64\) values"
+        analysis.ConfigError, match=r"order_by=t: the field holds List\(Int64\) values"
     ):
         analysis.prepare(
             analysis.records_to_table([{"group_index": "a"}]).with_columns(table["t"]),

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import analysis
-from analysis import plots
+from analysis.views import plots
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "rollouts.jsonl"
@@ -77,7 +77,7 @@ def same(a: list[float], b: list[float | None]) -> bool:
 
 
 def test_importing_plots_leaves_matplotlib_out() -> None:
-    code = "import sys, analysis.plots; print('matplotlib' in sys.modules)"
+    code = "import sys, analysis.views.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -298,7 +298,7 @@ def test_missing_folder_is_an_output_error(prepared: analysis.PreparedLog, tmp_p
 def test_unknown_kind_and_empty_settings_are_config_errors(prepared: analysis.PreparedLog) -> None:
     with pytest.raises(analysis.ConfigError, match="unknown plot kind 'pie'; use one of sweep"):
         plots.make_plot("pie", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4)
-    with pytest.raises(analysis.ConfigError, match="keep-versions"):
+    with pytest.raises(analysis.ConfigError, match="keep_versions"):
         plots.make_plot("spans", prepared, keep_versions=[], max_preempts=[None], batch_groups=4)
     with pytest.raises(analysis.ConfigError, match="keep_versions"):
         plots.make_plot("spans", prepared, keep_versions=[-1], max_preempts=[None], batch_groups=4)

@@ -19,10 +19,11 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.labels import real_label
-from analysis.load import SPAN_TYPE
+from analysis.schema import SPAN_TYPE
 from tests.strategies import raw_logs
 
-replay_module = importlib.import_module("analysis.replay")
+prepare_module = importlib.import_module("analysis.engine.prepare")
+views_module = importlib.import_module("analysis.engine._views")
 
 # Short labels (at most 12 bytes, held whole in a string view), including labels that
 # are not real, labels that need stripping, two spellings of one number, non-ASCII
@@ -48,7 +49,7 @@ def spans_column(records: list[list[str] | None]) -> pl.Series:
 
 
 def plain_span(labels: list[str] | None) -> int:
-    """Distinct real labels of one record (SPEC §2), -1 for a record without spans."""
+    """Distinct real labels of one record (docs/semantics.md §2), -1 for a record without spans."""
     if labels is None:
         return -1
     return len({real_label(label) for label in labels} - {None})
@@ -64,8 +65,8 @@ def test_views_give_each_records_span(
     spans = spans_column([["9", "8"]] * cut + records)
     spans = pl.concat([spans.slice(cut, len(records) // 2), spans.slice(cut + len(records) // 2)])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(replay_module, "_SLICE_SPANS", slice_spans)
-        from_views = replay_module._spans_from_views(spans)
+        patch.setattr(views_module, "_SLICE_SPANS", slice_spans)
+        from_views = views_module._spans_from_views(spans)
     assert from_views is not None  # short labels without nulls take the view path
     written, span = from_views
     assert span.tolist() == [plain_span(labels) for labels in records]
@@ -78,8 +79,8 @@ def test_long_labels_take_the_polars_path(records: list[list[str] | None], long_
     records = [*records, [LONG_LABEL, "1", LONG_LABEL]]
     records.insert(long_at % len(records), ["3", LONG_LABEL.upper(), "-1"])
     spans = spans_column(records)
-    assert replay_module._spans_from_views(spans) is None
-    _, span = replay_module._record_spans(spans)
+    assert views_module._spans_from_views(spans) is None
+    _, span = views_module.record_spans(spans)
     assert span.tolist() == [plain_span(labels) for labels in records]
 
 
@@ -89,15 +90,15 @@ def test_null_labels_take_the_polars_path() -> None:
         [[{"start": 0, "end": 1, "version": None}, {"start": 1, "end": 2, "version": "4"}]],
         dtype=SPAN_TYPE,
     )
-    assert replay_module._spans_from_views(spans) is None
-    assert replay_module._record_spans(spans)[1].tolist() == [1]
+    assert views_module._spans_from_views(spans) is None
+    assert views_module.record_spans(spans)[1].tolist() == [1]
 
 
 def test_label_codes_follow_numbers_inside_labels() -> None:
     """Versions as written (v9 before v10, 9 before 10) get rising codes, so records in
     version order take the fast path; labels that are not real get -1."""
     written = ["v10", "v9", "10", "9", "-1", " 9", "ckpt-2", "ckpt-10", "²"]
-    codes = dict(zip(written, replay_module._label_codes(written).tolist(), strict=True))
+    codes = dict(zip(written, views_module.label_codes(written).tolist(), strict=True))
     assert codes["v9"] < codes["v10"] and codes["9"] < codes["10"]
     assert codes["ckpt-2"] < codes["ckpt-10"]
     assert codes["-1"] == -1 and codes[" 9"] == codes["9"]
@@ -107,7 +108,7 @@ def test_codes_that_decrease_within_a_record_are_counted_exactly() -> None:
     # Natural order puts 2 before 10; a record that goes back (10 -> 2 -> 10) must still
     # count two labels, next to records in order.
     records = [["-1", "2", "10"], ["10", "2", "10", "-1", "2"], ["2", " 2", "2 "], ["7"], []]
-    _, span = replay_module._spans_from_views(spans_column(records))
+    _, span = views_module._spans_from_views(spans_column(records))
     assert span.tolist() == [2, 2, 1, 1, 0]
 
 
@@ -122,10 +123,10 @@ def test_first_appearance_codes_agree_with_a_plain_loop(ids: list[str | None], c
     series = pl.concat([pl.Series("id", part, dtype=pl.String) for part in parts], rechunk=False)
     seen: dict[Any, int] = {}
     expected = [seen.setdefault(value, len(seen)) for value in ids]
-    results = {"any": replay_module._first_appearance_codes(series)}
+    results = {"any": views_module.first_appearance_codes(series)}
     if None not in ids:  # the shortcuts are for ids without nulls
-        results["views"] = replay_module._codes_from_views(series)
-        results["runs"] = replay_module._codes_by_runs(series) if len(ids) > 1 else None
+        results["views"] = views_module._codes_from_views(series)
+        results["runs"] = views_module._codes_by_runs(series) if len(ids) > 1 else None
     for name, result in results.items():
         if result is not None:
             codes, distinct = result
@@ -149,16 +150,16 @@ def test_single_record_rows(rows: list[tuple[str, str | None]], together: bool) 
         rows = sorted({row for row in rows if row[1] is not None})
     groups = pl.Series("group_id", [g for g, _ in rows], dtype=pl.String)
     ids = pl.Series("trajectory_id", [t for _, t in rows], dtype=pl.String)
-    codes, _ = replay_module._first_appearance_codes(groups)
-    single = replay_module._single_record_rows(groups, ids, codes)
+    codes, _ = views_module.first_appearance_codes(groups)
+    single = prepare_module._single_record_rows(groups, ids, codes)
     assert single.tolist() == [t is None or rows.count((g, t)) == 1 for g, t in rows]
     if together and len(rows) > 1:
-        assert replay_module._ids_rise_within_groups(ids, codes)
+        assert prepare_module._ids_rise_within_groups(ids, codes)
 
 
 def test_long_runs_are_encoded_by_runs() -> None:
     ids = pl.Series("id", ["g1"] * 5 + ["g0"] * 3 + ["g1"] * 4)
-    codes, distinct = replay_module._first_appearance_codes(ids)
+    codes, distinct = views_module.first_appearance_codes(ids)
     assert codes.tolist() == [0] * 5 + [1] * 3 + [0] * 4
     assert distinct.to_list() == ["g1", "g0"]
 
@@ -171,7 +172,7 @@ def test_per_group_reductions(in_order: bool) -> None:
         rng.shuffle(position)
     values = rng.integers(-5, 100, size=len(position))
     flags = values % 7 == 0
-    by_group = replay_module._ByGroup(position, 50)
+    by_group = prepare_module._ByGroup(position, 50)
     assert (by_group.starts is not None) == in_order
     assert by_group.count().tolist() == [int((position == g).sum()) for g in range(50)]
     assert by_group.sum(values).tolist() == [int(values[position == g].sum()) for g in range(50)]
@@ -179,13 +180,14 @@ def test_per_group_reductions(in_order: bool) -> None:
     assert by_group.max(values).tolist() == [int(values[position == g].max()) for g in range(50)]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(records=raw_logs())
 def test_prepare_with_and_without_the_view_path(records: list[dict[str, Any]]) -> None:
     table = analysis.records_to_table(records)
     fast = analysis.prepare(table)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(replay_module, "_spans_from_views", lambda spans: None)
+        patch.setattr(views_module, "_spans_from_views", lambda spans: None)
         slow = analysis.prepare(table)
     assert_frame_equal(fast.groups, slow.groups)
     assert_frame_equal(fast.trajectories, slow.trajectories)

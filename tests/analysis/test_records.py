@@ -6,11 +6,12 @@ import pickle
 from collections import OrderedDict
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.pickles import SKIPPED
-from analysis.records import FieldMap, Found, canonical_row
+from analysis.io.fields import FieldMap, Found, canonical_row
+from analysis.io.pickles import SKIPPED
 
 KEYS = ["a", "b", "metadata", "index", "x.y"]
 
@@ -27,7 +28,7 @@ field_maps = st.fixed_dictionaries(
 
 
 def first_of(record: dict[str, Any], candidates: tuple[str, ...]) -> Any:
-    """SPEC §1 'first that exists wins', with null and SKIPPED counting as absent."""
+    """docs/semantics.md §1 'first that exists wins', with null and SKIPPED counting as absent."""
     for path in candidates:
         value: Any = record
         for part in path.split("."):
@@ -41,6 +42,7 @@ def test_found_names_the_meanings_in_order() -> None:
     assert Found._fields == FieldMap.meanings()
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(records, field_maps)
 def test_find_agrees_with_a_plain_walk_of_the_paths(

@@ -1,4 +1,4 @@
-"""The reference model on its own: every SPEC §7 test vector, plus the fixed decisions.
+"""The reference model on its own: every docs/semantics.md §7 test vector, plus the fixed decisions.
 
 The differential test trusts ``tests.reference``; these tests are why it may.
 """
@@ -515,6 +515,7 @@ def test_invalid_settings(k: int, m: int | None, b: int) -> None:
         replay([record(0, "t", "a")], k=k, m=m, b=b)
 
 
+@pytest.mark.slow
 @given(raw_logs())
 def test_counts_add_up_on_generated_logs(records: list[dict[str, Any]]) -> None:
     for k, m, b in [(0, None, 1), (1, 0, 2), (2, 1, 3)]:

@@ -1,4 +1,4 @@
-"""SPEC §7: the test vectors from Dressage's own tests and docs, each with its exact outcome."""
+"""docs/semantics.md §7: the test vectors from Dressage's own tests and docs, each with its exact outcome."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import OutputError
-from analysis.writers import log_format_for, write_jsonl, write_pt_dumps
+from analysis.io.raw_writers import log_format_for, write_jsonl, write_pt_dumps
 
 
 def failing_records(after: int) -> Iterator[dict]:

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import analysis  # noqa: E402
-from analysis.simulate import SimulationConfig, simulate  # noqa: E402
-from analysis.writers import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
+from analysis.io.raw_writers import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
+from analysis.simulator import SimulationConfig, simulate  # noqa: E402
 
 DATA = Path(os.environ.get("BENCH_DATA", ROOT / "bench_data"))
 K_VALUES = list(range(7))

@@ -8,9 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import analysis
-from analysis.simulate import SimulationConfig, simulate
-from analysis.writers import write_jsonl
-from cli.main import app
+from analysis.io.raw_writers import write_jsonl
+from analysis.simulator import SimulationConfig, simulate
+from cli.app import app
 
 runner = CliRunner()
 

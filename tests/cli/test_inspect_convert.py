@@ -11,7 +11,7 @@ from polars.testing import assert_frame_equal
 from typer.testing import CliRunner
 
 import analysis
-from cli.main import app
+from cli.app import app
 
 runner = CliRunner()
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"

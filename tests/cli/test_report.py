@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from cli.app import app
 
 runner = CliRunner()
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "rollouts.jsonl"

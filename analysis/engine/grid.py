@@ -9,15 +9,10 @@ from typing import Any
 
 import polars as pl
 
-from analysis.errors import ConfigError
-from analysis.replay import (
-    MAX_SETTING,
-    PreparedLog,
-    ReplayConfig,
-    ReplayResult,
-    replay,
-    resolve_config,
-)
+from analysis.engine.config import MAX_SETTING, ReplayConfig
+from analysis.engine.prepare import PreparedLog
+from analysis.engine.results import ReplayResult, replay, resolve_config
+from analysis.errors import ConfigError, SettingSyntaxError, setting
 
 SWEEP_SCHEMA: dict[str, Any] = {
     "keep_versions": pl.Int64,
@@ -64,7 +59,7 @@ def parse_keep_versions(text: str) -> list[int]:
     >>> parse_keep_versions("0..3,6")
     [0, 1, 2, 3, 6]
     """
-    return [v for v in _parse_values(text, "--keep-versions", allow_none=False) if v is not None]
+    return [v for v in _parse_values(text, "keep_versions", allow_none=False) if v is not None]
 
 
 def parse_max_preempts(text: str) -> list[int | None]:
@@ -75,7 +70,7 @@ def parse_max_preempts(text: str) -> list[int | None]:
     >>> parse_max_preempts("none,0..2")
     [None, 0, 1, 2]
     """
-    return _parse_values(text, "--max-preempts", allow_none=True)
+    return _parse_values(text, "max_preempts", allow_none=True)
 
 
 def parse_whole(text: str) -> int:
@@ -101,12 +96,12 @@ def parse_whole(text: str) -> int:
     raise ValueError(f"not a whole number: {text!r}")
 
 
-class ValueListError(ConfigError):
-    """A list of K or M values that does not parse: a usage error on the command line
-    (a value out of range is a plain :class:`ConfigError`, as for a single setting)."""
+class ValueListError(SettingSyntaxError):
+    """A list of K or M values that does not parse."""
 
 
-def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | None]:
+def _parse_values(text: str, name: str, *, allow_none: bool) -> list[int | None]:
+    option = setting(name)
     values: list[int | None] = []
     for part in (p.strip() for p in text.split(",")):
         try:
@@ -114,7 +109,7 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
                 values.append(None)
             elif ".." in part:
                 low, high = (parse_whole(x) for x in part.split("..", 1))
-                _check_range([low, high], option)
+                _check_range([low, high], name)
                 if high < low:
                     raise ValueListError(
                         f"{option}: the range {part} runs backwards; write {high}..{low}"
@@ -129,17 +124,17 @@ def _parse_values(text: str, option: str, *, allow_none: bool) -> list[int | Non
         except ValueError:
             expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
             raise ValueListError(f"{option}: expected {expected} (found {part!r})") from None
-    _check_range(values, option)
+    _check_range(values, name)
     if not values:
         raise ValueListError(f"{option}: give at least one value")
     return list(dict.fromkeys(values))
 
 
-def _check_range(values: Sequence[int | None], option: str) -> None:
+def _check_range(values: Sequence[int | None], name: str) -> None:
     outside = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
     if outside:
         raise ConfigError(
-            f"{option}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]:,}); "
+            f"{setting(name)}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]:,}); "
             "give values a run can have"
         )
 

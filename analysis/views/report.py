@@ -15,11 +15,11 @@ from typing import Any
 
 import polars as pl
 
-from analysis.bias import who_gets_dropped
-from analysis.inspect import LogInspection
-from analysis.output import atomic_path, check_output
-from analysis.replay import PreparedLog, ReplayResult
-from analysis.sweep import PARETO_NOTE, SweepResult, sweep
+from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
+from analysis.errors import render
+from analysis.io.tables import atomic_path, check_output
+from analysis.views.bias import who_gets_dropped
+from analysis.views.inspection import LogInspection
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
@@ -87,9 +87,11 @@ def build_report(
     batch_groups: int | None = None,
     title: str = "dressage-replay report",
     progress: Callable[[int, int], None] | None = None,
+    say: Callable[[str, str | None], str] | None = None,
 ) -> str:
-    """Return the report as one HTML document."""
-    from analysis import plots
+    """Return the report as one HTML document; ``say`` words the settings its notes name
+    (the command line passes its flags; by default the library's keywords)."""
+    from analysis.views import plots
 
     swept = sweep(
         prepared,
@@ -137,7 +139,8 @@ def build_report(
         f"{' ...' if len(bias.never_batched) > 200 else ''}</p>",
     ]
     for note in focus.summary.notes:
-        parts.append(f"<p class='note'>{html.escape(note)}</p>")
+        text = note if say is None else render(note, say)
+        parts.append(f"<p class='note'>{html.escape(text)}</p>")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"

@@ -5,7 +5,7 @@ fast; figures are built on ``matplotlib.figure.Figure`` directly (no pyplot, no 
 state), so they work headless and in threads. Save them with :func:`save_figure`::
 
     import analysis
-    from analysis import plots
+    from analysis.views import plots
 
     prepared = analysis.prepare(analysis.load_logs(["runs/alfworld/"]))
     figure = plots.make_plot("sweep", prepared, keep_versions=[0, 1, 2, 4], max_preempts=[None, 1])
@@ -22,17 +22,18 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analysis.errors import ConfigError
-from analysis.output import atomic_path, check_output
-from analysis.replay import (
+from analysis.engine import (
     PreparedLog,
     ReplayConfig,
     ReplayResult,
+    SweepResult,
     replay,
     replay_many,
+    sweep,
     trajectory_outcomes,
 )
-from analysis.sweep import SweepResult, sweep
+from analysis.errors import ConfigError, setting
+from analysis.io.tables import atomic_path, check_output
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -452,9 +453,9 @@ def make_plot(
     if kind not in PLOT_KINDS:
         raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(PLOT_KINDS)}")
     if not keep_versions:
-        raise ConfigError("give at least one --keep-versions value to plot")
+        raise ConfigError(f"give at least one {setting('keep_versions')} value to plot")
     if not max_preempts:
-        raise ConfigError("give at least one --max-preempts value (or none) to plot")
+        raise ConfigError(f"give at least one {setting('max_preempts')} value (or none) to plot")
     if kind in ("sweep", "heatmap"):
         result = sweep(
             prepared,

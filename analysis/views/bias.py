@@ -11,7 +11,12 @@ from typing import Any
 
 import polars as pl
 
-from analysis.replay import PreparedLog, ReplayResult, real_token_labels, trajectory_outcomes
+from analysis.engine import (
+    PreparedLog,
+    ReplayResult,
+    real_token_labels,
+    trajectory_outcomes,
+)
 
 OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.errors import ConfigError
-from analysis.replay import MAX_SETTING
+from analysis.engine import MAX_SETTING
+from analysis.errors import ConfigError, setting
 
 
 @dataclass(frozen=True)
@@ -85,28 +85,8 @@ class SimulationConfig:
             for name in names:
                 value = getattr(self, name)
                 if not ok(value):
-                    option = SIMULATE_OPTIONS.get(name, name)
                     found = f"{value:,}" if type(value) is int else repr(value)
-                    raise ConfigError(f"require `{name}` ({option}) {rule} (found {found})")
-
-
-SIMULATE_OPTIONS = {
-    "n_groups": "--groups",
-    "n_samples_per_prompt": "--samples-per-prompt",
-    "max_active_groups": "--max-active-groups",
-    "batch_groups": "--batch-groups",
-    "median_response_tokens": "--median-tokens",
-    "max_response_tokens": "--max-tokens",
-    "tail_sigma": "--tail-sigma",
-    "train_step_time": "--train-step-time",
-    "token_time": "--token-time",
-    "multi_turn_fraction": "--multi-turn-fraction",
-    "multi_segment_fraction": "--multi-segment-fraction",
-    "abort_fraction": "--abort-fraction",
-    "log_prob_drift": "--log-prob-drift",
-    "log_prob_noise": "--log-prob-noise",
-}
-"""The command-line option of each parameter, for error messages."""
+                    raise ConfigError(f"require {setting(name)} {rule} (found {found})")
 
 
 @dataclass
@@ -143,96 +123,112 @@ def _draw_trajectory(
 
 def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
     """Yield slime-style sample dicts in group completion order, deterministic for a seed."""
-    rng = random.Random(config.seed)
-    # Its own stream, so that the drift model leaves every other draw as it was.
-    log_prob_rng = random.Random(f"log-probs:{config.seed}") if config.log_prob_drift else None
-    update_times: list[float] = []  # update_times[v-1] is when version v was published
-    events: list[tuple[float, int, str, Any]] = []
-    order = 0
+    pipeline = _Pipeline(config)
+    while pipeline.started < min(config.max_active_groups, config.n_groups):
+        pipeline.start_group(0.0)
+    while pipeline.events:
+        now, _, kind, payload = heapq.heappop(pipeline.events)
+        if kind == "done":
+            yield from pipeline.on_done(now, payload)
+        elif kind == "trained":
+            pipeline.on_trained(now)
 
-    def push(time: float, kind: str, payload: Any) -> None:
-        nonlocal order
-        heapq.heappush(events, (time, order, kind, payload))
-        order += 1
 
-    started = 0
-    active: dict[int, list[_Trajectory]] = {}
-    pending: dict[int, int] = {}  # group -> trajectories still running
-    completed: list[int] = []  # groups waiting for the trainer, in completion order
-    trainer_busy = False
-    step = 0
-    finished_trajectories: dict[int, list[_Trajectory]] = {}
-    generation: dict[tuple[int, int], int] = {}
-    n_completed = 0
+class _Pipeline:
+    """The discrete-event state of one simulation: groups generating, completed groups
+    waiting for the trainer, and the trainer's steps (weight updates)."""
 
-    def start_group(now: float) -> None:
-        nonlocal started
-        group = started
-        started += 1
+    def __init__(self, config: SimulationConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        # Its own stream, so that the drift model leaves every other draw as it was.
+        self.log_prob_rng = (
+            random.Random(f"log-probs:{config.seed}") if config.log_prob_drift else None
+        )
+        self.update_times: list[float] = []  # update_times[v-1] is when version v was published
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.order = 0
+        self.started = 0
+        self.active: dict[int, list[_Trajectory]] = {}
+        self.pending: dict[int, int] = {}  # group -> trajectories still running
+        self.completed: list[int] = []  # groups waiting for the trainer, in completion order
+        self.trainer_busy = False
+        self.step = 0
+        self.generation: dict[tuple[int, int], int] = {}
+        self.n_completed = 0
+
+    def push(self, time: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self.events, (time, self.order, kind, payload))
+        self.order += 1
+
+    def start_group(self, now: float) -> None:
+        config = self.config
+        group = self.started
+        self.started += 1
         members = [
-            _draw_trajectory(rng, group, m, config) for m in range(config.n_samples_per_prompt)
+            _draw_trajectory(self.rng, group, m, config) for m in range(config.n_samples_per_prompt)
         ]
-        active[group] = members
-        pending[group] = len(members)
+        self.active[group] = members
+        self.pending[group] = len(members)
         for trajectory in members:
             trajectory.start = now
-            generation[(group, trajectory.member)] = 0
-            push(now + _duration(trajectory, config), "done", (group, trajectory.member, 0))
+            self.generation[(group, trajectory.member)] = 0
+            self.push(now + _duration(trajectory, config), "done", (group, trajectory.member, 0))
 
-    def maybe_train(now: float) -> None:
-        nonlocal trainer_busy
-        if not trainer_busy and len(completed) >= config.batch_groups:
-            batch = completed[: config.batch_groups]
-            del completed[: config.batch_groups]
-            trainer_busy = True
-            push(now + config.train_step_time, "trained", batch)
+    def maybe_train(self, now: float) -> None:
+        batch_groups = self.config.batch_groups
+        if not self.trainer_busy and len(self.completed) >= batch_groups:
+            batch = self.completed[:batch_groups]
+            del self.completed[:batch_groups]
+            self.trainer_busy = True
+            self.push(now + self.config.train_step_time, "trained", batch)
 
-    now = 0.0
-    while started < min(config.max_active_groups, config.n_groups):
-        start_group(now)
-    while events:
-        now, _, kind, payload = heapq.heappop(events)
-        if kind == "done":
-            group, member, gen = payload
-            if generation.get((group, member)) != gen:
-                continue  # superseded by a restart after a weight update
-            trajectory = active[group][member]
-            trajectory.finished_at = now
-            pending[group] -= 1
-            if pending[group] == 0:
-                finished_trajectories[group] = active.pop(group)
-                # Forgotten once done, so that memory stays flat however many groups
-                # are simulated (a superseded "done" still in the queue finds no entry).
-                del pending[group]
-                for trajectory in finished_trajectories[group]:
-                    del generation[(group, trajectory.member)]
-                completed.append(group)
-                # The trainer takes completed groups in completion order, B at a time.
-                yield from _group_records(
-                    finished_trajectories.pop(group), update_times,
-                    trainer_step=n_completed // config.batch_groups, config=config, rng=rng,
-                    log_prob_rng=log_prob_rng,
-                )  # fmt: skip
-                n_completed += 1
-                if started < config.n_groups:
-                    start_group(now)
-                maybe_train(now)
-        elif kind == "trained":
-            step += 1
-            update_times.append(now)
-            trainer_busy = False
-            if not config.partial_rollout:
-                for group, members in active.items():
-                    for trajectory in members:
-                        key = (group, trajectory.member)
-                        if _running(trajectory, now, config):
-                            generation[key] += 1
-                            trajectory.start = now
-                            trajectory.restarts += 1
-                            push(
-                                now + _duration(trajectory, config), "done", (*key, generation[key])
-                            )
-            maybe_train(now)
+    def on_done(self, now: float, payload: tuple[int, int, int]) -> Iterator[dict[str, Any]]:
+        """A trajectory finished; when it was its group's last, the group's records."""
+        group, member, gen = payload
+        if self.generation.get((group, member)) != gen:
+            return  # superseded by a restart after a weight update
+        self.active[group][member].finished_at = now
+        self.pending[group] -= 1
+        if self.pending[group]:
+            return
+        finished = self.active.pop(group)
+        # Forgotten once done, so that memory stays flat however many groups are
+        # simulated (a superseded "done" still in the queue finds no entry).
+        del self.pending[group]
+        for trajectory in finished:
+            del self.generation[(group, trajectory.member)]
+        self.completed.append(group)
+        # The trainer takes completed groups in completion order, B at a time.
+        yield from _group_records(
+            finished, self.update_times,
+            trainer_step=self.n_completed // self.config.batch_groups, config=self.config,
+            rng=self.rng, log_prob_rng=self.log_prob_rng,
+        )  # fmt: skip
+        self.n_completed += 1
+        if self.started < self.config.n_groups:
+            self.start_group(now)
+        self.maybe_train(now)
+
+    def on_trained(self, now: float) -> None:
+        """A trainer step ended: a new version; without partial rollout, running
+        trajectories start again."""
+        self.step += 1
+        self.update_times.append(now)
+        self.trainer_busy = False
+        if not self.config.partial_rollout:
+            for group, members in self.active.items():
+                for trajectory in members:
+                    if _running(trajectory, now, self.config):
+                        self._restart(group, trajectory, now)
+        self.maybe_train(now)
+
+    def _restart(self, group: int, trajectory: _Trajectory, now: float) -> None:
+        key = (group, trajectory.member)
+        self.generation[key] += 1
+        trajectory.start = now
+        trajectory.restarts += 1
+        self.push(now + _duration(trajectory, self.config), "done", (*key, self.generation[key]))
 
 
 def _running(trajectory: _Trajectory, now: float, config: SimulationConfig) -> bool:

@@ -14,10 +14,10 @@ from typing import Any, Literal
 import orjson
 import polars as pl
 
-from analysis.errors import OutputError
-from analysis.load import FieldMap
-from analysis.output import atomic_folder, atomic_path, write_canonical_chunks
-from analysis.pickles import dump_pt
+from analysis.errors import OutputError, setting
+from analysis.io.fields import FieldMap
+from analysis.io.pickles import dump_pt
+from analysis.io.tables import atomic_folder, atomic_path, write_canonical_chunks
 
 LogFormat = Literal["jsonl", "artifacts", "pt"]
 
@@ -172,7 +172,7 @@ def write_canonical_parquet(
     fields: FieldMap | None = None,
 ) -> int:
     """Write records straight to the canonical Parquet layout, a chunk at a time."""
-    from analysis.load import records_to_table
+    from analysis.io.load import records_to_table
 
     fields = fields or FieldMap()
 
@@ -205,17 +205,18 @@ def log_format_for(path: Path, log_format: str | None) -> str:
         if name.endswith((".pt", ".pkl", ".pickle")):
             raise OutputError(
                 f"{path}: slime dumps are a folder of rollout_<step>.pt files; "
-                "give a folder name and --format pt"
+                f"give a folder name and {setting('log_format', 'pt')}"
             )
         if by_name is None:
             raise OutputError(
                 f"{path}: cannot tell the format from the name; end it in .jsonl, .jsonl.gz "
-                "or .parquet, or pass --format artifacts|pt for a folder"
+                f"or .parquet, or pass {setting('log_format', 'artifacts|pt')} for a folder"
             )
         return by_name
     if by_name is not None and by_name != log_format:
         raise OutputError(
-            f"{path}: the name says {by_name} but --format says {log_format}; make them agree"
+            f"{path}: the name says {by_name} but {setting('log_format')} says {log_format}; "
+            "make them agree"
         )
     if log_format in ("jsonl", "parquet") and by_name is None:
         raise OutputError(f"{path}: a {log_format} file should end in {_ENDINGS[log_format][0]}")

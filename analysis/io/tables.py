@@ -6,24 +6,23 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from analysis.errors import LogFormatError, OutputError
-from analysis.load import (
-    CANONICAL_SCHEMA,
-    FieldMap,
+from analysis.io.load import (
     LoadReport,
-    OnBadRecord,
     iter_log_chunks,
     report_missing_extra_fields,
 )
+from analysis.io.options import ReadOptions
+from analysis.schema import CANONICAL_SCHEMA
 
 if TYPE_CHECKING:
-    from analysis.replay import ReplayResult
+    from analysis.engine import ReplayResult
 
 
 def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
@@ -214,24 +213,22 @@ def write_canonical_chunks(
 def convert_logs(
     inputs: Sequence[str | Path],
     output: Path,
+    options: ReadOptions | None = None,
     *,
-    fields: FieldMap | None = None,
-    extra_fields: Sequence[str] = (),
-    on_bad_record: OnBadRecord = "fail",
-    trust_pickle: bool = False,
     report: LoadReport | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    **settings: Any,
 ) -> int:
-    """Stream inputs into one canonical Parquet/Arrow file, a chunk at a time; return rows."""
+    """Stream inputs into one canonical Parquet/Arrow file, a chunk at a time; return rows.
+
+    ``options`` (or its settings as keywords) say how to read, as for :func:`load_logs`.
+    """
+    options = ReadOptions.of(options, **settings)
     report = report if report is not None else LoadReport()
 
     def checked() -> Iterator[pl.DataFrame]:
-        missing = dict.fromkeys(extra_fields, 0)
+        missing = dict.fromkeys(options.extra_fields, 0)
         total = 0
-        for chunk in iter_log_chunks(
-            inputs, fields=fields, extra_fields=extra_fields, on_bad_record=on_bad_record,
-            trust_pickle=trust_pickle, report=report, progress=progress,
-        ):  # fmt: skip
+        for chunk in iter_log_chunks(inputs, options, report=report):
             total += chunk.height
             for name in missing:
                 missing[name] += chunk[name].null_count()

@@ -8,8 +8,8 @@ from typing import Any
 
 import polars as pl
 
-from analysis.load import LoadReport
-from analysis.replay import prepare
+from analysis.engine import prepare
+from analysis.io.load import LoadReport
 
 _NUMERIC = re.compile(r"-?\d+")
 

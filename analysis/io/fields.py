@@ -1,8 +1,8 @@
-"""One raw slime/Dressage record to one canonical row (SPEC §1), without polars.
+"""One raw slime/Dressage record to one canonical row (docs/semantics.md §1), without polars.
 
-Kept apart from :mod:`analysis.load` so that a helper process reading an artifact
-folder (:mod:`analysis.artifacts`) starts in milliseconds: it imports that module, this
-one, :mod:`analysis.labels`, :mod:`analysis.errors`, :mod:`analysis.pickles` and orjson,
+Kept apart from :mod:`analysis.io.load` so that a helper process reading an artifact
+folder (:mod:`analysis.io.artifacts`) starts in milliseconds: it imports that module, this
+one, :mod:`analysis.labels`, :mod:`analysis.errors`, :mod:`analysis.io.pickles`, :mod:`analysis.schema` and orjson,
 never polars, pyarrow or NumPy.
 """
 
@@ -10,45 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
-import orjson
-
-from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError
+from analysis.errors import LogFormatError, MissingFieldError, SettingSyntaxError, setting
+from analysis.io.pickles import SKIPPED
 from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
-from analysis.pickles import SKIPPED
-
-MAX_TOKENS = 2**40
-"""Largest token count a record may give: more than any trajectory has, and small enough
-that sums over any log stay within 64 bits (a count near 2^63 made them overflow)."""
-
-CANONICAL_COLUMNS: tuple[str, ...] = (
-    "source",
-    "record",
-    "group_id",
-    "trajectory_id",
-    "segment_index",
-    "sample_index",
-    "end_version",
-    "end_version_derived",
-    "version_spans",
-    "token_count",
-    "trainer_step",
-    "response_length",
-    "loss_mask_length",
-    "reward",
-    "status",
-    "remove_sample",
-    "log_prob_drift",
-    "log_prob_tokens",
-)
-"""Columns of the canonical table, in order (their types are in ``analysis.load``)."""
+from analysis.schema import CANONICAL_COLUMNS, MAX_TOKENS
 
 
 @dataclass(frozen=True)
@@ -89,6 +60,35 @@ class FieldMap:
     rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
     log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
 
+    @classmethod
+    def parse(cls, items: Sequence[str]) -> FieldMap:
+        """The default map with each ``MEANING=PATH`` item overriding one meaning.
+
+        Examples
+        --------
+        >>> FieldMap.parse(["group=metadata.prompt_id"]).group
+        ('metadata.prompt_id',)
+        >>> FieldMap.parse(["grop=x"])
+        Traceback (most recent call last):
+        ...
+        analysis.errors.SettingSyntaxError: fields: expected MEANING=PATH with MEANING one of group, ...
+        """
+        overrides: dict[str, str] = {}
+        for item in items:
+            meaning, sep, path = item.partition("=")
+            if not sep or not path or meaning not in cls.meanings():
+                raise SettingSyntaxError(
+                    f"{setting('fields')}: expected MEANING=PATH with MEANING one of "
+                    f"{', '.join(cls.meanings())} (found {item!r})"
+                )
+            if overrides.get(meaning, path) != path:  # the last would win, silently
+                raise SettingSyntaxError(
+                    f"{setting('fields')}: {meaning} is given twice ({meaning}="
+                    f"{overrides[meaning]}, {item}); give each meaning once"
+                )
+            overrides[meaning] = path
+        return cls().override(**overrides)
+
     def override(self, **paths: str | None) -> FieldMap:
         """Return a copy where each given meaning is found only at the given path."""
         return dataclasses.replace(self, **{k: (v,) for k, v in paths.items() if v})
@@ -109,7 +109,7 @@ class FieldMap:
 
     @staticmethod
     def meanings() -> tuple[str, ...]:
-        """The names accepted by :meth:`override` and by ``--field MEANING=PATH``."""
+        """The names accepted by :meth:`override` and by :meth:`parse` (``--field MEANING=PATH`` on the command line)."""
         return tuple(f.name for f in dataclasses.fields(FieldMap))
 
 
@@ -324,7 +324,7 @@ def _canonical_row(
     if group is None:
         raise MissingFieldError(
             f"{where}: no group id (looked for {', '.join(fields.group)}); "
-            f"fields present: {_fields_present(record)}; pass --field group=PATH"
+            f"fields present: {_fields_present(record)}; pass {setting('fields', 'group=PATH')}"
         )
     if isinstance(group, (dict, list)):
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
@@ -435,39 +435,6 @@ def _log_prob_drift(
     if not diffs:
         return None, 0
     return sum(diffs) / len(diffs), len(diffs)
-
-
-# --------------------------------------------------------------------------- readers
-
-
-def parse_json(data: bytes) -> Any:
-    """orjson for speed; the standard parser for what it refuses but Python writes (NaN)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", "", 0) from None
-
-
-def json_problem(error: json.JSONDecodeError) -> str:
-    """What is wrong with a JSON text and where, for a message: "Expecting value, column
-    7"; a message that ends in "at" reads on: "Unterminated string starting at column 9"."""
-    return f"{error.msg}{'' if error.msg.endswith(' at') else ','} column {error.colno}"
-
-
-def read_json_file(path: Path) -> Any:
-    try:
-        with path.open("rb") as handle:
-            return parse_json(handle.read())
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})") from exc
-    except OSError as exc:
-        raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
 
 
 @dataclass

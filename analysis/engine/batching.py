@@ -1,4 +1,4 @@
-"""The collection loop over compact per-group arrays (SPEC §3-§4), fast enough for sweeps.
+"""The collection loop over compact per-group arrays (docs/semantics.md §3-§4), fast enough for sweeps.
 
 Work is split by what it depends on:
 
@@ -71,7 +71,7 @@ class Observation:
 
 
 def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
-    """Observe every group that the span check lets through, all at once (SPEC §3 step 1)."""
+    """Observe every group that the span check lets through, all at once (docs/semantics.md §3 step 1)."""
     n = arrays.n
     if max_preempts is None:
         rejected = np.zeros(n, dtype=bool)
@@ -132,7 +132,7 @@ class Collection:
 
 
 def collect(observation: Observation, *, keep_versions: int, batch_groups: int) -> Collection:
-    """The sequential part of SPEC §3: batches, drops on arrival and while pending.
+    """The sequential part of docs/semantics.md §3: batches, drops on arrival and while pending.
 
     What needs no batch state is vectorised: a group is dropped on arrival from its own
     stalest index and the version count when it arrives, and failed and rejected groups

@@ -4,7 +4,7 @@
 :func:`plot_compare` draws them. Example::
 
     import analysis
-    from analysis.compare import compare_logs, plot_compare
+    from analysis.views.comparison import compare_logs, plot_compare
 
     fast, slow = (analysis.load_logs([path]) for path in ("runs/fast/", "runs/slow/"))
     result = compare_logs(fast, slow, config_a=analysis.ReplayConfig(keep_versions=2),
@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from analysis.errors import ConfigError
-from analysis.replay import (
+from analysis.engine import (
     PreparedLog,
     ReplayConfig,
     ReplayResult,
@@ -30,6 +29,7 @@ from analysis.replay import (
     replay,
     trajectory_outcomes,
 )
+from analysis.errors import ConfigError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

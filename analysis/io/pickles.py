@@ -1,9 +1,11 @@
 """Read slime rollout dumps (``torch.save`` files and bare pickles) without trusting them.
 
-A ``.pt`` file written by ``torch.save`` is a zip archive holding ``<name>/data.pkl``.
-The restricted unpickler below admits only plain containers and scalars; tensors
-(and anything else from ``torch``) become :data:`SKIPPED` without importing torch, and
-every other global is refused. Nothing from the file is ever executed on this path.
+A ``.pt`` file written by ``torch.save`` is a zip archive holding ``<name>/data.pkl``
+and, for tensors, their bytes in ``<name>/data/<key>``. The restricted unpickler below
+admits plain containers and scalars, and NumPy arrays and torch tensors rebuilt as lists
+by the stand-ins of :mod:`analysis.io.arrays` (no NumPy or torch code runs); anything
+else from ``torch`` becomes :data:`SKIPPED` without importing torch, and every other
+global is refused. Nothing from the file is ever executed on this path.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import io
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import DamagedFileError, LogFormatError, UnsafePickleError
+from analysis.errors import DamagedFileError, LogFormatError, UnsafePickleError, setting
+from analysis.io import arrays
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -27,6 +31,13 @@ _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "bytearray"): bytearray,
     ("collections", "OrderedDict"): dict,
     ("_codecs", "encode"): lambda text, encoding="utf-8": str(text).encode(encoding),
+    # NumPy arrays and scalars (numpy 2 moved numpy.core to numpy._core), rebuilt as lists.
+    ("numpy", "ndarray"): arrays.NumpyArrayType,
+    ("numpy", "dtype"): arrays.NumpyDtype,
+    ("numpy.core.multiarray", "_reconstruct"): arrays.numpy_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): arrays.numpy_reconstruct,
+    ("numpy.core.multiarray", "scalar"): arrays.numpy_scalar,
+    ("numpy._core.multiarray", "scalar"): arrays.numpy_scalar,
 }
 
 
@@ -49,29 +60,61 @@ class _Skipped:
 SKIPPED: _Skipped = object.__new__(_Skipped)
 
 
+def _rebuild_tensor(storage: Any, *args: Any) -> Any:
+    """Stands in for ``torch._utils._rebuild_tensor_v2``; a tensor whose bytes are not at
+    hand (a bare pickle) is skipped."""
+    return SKIPPED if storage is SKIPPED else arrays.TorchTensor(storage, *args)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, file: io.BufferedIOBase, *, where: str) -> None:
+    def __init__(
+        self,
+        file: io.BufferedIOBase,
+        *,
+        where: str,
+        storage_bytes: Callable[[str], bytes] | None = None,
+    ) -> None:
         super().__init__(file)
         self.where = where
+        self.storage_bytes = storage_bytes
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _SAFE_GLOBALS:
             return _SAFE_GLOBALS[(module, name)]
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _rebuild_tensor
+        if module == "torch" and name in arrays.TORCH_STORAGES:
+            return arrays.TorchStorageType(name)
         if module == "torch" or module.startswith("torch."):
             return _Skipped
         raise UnsafePickleError(
             f"{self.where}: the pickle needs {module}.{name}, which the safe reader does not "
-            "load; pass --trust-pickle if you trust this file (it may run code)"
+            f"load; pass {setting('trust_pickle', True)} if you trust this file (it may run code)"
         )
 
     def persistent_load(self, pid: Any) -> Any:
-        # torch stores tensor data out of band; the field is skipped, so the bytes never matter.
-        return SKIPPED
+        """torch keeps a tensor's bytes out of band, in the archive: ``('storage', storage
+        type, key, location, count)``. Anything else (or a bare pickle) is skipped."""
+        if (
+            self.storage_bytes is None
+            or not isinstance(pid, tuple)
+            or len(pid) != 5
+            or pid[0] != "storage"
+            or not isinstance(pid[1], arrays.TorchStorageType)
+            or not (isinstance(pid[2], str) and pid[2].isdigit() and pid[2].isascii())
+            or type(pid[4]) is not int
+        ):
+            return SKIPPED
+        return arrays.TorchStorage(pid[1], self.storage_bytes(pid[2]), pid[4])
 
 
-def _restricted_load(data: bytes, *, where: str) -> Any:
+def _restricted_load(
+    data: bytes, *, where: str, storage_bytes: Callable[[str], bytes] | None = None
+) -> Any:
     try:
-        return _RestrictedUnpickler(io.BytesIO(data), where=where).load()
+        return _RestrictedUnpickler(
+            io.BytesIO(data), where=where, storage_bytes=storage_bytes
+        ).load()
     except UnsafePickleError:
         raise
     except Exception as exc:  # pickle raises many types on corrupt input
@@ -87,18 +130,25 @@ def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
         if trust_pickle:
             return _torch_load(path)
         try:
-            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-                names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-                if not names:
-                    raise LogFormatError(
-                        f"{path}: a zip archive without data.pkl, not a torch.save file"
-                    )
-                payload = archive.read(min(names, key=len))
+            archive = zipfile.ZipFile(io.BytesIO(raw))
+            names = [n for n in archive.namelist() if n.endswith("data.pkl")]
+            if not names:
+                raise LogFormatError(
+                    f"{path}: a zip archive without data.pkl, not a torch.save file"
+                )
+            member = min(names, key=len)
+            payload = archive.read(member)
         except LogFormatError:
             raise
         except Exception as exc:  # zipfile raises many types on damaged archives
             raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
-        return _restricted_load(payload, where=str(path))
+        prefix = member[: -len("data.pkl")]
+        with archive:
+            return _restricted_load(
+                payload,
+                where=str(path),
+                storage_bytes=lambda key: archive.read(f"{prefix}data/{key}"),
+            )
     if trust_pickle:
         try:
             return pickle.loads(raw)
@@ -112,8 +162,9 @@ def _torch_load(path: Path) -> Any:
         import torch
     except ImportError as exc:
         raise UnsafePickleError(
-            f"{path}: --trust-pickle on a torch.save archive needs torch; "
-            "install the 'torch' extra or drop --trust-pickle to use the safe reader"
+            f"{path}: {setting('trust_pickle', True)} on a torch.save archive needs torch; "
+            f"install the 'torch' extra or drop {setting('trust_pickle', True)} to use the "
+            "safe reader"
         ) from exc
     try:
         return torch.load(path, map_location="cpu", weights_only=False)

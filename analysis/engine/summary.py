@@ -1,0 +1,184 @@
+"""The summary of one replay: counts and rates by outcome, version gap and span, and the
+same figures under Dressage's metric names (docs/semantics.md §6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analysis.engine.batching import (
+    DROPPED_ARRIVAL,
+    DROPPED_PENDING,
+    FAILED,
+    KEPT,
+    REJECTED,
+    Collection,
+    Observation,
+)
+from analysis.engine.config import ReplayConfig
+from analysis.engine.prepare import PreparedLog
+from analysis.errors import Message, counted, setting
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """Figures of one replay (SPEC §6); :meth:`to_dict` gives the ``--json`` shape."""
+
+    config: ReplayConfig
+    counts: dict[str, dict[str, int | None]]
+    batches: dict[str, Any]
+    version_gap: dict[str, float | int | None]
+    version_span: dict[str, dict[str, Any]]
+    versions: tuple[str, ...]
+    unchecked_trajectories: int
+    notes: tuple[str, ...]
+
+    @property
+    def current_version_index(self) -> int | None:
+        return len(self.versions) - 1 if self.versions else None
+
+    @property
+    def cutoff_version_index(self) -> int | None:
+        if not self.versions or self.config.keep_versions == 0:
+            return None
+        return max(0, len(self.versions) - self.config.keep_versions)
+
+    def dressage_metrics(self) -> dict[str, float | int | None]:
+        """The same figures under the names of Dressage's training dashboard."""
+        span = self.version_span["kept"]
+        return {
+            "staleness/dropped_groups": self.counts["groups"]["dropped_stale"],
+            "staleness/version_gap_min": self.version_gap["min"],
+            "staleness/version_gap_max": self.version_gap["max"],
+            "staleness/version_gap_mean": self.version_gap["mean"],
+            "staleness/version_span_mean": span["mean"],
+            "staleness/version_span_max": span["max"],
+            "staleness/version_span_min": span["min"],
+            "staleness/partial_rollout_rejected_groups": self.counts["groups"]["rejected_span"],
+            "staleness/partial_rollout_rejected_samples": self.counts["samples"]["rejected_span"],
+            "staleness/current_version_index": self.current_version_index,
+            "staleness/cutoff_version_index": self.cutoff_version_index,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config.to_dict()}
+        for unit, counts in self.counts.items():
+            total = counts["total"]
+            rates = {
+                key: (None if value is None or not total else value / total)
+                for key, value in counts.items()
+                if key != "total"
+            }
+            out[unit] = {**counts, "rates": rates}
+        out["batches"] = dict(self.batches)
+        out["version_gap"] = dict(self.version_gap)
+        out["version_span"] = {k: dict(v) for k, v in self.version_span.items()}
+        out["version_span"]["unchecked_trajectories"] = self.unchecked_trajectories
+        out["versions_observed"] = len(self.versions)
+        out["versions"] = list(self.versions)
+        out["dressage_metrics"] = self.dressage_metrics()
+        out["notes"] = list(self.notes)
+        return out
+
+
+def summarise(
+    prepared: PreparedLog, config: ReplayConfig, observation: Observation, collection: Collection
+) -> ReplaySummary:
+    arrays = prepared.arrays
+    decision = collection.decision
+    counts: dict[str, dict[str, int | None]] = {}
+    for unit, weights in (
+        ("groups", None),
+        ("samples", arrays.samples),
+        ("trajectories", arrays.trajectories),
+        ("tokens", arrays.tokens),
+    ):
+        by_code = np.bincount(decision, weights=weights, minlength=5).astype(np.int64).tolist()
+        unit_counts: dict[str, int | None] = {
+            "total": sum(by_code),
+            "kept": by_code[KEPT],
+            "dropped_stale": by_code[DROPPED_ARRIVAL] + by_code[DROPPED_PENDING],
+            "dropped_stale_arrival": by_code[DROPPED_ARRIVAL],
+            "dropped_stale_pending": by_code[DROPPED_PENDING],
+            "rejected_span": by_code[REJECTED],
+            "failed": by_code[FAILED],
+        }
+        if unit == "tokens" and not prepared.tokens_known:
+            unit_counts = dict.fromkeys(unit_counts)
+        counts[unit] = unit_counts
+
+    kept, sums, smallest, largest = kept_gaps(observation, collection)
+    gap_count = int(observation.versioned[kept].sum())
+    version_gap: dict[str, float | int | None] = {
+        "min": int(smallest.min()) if gap_count else None,
+        "mean": int(sums.sum()) / gap_count if gap_count else None,
+        "max": int(largest.max()) if gap_count else None,
+    }
+    version_span = {
+        "kept": span_stats(prepared.span_histogram(decision == KEPT)),
+        "all": span_stats(prepared.span_histogram(None)),
+    }
+
+    notes: list[str] = []
+    rejected = counts["groups"]["rejected_span"] or 0
+    if rejected:
+        notes.append(
+            f"{counted(rejected, 'rejected group')} would have been retried by Dressage as a "
+            "new attempt; a log cannot show what the retry would produce, so "
+            + ("it counts as lost" if rejected == 1 else "they count as lost")
+        )
+    if not prepared.tokens_known:
+        notes.append(
+            "some records have neither response_length nor loss_mask, so token figures are null"
+        )
+    uses_versions = config.keep_versions > 0 or config.max_preempts is not None
+    if uses_versions and prepared.n_groups and not arrays.labels and not len(arrays.span):
+        notes.append(
+            Message(
+                "no record carries version information (a real dressage_end_token_version, "
+                "full_versions or version_spans), so the controls had nothing to act on; if "
+                f"the log keeps versions under other names, pass "
+                f"{setting('fields', 'end_version=PATH')} or "
+                f"{setting('fields', 'token_versions=PATH')}"
+            )
+        )
+    emitted = len(collection.batch_rows)
+    return ReplaySummary(
+        config=config,
+        counts=counts,
+        batches={
+            "emitted": emitted,
+            "last_partial": bool(emitted and collection.batch_rows[-1][2]),
+        },
+        version_gap=version_gap,
+        version_span=version_span,
+        versions=observation.versions,
+        unchecked_trajectories=prepared.n_trajectories - len(arrays.span),
+        notes=tuple(notes),
+    )
+
+
+def span_stats(histogram: np.ndarray) -> dict[str, Any]:
+    """Min, mean, max and histogram of spans, from how many trajectories have each span."""
+    present = np.flatnonzero(histogram)
+    if len(present) == 0:
+        return {"min": None, "mean": None, "max": None, "histogram": {}}
+    counts = histogram[present]
+    return {
+        "min": int(present[0]),
+        "mean": float((present * counts).sum() / counts.sum()),
+        "max": int(present[-1]),
+        "histogram": {
+            str(k): int(c) for k, c in zip(present.tolist(), counts.tolist(), strict=True)
+        },
+    }
+
+
+def kept_gaps(observation: Observation, collection: Collection) -> tuple[np.ndarray, ...]:
+    """Per kept group with versions: (group positions, gap sums, smallest gap, largest gap)."""
+    kept = np.flatnonzero((collection.decision == KEPT) & (observation.versioned > 0))
+    current = collection.current[kept]
+    sums = observation.versioned[kept] * current - observation.sum_index[kept]
+    return kept, sums, current - observation.max_index[kept], current - observation.min_index[kept]

@@ -1,0 +1,374 @@
+"""Read a Dressage artifact folder (``<instance>/<session>/samples/<segment>.json``) quickly.
+
+A run writes one small JSON file per segment, so a folder holds tens of thousands of
+them, and reading it is bound by opening, parsing and mapping files one at a time in
+Python. Two things make it faster than a plain loop:
+
+- the instance folders are shared with one helper process, which uses the second
+  core. The helper is a fresh interpreter started with ``-c`` that imports only the
+  record mapping (:mod:`analysis.io.fields`, no polars): it never runs the caller's
+  script, so a script without a ``__main__`` guard is safe, and it starts in well
+  under a tenth of a second. The folders are handed out as they are read: this
+  process takes them one at a time from the front of the list, the helper a batch at
+  a time from the back whenever it is ready for more, so neither waits for the other
+  however the two cores are shared out by the host. The helper hands its rows back as
+  columns with :mod:`marshal` (plain data only; nothing is unpickled), a few thousand
+  files at a time, which this process takes as they come. If it cannot start or
+  fails, this process reads what it left. ``DRESSAGE_REPLAY_HELPERS=0`` turns it off.
+- files are read with plain os calls, and the cyclic garbage collector is paused while
+  results pile up (they hold no cycles), which otherwise rescans them again and again.
+
+The caller puts the files in arrival order once all are read: modification time, then
+path (docs/semantics.md §5); the last file read may be the first to arrive.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import contextlib
+import dataclasses
+import gc
+import json
+import marshal
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analysis.errors import (
+    InputNotFoundError,
+    LogFormatError,
+    Message,
+    MissingFieldError,
+    ReplayError,
+    counted,
+    setting,
+)
+from analysis.io.fields import (
+    FieldMap,
+    RowColumns,
+    canonical_row,
+    row_columns,
+)
+from analysis.io.jsonl import json_problem, parse_json
+
+if TYPE_CHECKING:  # imported when a helper is wanted (a circular import otherwise)
+    from analysis.io.artifact_helper import HelperProcess
+
+MAX_CHUNK_BYTES = 1 << 31
+"""A larger length prefix in the helper's output means the output is not its chunks."""
+
+CHUNK_FILES = 1_000
+"""Files whose results are handed on together (by this process and by the helper). Small
+enough that the helper's last chunk, which this process waits for, comes quickly."""
+
+ERRORS: dict[str, type[ReplayError]] = {
+    error.__name__: error for error in (InputNotFoundError, LogFormatError, MissingFieldError)
+}
+
+Entry = tuple[int, dict[str, Any] | None, tuple[str, str] | None]
+"""(record number, canonical row or None, (error class name, message) or None)."""
+
+FileResult = tuple[int, str, list[Entry]]
+"""(modification time in ns, path, entries in record order) of one segment file."""
+
+
+@dataclasses.dataclass
+class Chunk:
+    """The results of a few thousand segment files, as handed to the caller."""
+
+    file_stamps: list[int]
+    """Modification time of every file read (not of those that could not be read)."""
+    errors: list[tuple[int, str, int, str, str]]
+    """(modification time, path, record number, error class name, message)."""
+    row_stamps: list[int]
+    """Modification time of the file of each row."""
+    rows: RowColumns
+
+    @classmethod
+    def of(cls, results: list[FileResult], extra: Sequence[str]) -> Chunk:
+        file_stamps, errors, row_stamps, rows = [], [], [], []
+        for stamp, path, entries in results:
+            if stamp >= 0:  # -1: unreadable
+                file_stamps.append(stamp)
+            for number, row, error in entries:
+                if error is not None:
+                    errors.append((stamp, path, number, *error))
+                elif row is not None:
+                    rows.append(row)
+                    row_stamps.append(stamp)
+        return cls(file_stamps, errors, row_stamps, row_columns(rows, extra))
+
+    def to_marshal(self) -> bytes:
+        return marshal.dumps((self.file_stamps, self.errors, self.row_stamps, self.rows.as_tuple()))
+
+    @classmethod
+    def from_marshal(cls, data: bytes | memoryview) -> Chunk:
+        file_stamps, errors, row_stamps, rows = marshal.loads(data)
+        return cls(file_stamps, errors, row_stamps, RowColumns(*rows))
+
+
+def is_artifact_folder(root: Path) -> bool:
+    """Whether ``root`` holds at least one ``<instance>/<session>/samples/<n>.json``."""
+    return any(
+        _segment_files(os.path.join(session, "samples"), [])
+        for instance in _directories(str(root), [])
+        for session in _directories(instance, [])
+    )
+
+
+def read_artifact_folder(
+    root: Path,
+    *,
+    fields: FieldMap,
+    extra: Sequence[str] = (),
+    on_chunk: Callable[[Chunk], None],
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, list[str]]:
+    """Read every segment file below ``root``; return how many there were, and warnings.
+
+    The results go to ``on_chunk`` a few thousand files at a time, in no particular
+    order: the caller puts them in arrival order (modification time, then path) once
+    all are read, since the last file read may be the first to arrive. Folders that
+    cannot be listed and files that cannot be read come as entries with an error, in
+    place of rows. ``progress(done, total)`` counts instance folders.
+    """
+    problems: list[FileResult] = []
+    instances = sorted(_directories(str(root), problems))
+    warnings: list[str] = []
+    stamps = array.array("q")
+
+    def take(chunk: Chunk) -> None:
+        stamps.extend(chunk.file_stamps)
+        on_chunk(chunk)
+
+    def read(results: list[FileResult]) -> None:
+        take(Chunk.of(results, extra))
+        if helper is not None:  # the helper's chunks that came meanwhile
+            for chunk in helper.arrived():
+                take(chunk)
+
+    def tick(mine: int) -> None:
+        if progress is not None:
+            progress(mine + (helper.instances_done if helper is not None else 0), len(instances))
+
+    from analysis.io.artifact_helper import HelperProcess, helper_wanted
+
+    helper: HelperProcess | None = None
+    with collector_paused():
+        pending = collections.deque(instances)
+        try:
+            if helper_wanted(instances):
+                helper = HelperProcess(pending, fields, extra)
+            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick)
+            if helper is not None:
+                warnings += _finish_helper(helper, root, fields, extra, read, take)
+        finally:
+            if helper is not None:
+                helper.stop()
+        if problems:
+            read(problems)
+    if progress is not None:
+        progress(len(instances), len(instances))
+    warnings += _tie_warning(stamps)
+    return len(stamps), warnings
+
+
+def _taken(pending: collections.deque[str]) -> Iterator[str]:
+    """Instance folders taken one at a time from the front, while any are left."""
+    while True:
+        try:
+            yield pending.popleft()  # atomic: the helper's feeder takes from the back
+        except IndexError:
+            return
+
+
+def _finish_helper(
+    helper: HelperProcess,
+    root: Path,
+    fields: FieldMap,
+    extra: Sequence[str],
+    read: Callable[[list[FileResult]], None],
+    take: Callable[[Chunk], None],
+) -> list[str]:
+    """Take the helper's last chunks; read what a failed helper left, and say so."""
+    helper.no_more()  # none are left: its input ends, whatever it reports
+    for chunk in helper.rest():
+        take(chunk)
+    if not helper.problem:
+        return []
+    # Its chunks so far stand; this process reads the folders it left.
+    left = helper.unfinished()
+    read_shard(left, fields, extra, on_chunk=read)
+    return [
+        f"{root}: the helper process failed ({helper.problem}); "
+        + (
+            f"this process read the {counted(len(left), 'instance folder')} it left"
+            if left
+            else "this process read every instance folder"
+            if not helper.assigned
+            else "all its results had come"
+        )
+    ]
+
+
+def _tie_warning(stamps: Sequence[int]) -> list[str]:
+    """A warning when files share a modification time, as their order then falls back."""
+    # (Counted only when some are tied: a groupby over the sorted times took 20 ms for
+    # 20,000 files, at the end of the load, when the helper process is done.)
+    if len(set(stamps)) == len(stamps):
+        return []
+    tied = sum(count for count in collections.Counter(stamps).values() if count > 1)
+    return [
+        Message(
+            f"{tied} of {len(stamps)} artifact files share a modification time with "
+            "another, so their arrival order falls back to path order (as after a plain "
+            f"copy); pass {setting('order_by')} with a completion-time field if the log "
+            "has one"
+        )
+    ]
+
+
+def read_shard(
+    instances: Iterable[str],
+    fields: FieldMap,
+    extra: Sequence[str],
+    *,
+    on_chunk: Callable[[list[FileResult]], None],
+    tick: Callable[[int], None] | None = None,
+) -> None:
+    """Read every segment file below the given instance folders, in no particular order.
+
+    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files or so, at the end of an
+    instance folder. ``tick(n)`` is called after the n-th instance folder.
+    """
+    results: list[FileResult] = []
+    for done, instance in enumerate(instances, start=1):
+        read_instance(instance, fields, extra, results)
+        if len(results) >= CHUNK_FILES:
+            on_chunk(results)
+            results = []
+        if tick is not None:
+            tick(done)
+    if results:
+        on_chunk(results)
+
+
+def read_instance(
+    instance: str, fields: FieldMap, extra: Sequence[str], results: list[FileResult]
+) -> None:
+    """Add the results of every segment file below one instance folder to ``results``."""
+    for session in _directories(instance, results):
+        files = _segment_files(f"{session}{os.sep}samples", results)
+        results += [read_segment_file(path, fields, extra) for path in files]
+
+
+def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
+    """One segment file (an object, or a list of them) as canonical rows or errors."""
+    try:
+        stamp, data = _read_file(path)
+    except OSError as exc:
+        return unreadable_error(path, f"{path}: cannot read ({exc.strerror})")
+    if data is None:
+        return stamp, path, []  # no longer a regular file (replaced since it was listed)
+    try:
+        document = parse_json(data)
+    except json.JSONDecodeError as exc:
+        return (
+            stamp,
+            path,
+            [
+                (
+                    0,
+                    None,
+                    (
+                        "LogFormatError",
+                        f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})",
+                    ),
+                )
+            ],
+        )
+    if isinstance(document, list):
+        numbered = [(n, f"{path}: record {n}", record) for n, record in enumerate(document, 1)]
+    else:
+        numbered = [(1, path if os.sep == "/" else path.replace(os.sep, "/"), document)]
+    entries: list[Entry] = []
+    for number, where, record in numbered:
+        try:
+            row = canonical_row(record, fields=fields, where=where, extra=extra)
+        except (LogFormatError, MissingFieldError) as error:
+            entries.append((number, None, (type(error).__name__, str(error))))
+            continue
+        row["source"] = path
+        row["record"] = number
+        entries.append((number, row, None))
+    return stamp, path, entries
+
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_file(path: str) -> tuple[int, bytes | None]:
+    """(modification time, contents) of a regular file; None for anything else.
+
+    Plain os calls, not open(): a file object costs more than the read itself for
+    files of a few KB. O_NONBLOCK keeps a FIFO from blocking the open.
+    """
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return info.st_mtime_ns, None
+        data = os.read(fd, info.st_size + 1)
+        while len(data) > info.st_size:  # it grew since: read to the end
+            more = os.read(fd, 1 << 20)
+            if not more:
+                break
+            data += more
+        return info.st_mtime_ns, data
+    finally:
+        os.close(fd)
+
+
+def _directories(path: str, problems: list[FileResult]) -> list[str]:
+    """Sub-folders of ``path``; a folder that exists but cannot be listed goes to ``problems``."""
+    try:
+        with os.scandir(path) as entries:
+            return [entry.path for entry in entries if entry.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        problems.append(unreadable_error(path, f"{path}: cannot list the folder ({exc.strerror})"))
+        return []
+
+
+def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
+    """The ``*.json`` files of a session's ``samples`` folder (none when it has none)."""
+    try:
+        with os.scandir(samples) as entries:
+            return [e.path for e in entries if e.name.endswith(".json") and e.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        problems.append(
+            unreadable_error(samples, f"{samples}: cannot list the folder ({exc.strerror})")
+        )
+        return []
+
+
+def unreadable_error(path: str, message: str) -> FileResult:
+    """A file or folder that could not be read: no time (-1, so it sorts first), an error."""
+    return -1, path, [(0, None, ("InputNotFoundError", message))]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,197 @@
+"""Read canonical Parquet and Arrow files (as `convert` writes them) safely and fast."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import polars as pl
+import pyarrow as pa
+
+from analysis.errors import (
+    DamagedFileError,
+    LogFormatError,
+    MissingFieldError,
+    setting,
+)
+from analysis.io.discover import Source
+from analysis.schema import (
+    CANONICAL_SCHEMA,
+    REQUIRED_COLUMNS,
+    arrow_type_fits,
+    check_counts,
+    is_string_view,
+)
+
+
+def read_canonical(
+    source: Source, extra: Sequence[str], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """A canonical Parquet or Arrow file as the canonical table; only ``columns`` (and
+    the extra fields) are read when given."""
+    extra = [path for path in extra if path not in CANONICAL_SCHEMA]
+    unreadable = f"{source.path}: not a readable {source.format} file"
+    try:
+        file = _ArrowFile(source)
+    except (Exception, pl.exceptions.PanicException) as exc:
+        raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    present = file.columns
+    missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
+    if missing:
+        raise MissingFieldError(
+            f"{source.path}: not in the canonical layout: lacks {', '.join(missing)} "
+            f"(columns: {', '.join(present)}); "
+            + (
+                "convert the run's log again keeping the ordering field "
+                f"({setting('order_by', 'FIELD')})"
+                if not [c for c in REQUIRED_COLUMNS if c not in present]
+                else _CANONICAL_ONLY
+            )
+        )
+    wanted = {
+        name: dtype
+        for name, dtype in CANONICAL_SCHEMA.items()
+        if columns is None or name in columns
+    }
+    # The source column is the file path, not whatever the file says.
+    read = [name for name in present if name in extra or (name in wanted and name != "source")]
+    for name in read:
+        if name in CANONICAL_SCHEMA and not arrow_type_fits(file.schema.field(name).type, name):
+            raise LogFormatError(
+                f"{source.path}: column {name} holds {file.schema.field(name).type} where the "
+                f"canonical layout has {CANONICAL_SCHEMA[name]}; {_CANONICAL_ONLY}"
+            )
+    try:
+        stored = file.read(read)
+    # A damaged file can make polars panic (a BaseException), not only raise.
+    except (Exception, pl.exceptions.PanicException) as exc:
+        raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    try:
+        frame = file.frame(stored)
+        absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
+        frame = frame.with_columns(
+            pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
+        )
+        if "source" in wanted:
+            frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
+        # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
+        frame = frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
+    except (Exception, pl.exceptions.PanicException) as exc:  # values, not the file
+        raise LogFormatError(f"{unreadable} ({exc})") from exc
+    check_counts(frame, source.path)
+    return frame
+
+
+_CANONICAL_ONLY = (
+    "Parquet and Arrow files are read in the layout `dressage-replay convert` writes: "
+    "write raw records as JSONL instead (polars: DataFrame.write_ndjson), and read or "
+    "convert that"
+)
+
+
+class _ArrowFile:
+    """A Parquet or Arrow IPC file, read with pyarrow.
+
+    Not with polars: polars' Parquet reader aborts the whole process on some damaged
+    files (a page header with a negative value count makes it ask for 2^61 bytes), where
+    pyarrow raises an error. Arrow IPC data is checked in full before polars sees it,
+    since its offsets are taken as they are written.
+    """
+
+    def __init__(self, source: Source) -> None:
+        self.path, self.parquet = source.path, source.format == "parquet"
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            self.schema = pq.read_schema(self.path)
+        else:
+            with pa.ipc.open_file(self.path) as reader:
+                self.schema = reader.schema
+        self.columns = self.schema.names
+
+    def read(self, columns: list[str]) -> pa.Table:
+        """The columns as stored (this is where a damaged file fails)."""
+        schema = pa.schema([_for_polars(self.schema.field(name)) for name in columns])
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            # pyarrow's Parquet reader does not check that strings are UTF-8, and polars
+            # aborts the process on one that is not: strings are read as bytes (straight
+            # into polars' layout), and the cast to strings checks them. Dictionary-encoded
+            # strings cannot be read as bytes: those columns are checked in full instead.
+            table = pq.read_table(self.path, columns=columns, schema=_as_bytes(schema))
+            for field in schema:
+                if _has_dictionary(field.type):
+                    table.column(field.name).validate(full=True)
+            return table
+        with pa.ipc.open_file(self.path) as reader:
+            table = reader.read_all().select(columns)
+        table.validate(full=True)
+        return table
+
+    def frame(self, table: pa.Table) -> pl.DataFrame:
+        """The columns read, as polars takes them (this is where text that is not UTF-8
+        fails: a bad value, not a damaged file)."""
+        schema = pa.schema([_for_polars(self.schema.field(name)) for name in table.column_names])
+        frame = pl.from_arrow(table.cast(schema), rechunk=False)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+
+def _for_polars(field: pa.Field) -> pa.Field:
+    """The field as polars takes it over fastest and safely, at any depth of structs and
+    lists: strings as views (polars' own layout, so no copy), and no metadata (polars
+    panics, printing a backtrace, on a metadata key that is not UTF-8, as in a damaged
+    file)."""
+    kind = field.type
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and _views_castable():
+        kind = pa.string_view()
+    elif pa.types.is_struct(kind):
+        kind = pa.struct([_for_polars(child) for child in kind])
+    elif pa.types.is_list(kind):
+        kind = pa.list_(_for_polars(kind.value_field))
+    elif pa.types.is_large_list(kind):
+        kind = pa.large_list(_for_polars(kind.value_field))
+    return pa.field(field.name, kind, field.nullable)
+
+
+def _has_dictionary(kind: pa.DataType) -> bool:
+    """Whether a type is dictionary-encoded, or holds a dictionary-encoded child."""
+    if pa.types.is_dictionary(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_dictionary(field.type) for field in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_dictionary(kind.value_type)
+    return False
+
+
+def _as_bytes(schema: pa.Schema) -> pa.Schema:
+    """The schema with every string type, at any depth, as the same layout of bytes."""
+
+    def as_bytes(kind: pa.DataType) -> pa.DataType:
+        if is_string_view(kind):
+            return pa.binary_view()
+        if pa.types.is_large_string(kind):
+            return pa.large_binary()
+        if pa.types.is_string(kind):
+            return pa.binary()
+        if pa.types.is_struct(kind):
+            return pa.struct([field.with_type(as_bytes(field.type)) for field in kind])
+        if pa.types.is_list(kind):
+            return pa.list_(kind.value_field.with_type(as_bytes(kind.value_type)))
+        if pa.types.is_large_list(kind):
+            return pa.large_list(kind.value_field.with_type(as_bytes(kind.value_type)))
+        return kind
+
+    return pa.schema([field.with_type(as_bytes(field.type)) for field in schema])
+
+
+@functools.cache
+def _views_castable() -> bool:
+    """Whether this pyarrow casts strings to string views (pyarrow 16 cannot)."""
+    try:
+        pa.array(["x"], pa.large_string()).cast(pa.string_view())
+    except (AttributeError, pa.ArrowNotImplementedError):
+        return False
+    return True

@@ -1,0 +1,379 @@
+"""Load rollout logs of every supported format into one canonical table (docs/semantics.md §1).
+
+One row per record (one segment of one trajectory). Token versions are kept only as
+run-length spans; an end version derived from them is flagged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from analysis.errors import (
+    DamagedFileError,
+    InputNotFoundError,
+    LogFormatError,
+    Message,
+    MissingFieldError,
+    ReplayError,
+    UnsafePickleError,
+    setting,
+)
+from analysis.io.artifacts import read_artifact_folder
+from analysis.io.canonical import read_canonical
+from analysis.io.discover import Source, detect_sources, unreadable_error
+from analysis.io.dumps import dump_samples, order_dumps
+from analysis.io.fields import (
+    FieldMap,
+    canonical_row,
+)
+from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
+from analysis.io.jsonl import jsonl_records, read_json_file
+from analysis.io.options import ReadOptions
+from analysis.schema import (
+    CANONICAL_SCHEMA,
+)
+
+_SKIP_REASONS = {
+    "LogFormatError": "bad record",
+    "DamagedFileError": "damaged file",
+    "MissingFieldError": "missing field",
+    "InputNotFoundError": "unreadable file",
+}
+"""Why something was skipped, by error (the keys of ``skipped`` in ``--json``)."""
+SKIP_REASON_NOUNS = {
+    "bad record": ("bad record", "bad records"),
+    "damaged file": ("damaged file", "damaged files"),
+    "missing field": ("record missing a field", "records missing a field"),
+    "unreadable file": ("unreadable file", "unreadable files"),
+}
+"""Each reason as the thing skipped, singular and plural, for the warning."""
+
+
+@dataclass
+class LoadReport:
+    """What loading saw besides the records: formats, skipped records, warnings."""
+
+    sources: list[Source] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    skipped_where: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def formats(self) -> list[str]:
+        return sorted({s.format for s in self.sources})
+
+    @property
+    def files(self) -> int:
+        """How many input files were read (every segment file of an artifact folder counts)."""
+        return sum(source.files for source in self.sources)
+
+    def skip(self, error: ReplayError) -> None:
+        reason = _SKIP_REASONS.get(type(error).__name__, "bad record")
+        self.skipped[reason] += 1
+        if len(self.skipped_where) < 5:
+            self.skipped_where.append(Message(error.raw))
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+# --------------------------------------------------------------------------- records
+
+
+def load_logs(
+    inputs: Sequence[str | Path],
+    options: ReadOptions | None = None,
+    *,
+    report: LoadReport | None = None,
+    **settings: Any,
+) -> pl.DataFrame:
+    """Read every input, in the order given, into the canonical table.
+
+    ``options`` says how (:class:`ReadOptions`); its settings can also be given as
+    keywords (``on_bad_record="skip"``). Pass a :class:`LoadReport` to learn formats,
+    skips and warnings.
+
+    Examples
+    --------
+    >>> import analysis, tempfile, json, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "log.jsonl"
+    >>> _ = path.write_text(json.dumps({"group_index": 0, "metadata": {
+    ...     "parent_traj_id": "t0", "dressage_end_token_version": "v1"}}) + "\\n")
+    >>> analysis.load_logs([path]).select("group_id", "trajectory_id", "end_version").row(0)
+    ('0', 't0', 'v1')
+    """
+    options = ReadOptions.of(options, **settings)
+    report = report if report is not None else LoadReport()
+    frames = list(iter_log_chunks(inputs, options, report=report))
+    extra = options.extra_fields
+    if not frames:
+        table = _kept_columns(rows_to_frame([], extra, where=""), options.columns, extra)
+    else:
+        table = stacked(frames, "inputs")  # their kinds were checked as they came
+        check_extra_fields(table, extra, report)
+    if table.height == 0:
+        report.warnings.append(
+            "no records were read"
+            + (": every one was skipped" if report.skipped else " from the inputs")
+        )
+    return table
+
+
+def check_extra_fields(
+    table: pl.DataFrame, extra_fields: Sequence[str], report: LoadReport
+) -> None:
+    """Refuse an ordering field no record has; warn about records that lack it."""
+    missing = {path: table[path].null_count() for path in extra_fields}
+    report_missing_extra_fields(missing, table.height, report)
+
+
+def report_missing_extra_fields(missing: dict[str, int], total: int, report: LoadReport) -> None:
+    """Given null counts of extra fields over ``total`` records, refuse or warn."""
+    for path, count in missing.items():
+        if total and count == total:
+            raise MissingFieldError(
+                f"no record has the field {path!r}; name a field the log has "
+                f"(see `dressage-replay inspect`) or drop {setting('order_by')}"
+            )
+        if count:
+            report.warnings.append(
+                f"{count} of {total} records lack {path!r}; their groups arrive after all others"
+            )
+
+
+def iter_log_chunks(
+    inputs: Sequence[str | Path],
+    options: ReadOptions | None = None,
+    *,
+    report: LoadReport | None = None,
+    **settings: Any,
+) -> Iterator[pl.DataFrame]:
+    """Yield the canonical table in chunks of at most ``options.chunk_records`` raw records.
+
+    For JSONL, dumps and tables, memory stays bounded by a chunk (``convert`` writes
+    each as it comes). An artifact folder is the exception: it is read whole before its
+    first chunk, because arrival order needs every file's modification time, so its part
+    of the table (spans, not token lists: about 230 bytes a segment file) is held whole.
+    """
+    options = ReadOptions.of(options, **settings)
+    columns = options.columns
+    if columns is not None:  # an extra field that is a canonical column is kept too
+        columns = (*columns, *(name for name in options.extra_fields if name in CANONICAL_SCHEMA))
+        options = dataclasses.replace(options, columns=columns)
+    reading = _Reading(options, report if report is not None else LoadReport())
+    kinds = KindsSeen(options.extra_fields)
+    for chunk in reading.chunks(inputs):
+        kinds.check(chunk, where_from(chunk, "inputs"))
+        yield _kept_columns(chunk, columns, options.extra_fields)
+
+
+def _kept_columns(
+    frame: pl.DataFrame, columns: Sequence[str] | None, extra: Sequence[str]
+) -> pl.DataFrame:
+    """The canonical ``columns`` of a frame (all when None) and the extra fields."""
+    if columns is None:
+        return frame
+    extra = [path for path in extra if path not in CANONICAL_SCHEMA]
+    return frame.select(*[name for name in CANONICAL_SCHEMA if name in columns], *extra)
+
+
+class _Reading:
+    """One load: the sources in arrival order, each read by the reader of its format, the
+    rows of record-by-record formats gathered into chunks, bad input skipped or raised."""
+
+    def __init__(self, options: ReadOptions, report: LoadReport) -> None:
+        self.options, self.report = options, report
+        self.rows: list[dict[str, Any]] = []
+        self.dumps: dict[Path, tuple[int | None, list[Any]]] = {}
+
+    def chunks(self, inputs: Sequence[str | Path]) -> Iterator[pl.DataFrame]:
+        sources = self._sources(inputs)
+        progress = self.options.progress
+        readers = {"parquet": self._canonical, "ipc": self._canonical}
+        for done, source in enumerate(sources, start=1):
+            if progress is not None:
+                progress(done - 1, len(sources))
+            if source.folder:
+                reader = self._folder
+            elif (unreadable := self._unreadable(source)) is not None:
+                self.skip_or_raise(unreadable)
+                continue
+            else:
+                reader = readers.get(source.format, self._records)
+            yield from reader(source, done - 1, len(sources))
+        if progress is not None:
+            progress(len(sources), len(sources))
+        yield from self._flush("inputs")
+
+    def _sources(self, inputs: Sequence[str | Path]) -> list[Source]:
+        """The sources in arrival order, with the warnings their list deserves; dumps are
+        read first, since their order comes from inside them."""
+        report = self.report
+        sources, warnings = detect_sources(inputs)
+        report.sources += [source for source in sources if not source.folder]  # folders once read
+        report.warnings += warnings
+        times = Counter(source.path.resolve() for source in sources)
+        report.warnings += [
+            f"{path}: given {count} times, so its records are read {count} times; "
+            "pass each input once"
+            for path, count in times.items()
+            if count > 1
+        ]
+        canonical = [s.path.name for s in sources if s.format in ("parquet", "ipc")]
+        if canonical and self.options.fields != FieldMap():
+            report.warnings.append(
+                Message(
+                    f"{setting('fields')} does not apply to canonical Parquet/Arrow input "
+                    f"({canonical[0]}"
+                    + (", ..." if len(canonical) > 1 else "")
+                    + "): its fields were found when it was converted; convert the log again "
+                    "with it"
+                )
+            )
+        for source in [s for s in sources if s.format == "pt"]:
+            if (unreadable := unreadable_error(source.path)) is not None:
+                self.skip_or_raise(unreadable)
+                continue
+            try:
+                self.dumps[source.path] = dump_samples(
+                    source.path, trust_pickle=self.options.trust_pickle
+                )
+            except UnsafePickleError:
+                raise  # never skipped: the user must decide whether to trust the file
+            except LogFormatError as error:
+                self.skip_or_raise(error)
+        read = [s for s in sources if s.format != "pt" or s.path in self.dumps]
+        return order_dumps(read, self.dumps)
+
+    def _unreadable(self, source: Source) -> InputNotFoundError | None:
+        # (dumps were checked as they were read)
+        return None if source.format == "pt" else unreadable_error(source.path)
+
+    def skip_or_raise(self, error: ReplayError) -> None:
+        if self.options.on_bad_record == "skip":
+            self.report.skip(error)
+            return
+        if isinstance(error, DamagedFileError):
+            raise DamagedFileError(
+                f"{error.raw}; check that the file is whole (copy it again) "
+                f"or pass {setting('on_bad_record', 'skip')}"
+            ) from error
+        if isinstance(error, LogFormatError) and not isinstance(error, UnsafePickleError):
+            raise LogFormatError(
+                f"{error.raw}; fix the record or pass {setting('on_bad_record', 'skip')}"
+            ) from error
+        raise error
+
+    def _flush(self, where: str) -> Iterator[pl.DataFrame]:
+        if self.rows:
+            yield rows_to_frame(self.rows, self.options.extra_fields, where=where)
+            self.rows = []
+
+    def _canonical(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
+        yield from self._flush(str(source.path))
+        try:
+            table = read_canonical(source, self.options.extra_fields, self.options.columns)
+        except LogFormatError as error:
+            self.skip_or_raise(error)
+            return
+        yield table
+
+    def _folder(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
+        yield from self._flush(str(source.path))
+        progress, within = self.options.progress, None
+        if progress is not None:
+            # Instance folders count as parts of this one source.
+            def within(part: int, parts: int) -> None:
+                progress(before * parts + part, total * parts)
+
+        extra = self.options.extra_fields
+        folder = FolderTable(extra, where=str(source.path))
+        files, warnings = read_artifact_folder(
+            source.path, fields=self.options.fields, extra=extra, on_chunk=folder.take,
+            progress=within,
+        )  # fmt: skip
+        self.report.sources.append(dataclasses.replace(source, files=files))
+        self.report.warnings += warnings
+        for problem in folder.errors_in_order():
+            self.skip_or_raise(problem)
+        ordered = folder.table()
+        if ordered is not None:
+            yield ordered
+
+    def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
+        """A file read record by record (JSONL, a JSON document, a dump)."""
+        path_text = str(source.path)
+        options = self.options
+        records = _raw_records(source, self.dumps)
+        while True:
+            # A file that breaks midway (a truncated .gz) keeps the records read before.
+            try:
+                where, number, file_step, record = next(records)
+            except StopIteration:
+                break
+            except LogFormatError as error:
+                self.skip_or_raise(error)
+                break
+            try:
+                if isinstance(record, ReplayError):
+                    raise record
+                row = canonical_row(
+                    record, fields=options.fields, where=where, file_step=file_step,
+                    extra=options.extra_fields,
+                )  # fmt: skip
+            except (LogFormatError, MissingFieldError) as error:
+                self.skip_or_raise(error)
+                continue
+            row["source"] = path_text
+            row["record"] = number
+            self.rows.append(row)
+            if len(self.rows) >= options.chunk_records:
+                yield from self._flush(path_text)
+
+
+def _raw_records(
+    source: Source, dumps: dict[Path, tuple[int | None, list[Any]]]
+) -> Iterator[tuple[str, int, int | None, Any]]:
+    """Yield (location, record number, file-level step, raw record) for one source."""
+    if source.format == "jsonl":
+        for number, record in jsonl_records(source.path):
+            yield f"{source.path}:{number}", number, None, record
+    elif source.format == "artifacts":
+        document = read_json_file(source.path)
+        if isinstance(document, list):
+            for number, record in enumerate(document, start=1):
+                yield f"{source.path}: record {number}", number, None, record
+        else:
+            yield source.path.as_posix(), 1, None, document
+    elif source.format == "pt":
+        rollout_id, samples = dumps[source.path]
+        for number, record in enumerate(samples, start=1):
+            yield f"{source.path}: sample {number}", number, rollout_id, record
+
+
+def records_to_table(
+    records: Sequence[dict[str, Any]],
+    *,
+    fields: FieldMap | None = None,
+    extra_fields: Sequence[str] = (),
+    source: str = "<records>",
+    first_record: int = 1,
+) -> pl.DataFrame:
+    """Build the canonical table from raw record dicts already in memory (a notebook's list)."""
+    fields = fields or FieldMap()
+    rows = []
+    for number, record in enumerate(records, start=first_record):
+        row = canonical_row(
+            record, fields=fields, where=f"{source}: record {number}", extra=extra_fields
+        )
+        row["source"] = source
+        row["record"] = number
+        rows.append(row)
+    return rows_to_frame(rows, extra_fields, where=source)

@@ -1,0 +1,7 @@
+"""``python -m cli``: the command line, as the ``dressage-replay`` script runs it."""
+
+from __future__ import annotations
+
+from cli import run
+
+run()

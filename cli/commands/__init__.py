@@ -1,0 +1,1 @@
+"""One module per command; :mod:`cli.app` registers them in the order of the help."""

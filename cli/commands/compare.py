@@ -1,0 +1,111 @@
+"""``dressage-replay compare``: two logs side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import analysis
+from cli.options import (
+    FLAG,
+    INT,
+    BadRecordPolicy,
+    BatchGroups,
+    FieldOption,
+    OnBadRecord,
+    Quiet,
+    Traceback,
+    TrustPickle,
+    one_keep_versions,
+    one_max_preempts,
+    reading,
+)  # fmt: skip
+from cli.output import print_json, results_out, stdout_console, warn
+
+
+def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
+    """The two runs' names: given, or the file names (A and B when those are the same)."""
+    stems = (first.name.split(".")[0], second.name.split(".")[0])
+    default = ",".join(stems) if stems[0] != stems[1] else "A,B"
+    given = tuple(name.strip() for name in (names or default).split(","))
+    if len(given) != 2 or given[0] == given[1]:
+        raise typer.BadParameter(
+            "expected two different names, e.g. baseline,controlled", param_hint="--names"
+        )
+    return given[0], given[1]
+
+
+def compare(
+    first: Annotated[
+        Path,
+        typer.Argument(help="The first log (file or folder).", show_default=False, readable=False),
+    ],
+    second: Annotated[
+        Path,
+        typer.Argument(help="The second log (file or folder).", show_default=False, readable=False),
+    ],
+    keep_versions: Annotated[
+        int,
+        typer.Option(
+            "--keep-versions",
+            "-k",
+            help="K applied to both logs.",
+            parser=one_keep_versions,
+            metavar=INT,
+        ),
+    ] = 0,
+    max_preempts: Annotated[
+        str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")
+    ] = "none",
+    batch_groups: BatchGroups = None,
+    names: Annotated[
+        str | None,
+        typer.Option(help="Names of the two runs, comma-separated (default: the file names)."),
+    ] = None,
+    plot_file: Annotated[
+        Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON.", metavar=FLAG)
+    ] = False,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Two logs side by side: versions, gap and span distributions, losses, \
+log-prob drift by gap."""
+    config = analysis.ReplayConfig(
+        keep_versions=keep_versions, max_preempts=one_max_preempts(max_preempts),
+        batch_groups=batch_groups,
+    )  # fmt: skip
+    named = run_names(names, first, second)
+    if plot_file is not None:  # before the logs are read: a typo is told at once
+        from analysis.views.plots import FIGURE_FORMATS
+
+        analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
+    loaded = [
+        reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+                quiet=quiet).load()
+        for path in (first, second)
+    ]  # fmt: skip
+    (table_a, _), (table_b, _) = loaded
+    result = analysis.compare_logs(table_a, table_b, config_a=config, config_b=config, names=named)
+    if plot_file is not None:
+        from analysis.views.comparison import plot_compare
+        from analysis.views.plots import save_figure
+
+        save_figure(plot_compare(result), plot_file)
+        typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
+    with results_out():
+        if json_output:
+            print_json(result.to_dict())
+        else:
+            from cli.render import print_compare
+
+            print_compare(result, stdout_console())
+    for _, report in loaded:  # skipped records and warnings were dropped unsaid before
+        warn(report)

@@ -1,0 +1,109 @@
+"""``dressage-replay simulate``: write the log of a simulated async pipeline."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import analysis
+from cli.options import FLAG, Traceback, choice_metavar, number_option, one_of, whole_option
+
+
+class LogFormatChoice(StrEnum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+    artifacts = "artifacts"
+    pt = "pt"
+
+
+def simulate(
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Output file (jsonl, parquet) or folder (artifacts, pt)."
+        ),
+    ],
+    log_format: Annotated[
+        LogFormatChoice | None,
+        typer.Option(
+            "--format",
+            help="What to write (default: from the extension, .jsonl[.gz] or .parquet; "
+            "artifacts and pt write a new folder).",
+            parser=one_of(LogFormatChoice),
+            metavar=choice_metavar(LogFormatChoice),
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        whole_option("Random seed: the same seed gives the same log."),
+    ] = 0,
+    groups: Annotated[int, whole_option("GRPO prompt groups to generate.")] = 64,
+    samples_per_prompt: Annotated[int, whole_option("Trajectories per group.")] = 4,
+    max_active_groups: Annotated[int, whole_option("Groups in flight at once.")] = 16,
+    batch_groups: Annotated[int, whole_option("Groups per trainer step.")] = 4,
+    train_step_time: Annotated[
+        float,
+        number_option("Seconds per trainer step; each step publishes a version."),
+    ] = 20.0,
+    token_time: Annotated[
+        float,
+        number_option("Seconds per generated token of one trajectory."),
+    ] = 0.01,
+    median_tokens: Annotated[
+        int,
+        whole_option("Median response tokens per trajectory."),
+    ] = 300,
+    tail_sigma: Annotated[
+        float,
+        number_option("Log-normal spread of response lengths (heavier tail when larger)."),
+    ] = 0.9,
+    max_tokens: Annotated[int, whole_option("Longest response, in tokens.")] = 16_000,
+    multi_turn_fraction: Annotated[
+        float,
+        number_option("Fraction of multi-turn trajectories."),
+    ] = 0.3,
+    multi_segment_fraction: Annotated[
+        float,
+        number_option("Fraction of multi-turn trajectories split into two segment records."),
+    ] = 0.2,
+    partial_rollout: Annotated[
+        bool,
+        typer.Option(
+            help="Resume interrupted generation under the new version (else restart).",
+            metavar=FLAG,
+        ),
+    ] = True,
+    log_prob_drift: Annotated[
+        float,
+        number_option(
+            "Write rollout and trainer log-probs whose difference grows by this per version "
+            "behind (0: none)."
+        ),
+    ] = 0.0,
+    log_prob_noise: Annotated[
+        float,
+        number_option("Spread of the log-prob difference at 0 versions behind."),
+    ] = 0.02,
+    abort_fraction: Annotated[
+        float,
+        number_option("Fraction of groups with an aborted sample."),
+    ] = 0.0,
+    traceback_: Traceback = False,
+) -> None:
+    """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
+    config = analysis.SimulationConfig(
+        n_groups=groups, n_samples_per_prompt=samples_per_prompt,
+        max_active_groups=max_active_groups, batch_groups=batch_groups,
+        train_step_time=train_step_time, token_time=token_time,
+        median_response_tokens=median_tokens, tail_sigma=tail_sigma,
+        max_response_tokens=max_tokens, multi_turn_fraction=multi_turn_fraction,
+        multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
+        abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
+        log_prob_noise=log_prob_noise, seed=seed,
+    )  # fmt: skip
+    chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    count = analysis.write_log(analysis.simulate(config), output, chosen)
+    typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)

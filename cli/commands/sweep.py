@@ -1,0 +1,76 @@
+"""``dressage-replay sweep``: every combination of K and M from one load of the log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import analysis
+from cli.options import (
+    FLAG,
+    BadRecordPolicy,
+    BatchGroups,
+    FieldOption,
+    Inputs,
+    KeepVersionsList,
+    MaxPreemptsList,
+    OnBadRecord,
+    OrderBy,
+    Quiet,
+    Traceback,
+    TrustPickle,
+    parse_grid,
+    reading,
+)  # fmt: skip
+from cli.output import progress_bar, results_out, stdout_console, warn
+
+
+def sweep(
+    inputs: Inputs,
+    keep_versions: KeepVersionsList = "0..4",
+    max_preempts: MaxPreemptsList = "none,0..3",
+    batch_groups: BatchGroups = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow.",
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
+    ] = False,
+    order_by: OrderBy = None,
+    field: FieldOption = None,
+    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
+    trust_pickle: TrustPickle = False,
+    quiet: Quiet = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Replay every combination of K and M from one load of the log; mark the Pareto front."""
+    ks, ms = parse_grid(keep_versions, max_preempts)
+    if output is not None:  # before the log is read: a typo is told at once
+        analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    logs = reading(
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+        order_by=order_by, quiet=quiet,
+    )  # fmt: skip
+    _, prepared, report = logs.prepare()
+    with progress_bar("replaying settings", quiet=quiet) as update:
+        result = analysis.sweep(
+            prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
+        )
+    if output is not None:
+        analysis.write_frame_to(result.rows, output, inputs=inputs)
+    with results_out():
+        if json_output:
+            typer.echo(json.dumps(result.rows.to_dicts()))
+        else:
+            from cli.render import print_sweep
+
+            print_sweep(result, stdout_console())
+    warn(report)

@@ -1,0 +1,70 @@
+"""The library's settings said as this command line's flags, in one table.
+
+Library messages refer to settings by keyword (:func:`analysis.errors.setting`); every
+error, warning and note the command line shows is rendered through :func:`flagged`, so
+that ``pass on_bad_record=skip`` reads ``pass --on-bad-record skip`` here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.errors import render
+
+FLAGS = {
+    "keep_versions": "--keep-versions",
+    "max_preempts": "--max-preempts",
+    "batch_groups": "--batch-groups",
+    "order_by": "--order-by",
+    "fields": "--field",
+    "on_bad_record": "--on-bad-record",
+    "trust_pickle": "--trust-pickle",
+    "log_format": "--format",
+    # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
+    # have no flag, so they keep their keyword)
+    "n_groups": "--groups",
+    "n_samples_per_prompt": "--samples-per-prompt",
+    "max_active_groups": "--max-active-groups",
+    "median_response_tokens": "--median-tokens",
+    "max_response_tokens": "--max-tokens",
+    "tail_sigma": "--tail-sigma",
+    "train_step_time": "--train-step-time",
+    "token_time": "--token-time",
+    "multi_turn_fraction": "--multi-turn-fraction",
+    "multi_segment_fraction": "--multi-segment-fraction",
+    "partial_rollout": "--partial-rollout",
+    "abort_fraction": "--abort-fraction",
+    "log_prob_drift": "--log-prob-drift",
+    "log_prob_noise": "--log-prob-noise",
+    "seed": "--seed",
+}
+"""Each library keyword that a message may name, as the flag that sets it here."""
+
+
+def say_setting(name: str, value: str | None) -> str:
+    """A setting as typed on this command line: ``--flag value``, or the bare flag for an
+    on/off one; a setting without a flag keeps the library's ``name=value``."""
+    flag = FLAGS.get(name)
+    if flag is None:
+        return name if value is None else f"{name}={value}"
+    return flag if value in (None, "True") else f"{flag} {value}"
+
+
+def flagged(text: str) -> str:
+    """A library message (or :class:`analysis.Message`) with its settings said as flags."""
+    return render(text, say_setting)
+
+
+def one_line(message: str) -> str:
+    """Errors are one line: messages quoted from other libraries may span several."""
+    return " ".join(message.split())
+
+
+def flagged_dict(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's ``to_dict()`` with its notes and warnings said as flags, for ``--json``."""
+    said: dict[str, Any] = {
+        key: [flagged(text) for text in result[key]]
+        for key in ("notes", "warnings")
+        if key in result
+    }
+    return {**result, **said}

@@ -1,0 +1,102 @@
+"""Where results and messages go: data to standard output, progress and warnings to stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import typer
+
+import analysis
+from analysis.errors import counted
+from analysis.io.load import SKIP_REASON_NOUNS
+from cli.flags import flagged, flagged_dict, one_line
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, *, quiet: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient rich progress bar on stderr, or nothing when quiet or not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)
+
+
+@contextlib.contextmanager
+def results_out() -> Iterator[None]:
+    """Results printed to standard output. One that cannot take them (a full disk) is an
+    output error, exit 8, not an internal error; a reader that has gone (``| head``) ends
+    the command quietly with 141 (see :func:`cli.errors.stdout_gone`)."""
+    if sys.stdout is None:  # started with it closed (`>&-`)
+        raise analysis.OutputError(
+            "standard output is closed: the results cannot be printed; "
+            "send them to a terminal, a pipe or a file"
+        )
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # cli.errors ends the command quietly
+    except OSError as exc:
+        stdout_to_devnull()  # what it holds unwritten must not fail again at exit
+        raise analysis.OutputError(
+            f"standard output: cannot write the results ({exc.strerror}); "
+            "write them where there is room"
+        ) from None
+
+
+def stdout_to_devnull() -> None:
+    """Point standard output at /dev/null, so that Python's flush at exit cannot fail."""
+    with contextlib.suppress(OSError, ValueError):  # (no file descriptor: captured)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def reader_gone(console: Any) -> None:
+    """rich's own handling exits with 1, which this tool's exit codes call an internal
+    error: raise the error instead, to end the command with 141."""
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def stdout_console() -> Any:
+    from rich.console import Console
+
+    # Piped or captured output is not cut to 80 columns: tables stay whole in files.
+    width = None if sys.stdout.isatty() else 120
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+
+
+def print_json(result: dict[str, Any]) -> None:
+    """One JSON value on standard output, its notes and warnings said as flags."""
+    typer.echo(json.dumps(flagged_dict(result)))
+
+
+def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
+    """The load report's skips as extra JSON keys (only when something was skipped)."""
+    if not report.skipped:
+        return {}
+    return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
+
+
+def warn(report: analysis.LoadReport) -> None:
+    """Load warnings and skipped records, on stderr."""
+    for warning in report.warnings:
+        typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
+    skipped = sum(report.skipped.values())
+    if skipped:
+        reasons = ", ".join(
+            counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
+            for reason, count in report.skipped.items()
+        )
+        typer.echo(f"warning: skipped {reasons}; the first:", err=True)
+        for where in report.skipped_where:
+            typer.echo(f"  {one_line(flagged(where))}", err=True)
