@@ -11,17 +11,21 @@ Everything the command line does is here as plain functions returning values::
 from __future__ import annotations
 
 from analysis.engine import (
+    LOOP_DECISIONS,
     REPLAY_COLUMNS,
+    LoopReplay,
     PreparedLog,
     ReplayConfig,
     ReplayResult,
     ReplaySummary,
     SweepResult,
+    keep_versions_reproducing,
     parse_keep_versions,
     parse_max_preempts,
     prepare,
     replay,
     replay_many,
+    replay_run,
     sweep,
     trajectory_outcomes,
 )
@@ -38,6 +42,7 @@ from analysis.errors import (
     UnknownFormatError,
     UnsafePickleError,
 )
+from analysis.io.dressage_run import RunLog, is_run_folder, read_run
 from analysis.io.fields import FieldMap
 from analysis.io.load import (
     LoadReport,
@@ -67,6 +72,7 @@ from analysis.views.inspection import LogInspection, inspect_log
 __all__ = [
     "CANONICAL_SCHEMA",
     "FRAME_FORMATS",
+    "LOOP_DECISIONS",
     "REPLAY_COLUMNS",
     "BiasReport",
     "CompareResult",
@@ -77,6 +83,7 @@ __all__ = [
     "LoadReport",
     "LogFormatError",
     "LogInspection",
+    "LoopReplay",
     "Message",
     "MissingFieldError",
     "OutputError",
@@ -86,6 +93,7 @@ __all__ = [
     "ReplayError",
     "ReplayResult",
     "ReplaySummary",
+    "RunLog",
     "SettingSyntaxError",
     "SimulationConfig",
     "SweepResult",
@@ -96,17 +104,21 @@ __all__ = [
     "convert_logs",
     "derive_end_version",
     "inspect_log",
+    "is_run_folder",
     "iter_log_chunks",
+    "keep_versions_reproducing",
     "load_logs",
     "log_format_for",
     "parse_keep_versions",
     "parse_max_preempts",
     "prepare",
+    "read_run",
     "real_label",
     "records_to_table",
     "refuse_overwriting_inputs",
     "replay",
     "replay_many",
+    "replay_run",
     "run_length_spans",
     "simulate",
     "sweep",

@@ -27,6 +27,8 @@ class ExitCode(IntEnum):
     MISSING_FIELD = 6
     CONFIG = 7
     OUTPUT = 8
+    DISAGREES = 9
+    """``verify``: the replay disagrees with what the run's own files say happened."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT)."""
     STDOUT_GONE = 141

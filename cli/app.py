@@ -17,6 +17,7 @@ from cli.commands.replay import replay
 from cli.commands.report import report
 from cli.commands.simulate import simulate
 from cli.commands.sweep import sweep
+from cli.commands.verify import verify
 from cli.errors import ReportingCommand, ended, ended_outside_command
 from cli.output import reader_gone
 
@@ -27,7 +28,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for command in (replay, sweep, plot, inspect, convert, simulate, compare, report):
+for command in (replay, sweep, plot, inspect, convert, simulate, compare, report, verify):
     app.command(cls=ReportingCommand)(command)
 
 

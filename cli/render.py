@@ -10,7 +10,14 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from analysis import BiasReport, CompareResult, LogInspection, ReplaySummary, SweepResult
+from analysis import (
+    BiasReport,
+    CompareResult,
+    LogInspection,
+    LoopReplay,
+    ReplaySummary,
+    SweepResult,
+)
 from analysis.engine.grid import PARETO_NOTE
 from cli.flags import flagged
 
@@ -118,6 +125,68 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
         console.print(line, highlight=False)
     for note in summary.notes:
         console.print(f"note: {flagged(note)}", style="dim", highlight=False)
+
+
+_LOOP_ROWS = (*_COLUMNS, ("leftover", "left over"))
+
+
+def print_run_summary(result: LoopReplay, console: Console) -> None:
+    """Print the replay of a run folder (Dressage's own loop) as a table of outcomes by
+    attempt and by trajectory, with the gap figures and how the replay fares against the
+    run's own files."""
+    figures = result.to_dict()
+    counts = {"groups": figures["groups"], "trajectories": figures["trajectories"]}
+    title = f"Run replay: keep_versions={result.keep_versions}"
+    headers = [("outcome", "left"), *((unit, "right") for unit in counts)]
+    rows = [["total", *(_cell(c["total"], None) for c in counts.values())]]
+    for key, label in _LOOP_ROWS:
+        rows.append([label, *(_cell(c.get(key, 0), c["total"]) for c in counts.values())])
+    _print_fitted(console, title, headers, rows, keys=1)
+    gap, checks = figures["version_gap"], figures["checks"]
+    for line in (
+        f"batches emitted     {figures['batches']['emitted']}",
+        f"versions observed   {figures['versions_observed']}",
+        f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
+        f"  max {_number(gap['max'])}",
+        f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
+    ):
+        console.print(line, highlight=False)
+    if checks["agree"] != checks["total"]:
+        console.print(
+            "note: the run's files disagree with this replay: expected for a setting other "
+            "than the run's own (a what-if, replayed on the attempts as they happened: retries "
+            "and completion times would have differed); `dressage-replay verify` checks the "
+            "run's own",
+            style="dim",
+            highlight=False,
+        )
+
+
+def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> None:
+    """Per step, how many of the replay's checks agree with the run's own files; each
+    disagreement (every check with ``all_rows``) with what the run says and the replay."""
+    checks = result.checks
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Per step", title_justify="left")
+    for header, justify in (("step", "right"), ("checks", "right"), ("agree", "right")):
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    table.add_column("disagreements")
+    for step in checks["step"].unique(maintain_order=True).to_list():
+        rows = checks.filter(checks["step"] == step)
+        wrong = rows.filter(~rows["agrees"])["check"].to_list()
+        table.add_row(
+            str(step), str(rows.height), str(rows.height - len(wrong)), ", ".join(wrong) or "-"
+        )
+    console.print(table)
+    shown = checks if all_rows else checks.filter(~checks["agrees"])
+    if shown.height:
+        detail = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for header in ("step", "check", "the run's files", "the replay", "agrees"):
+            detail.add_column(header, overflow="fold")
+        for step, check, expected, replayed, agrees in shown.iter_rows():
+            detail.add_row(
+                str(step), check, expected or "-", replayed or "-", "yes" if agrees else "NO"
+            )
+        console.print(detail)
 
 
 _NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from analysis.io.raw_writers import write_artifacts, write_jsonl, write_pt_dumps
 from analysis.simulator import SimulationConfig, simulate
+from tests.real_runs import FIXTURES, extract_runs
 
 SMALL_RUN = SimulationConfig(
     n_groups=36,
@@ -52,8 +54,33 @@ def small_logs(
     }
 
 
-# CI runs the property tests with a fixed seed, so a submission's result does not depend
-# on luck; local runs keep drawing new examples (and hypothesis keeps the failures found).
-if os.environ.get("CI"):
-    settings.register_profile("ci", derandomize=True, print_blob=True)
-    settings.load_profile("ci")
+# Input generation and example run times are not what these tests are about, and on a
+# loaded 2-core machine a first draw can take seconds: the too_slow health check and the
+# deadline only made such runs fail. CI runs the property tests with a fixed seed, so a
+# submission's result does not depend on luck; local runs keep drawing new examples (and
+# hypothesis keeps the failures found).
+settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", parent=settings.get_profile("project"), derandomize=True, print_blob=True
+)
+settings.load_profile("ci" if os.environ.get("CI") else "project")
+
+
+@pytest.fixture(scope="session")
+def run_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return extract_runs(FIXTURES, tmp_path_factory.mktemp("real_runs"))
+
+
+@pytest.fixture(scope="session")
+def run_settings(run_folders: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    return {
+        name: json.loads((folder / "run.json").read_text()) for name, folder in run_folders.items()
+    }
+
+
+@pytest.fixture(scope="session")
+def truth(run_folders: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [json.loads(line) for line in (folder / "truth.jsonl").read_text().splitlines()]
+        for name, folder in run_folders.items()
+    }

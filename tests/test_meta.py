@@ -45,3 +45,36 @@ def test_library_never_prints() -> None:
         if "print(" in path.read_text().replace("# print(", "")
     ]
     assert offenders == []
+
+
+def test_the_readme_exit_code_table_is_the_code_table() -> None:
+    """One table of exit codes in the code (analysis.ExitCode); the README lists the same."""
+    import re
+
+    from analysis import ExitCode
+
+    section = (ROOT / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section, re.M)}
+    assert documented == {int(code) for code in ExitCode}
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    """The layout map of the README matches the folders: every module of analysis/ and
+    every command module of cli/ is named there."""
+    layout = (ROOT / "README.md").read_text().split("### Layout", 1)[1].split("\n### ", 1)[0]
+    modules = [
+        path
+        for path in (ROOT / "analysis").rglob("*.py")
+        if path.name != "__init__.py" and path.parent != ROOT / "analysis"
+    ]
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in modules
+        if f"`{path.stem}`" not in layout and f"`{path.stem.lstrip('_')}`" not in layout
+    ]
+    missing += [
+        f"analysis/{path.name}"
+        for path in (ROOT / "analysis").glob("*.py")
+        if path.name != "__init__.py" and f"analysis/{path.name}" not in layout
+    ]
+    assert missing == []

@@ -13,21 +13,30 @@ from analysis.engine.grid import (
     parse_whole,
     sweep,
 )
+from analysis.engine.loop import (
+    LOOP_DECISIONS,
+    LoopReplay,
+    keep_versions_reproducing,
+    replay_run,
+)
 from analysis.engine.prepare import REPLAY_COLUMNS, PreparedLog, prepare, real_token_labels
 from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
 from analysis.engine.summary import ReplaySummary
 
 __all__ = [
     "DECISIONS",
+    "LOOP_DECISIONS",
     "MAX_SETTING",
     "PARETO_NOTE",
     "REPLAY_COLUMNS",
+    "LoopReplay",
     "PreparedLog",
     "ReplayConfig",
     "ReplayResult",
     "ReplaySummary",
     "SweepResult",
     "ValueListError",
+    "keep_versions_reproducing",
     "parse_keep_versions",
     "parse_max_preempts",
     "parse_whole",
@@ -35,6 +44,7 @@ __all__ = [
     "real_token_labels",
     "replay",
     "replay_many",
+    "replay_run",
     "sweep",
     "trajectory_outcomes",
 ]

@@ -1,0 +1,254 @@
+"""The self-check of a replayed run: per step, what the run's own files say (its dumps, log
+lines and metrics) beside what the replay gives, and the output frames of a replay."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from analysis.engine.loop import _Attempt, _Collector, _Decision
+from analysis.io.dressage_run import RunLog
+
+
+def output_frames(
+    run: RunLog,
+    attempts: list[_Attempt],
+    collector: _Collector,
+    batches: Mapping[int, int],
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    decisions = collector.decisions
+    by_id = {a.attempt_id: a for a in attempts}
+    attempt_rows = []
+    for row in run.attempts.sort("draw", "retry_count", nulls_last=True).iter_rows(named=True):
+        d, attempt = decisions[row["attempt_id"]], by_id[row["attempt_id"]]
+        failed = d.decision in ("failed", "rejected_span")
+        attempt_rows.append(
+            {
+                "group_id": row["attempt_id"],
+                "instance_id": row["instance_id"],
+                "retry_count": row["retry_count"],
+                "decision": d.decision,
+                "stage": d.stage,
+                "batch": batches.get(d.rollout_id)
+                if d.decision == "kept" and d.rollout_id is not None
+                else None,
+                "decided_in": d.rollout_id,
+                "fail_kind": attempt.fail_kind,
+                "retried": d.retried,
+                "span_verdict": attempt.span_verdict if failed else None,
+                "leftover": d.leftover,
+                "completed_at": attempt.completed_at,
+                "trajectories": len(attempt.sessions),
+                "new_versions": _listed(collector.new_versions.get(attempt.attempt_id)),
+            }
+        )
+    attempt_frame = pl.DataFrame(attempt_rows, schema=ATTEMPT_COLUMNS)
+    per_attempt = {row["group_id"]: row for row in attempt_rows}
+    rows = []
+    for t in run.trajectories.iter_rows(named=True):
+        a = per_attempt[t["attempt_id"]]
+        d = decisions[t["attempt_id"]]
+        rows.append(
+            {
+                "trajectory_id": t["trajectory_id"],
+                "group_id": t["attempt_id"],
+                **{
+                    k: a[k]
+                    for k in ("decision", "stage", "batch", "retried", "span_verdict", "leftover")
+                },
+                "version_gap": d.gaps.get(t["trajectory_id"]),
+                "span": t["span"],
+                "decided_in": a["decided_in"],
+                "end_version": t["end_version"],
+                "fail_kind": t["fail_kind"],
+            }
+        )
+    return pl.DataFrame(rows, schema=TRAJECTORY_COLUMNS), attempt_frame
+
+
+def _listed(labels: tuple[str, ...] | None) -> list[str] | None:
+    """Labels an attempt added to the tracker; None when it was never observed."""
+    return None if labels is None else list(labels)
+
+
+def _text(value: Any) -> str | None:
+    """A check value as text: integers without ``.0``, floats to 6 significant digits."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
+    return str(value)
+
+
+def _check(
+    step: int | None, name: str, expected: Any, replayed: Any, agrees: bool | None = None
+) -> dict[str, Any]:
+    if agrees is None:
+        agrees = (
+            expected is not None
+            and replayed is not None
+            and abs(float(expected) - float(replayed)) <= 1e-9
+        )
+    return {
+        "step": step,
+        "check": name,
+        "expected": _text(expected),
+        "replayed": _text(replayed),
+        "agrees": agrees,
+    }
+
+
+def self_checks(
+    run: RunLog,
+    attempts: list[_Attempt],
+    collector: _Collector,
+    starts: Mapping[int, float],
+    kept_by_step: Mapping[int, set[str]],
+    metrics: Mapping[int, Mapping[str, Any]],
+) -> pl.DataFrame:
+    """Compare the replay with the run's own records: dumps, metrics and log lines."""
+    decisions = collector.decisions
+    kept: dict[int, list[_Attempt]] = {}
+    for attempt in attempts:
+        d = decisions[attempt.attempt_id]
+        if d.decision == "kept" and d.rollout_id is not None:
+            kept.setdefault(d.rollout_id, []).append(attempt)
+    owner = dict(run.trajectories.select("trajectory_id", "attempt_id").iter_rows())
+    rows = []
+    for step, sessions in sorted(kept_by_step.items()):
+        replayed = {s for a in kept.get(step, []) for s in a.sessions}
+        rows.append(
+            _check(
+                step,
+                "kept_groups",
+                ", ".join(sorted({owner.get(s, s) for s in sessions})),
+                ", ".join(sorted(a.attempt_id for a in kept.get(step, []))),
+                agrees=replayed == sessions,
+            )
+        )
+    for step, row in sorted(metrics.items()):
+        for name, value in _metric_values(collector, step, kept.get(step, [])).items():
+            if row.get(name) is not None:
+                rows.append(_check(step, name, row[name], value))
+    rows += _log_checks(run, decisions, starts)
+    return pl.DataFrame(rows, schema=CHECK_COLUMNS)
+
+
+def _metric_values(collector: _Collector, step: int, kept: list[_Attempt]) -> dict[str, Any]:
+    """What Dressage's metrics for ``step`` should read if the replay is right."""
+    decided = [(a, collector.decisions[a.attempt_id]) for a in collector.order]
+    failures = [
+        a for a, d in decided if d.rollout_id == step and d.decision in ("failed", "rejected_span")
+    ]
+    values: dict[str, Any] = {
+        **step_counts(collector, step),
+        "staleness/partial_rollout_rejected_groups": sum(a.span_verdict for a in failures),
+        "dressage/partial_rollout_returned_groups": len(kept),
+    }
+    gaps = [
+        g for a in kept for g in collector.decisions[a.attempt_id].gaps.values() if g is not None
+    ]
+    spans = [span for a in kept for span in a.spans]
+    for name, series in (("version_gap", gaps), ("version_span", spans)):
+        if series:
+            values[f"staleness/{name}_min"] = min(series)
+            values[f"staleness/{name}_max"] = max(series)
+            values[f"staleness/{name}_mean"] = sum(series) / len(series)
+    return values
+
+
+def _log_checks(
+    run: RunLog, decisions: Mapping[str, _Decision], starts: Mapping[int, float]
+) -> list[dict[str, Any]]:
+    """Drops, retries and exhausted retries per call, and the final drain, against the log."""
+    if not run.calls.height:
+        return []
+    logged: dict[tuple[int | None, str], int] = {}
+    for rollout_id, kind, number in run.log_events.select(
+        "rollout_id", "kind", "number"
+    ).iter_rows():
+        count = number if kind.startswith("final_") else 1
+        logged[(rollout_id, kind)] = logged.get((rollout_id, kind), 0) + count
+    replayed: dict[tuple[int | None, str], int] = {}
+    for d in decisions.values():
+        kind = {
+            "dropped_stale": "dropped_stale",
+            "failed": "retried" if d.retried else "exhausted",
+            "rejected_span": "retried" if d.retried else "exhausted",
+        }.get(d.decision)
+        if d.decision == "leftover":
+            kind = "final_unconsumed" if d.leftover == "unconsumed_after_final" else "final_drained"
+        if kind is not None:
+            replayed[(d.rollout_id, kind)] = replayed.get((d.rollout_id, kind), 0) + 1
+    rows = []
+    for rollout_id in sorted(starts):
+        for kind in ("dropped_stale", "retried", "exhausted"):
+            key = (rollout_id, kind)
+            rows.append(_check(rollout_id, f"log/{kind}", logged.get(key, 0), replayed.get(key, 0)))
+    if run.final_rollout_id is not None:
+        for kind in ("final_unconsumed", "final_drained"):
+            key = (run.final_rollout_id, kind)
+            rows.append(
+                _check(
+                    run.final_rollout_id, f"log/{kind}", logged.get(key, 0), replayed.get(key, 0)
+                )
+            )
+    return rows
+
+
+def step_counts(collector: _Collector, rollout_id: int) -> dict[str, int | None]:
+    decided = [d for d in collector.decisions.values() if d.rollout_id == rollout_id]
+    failures = [d for d in decided if d.decision in ("failed", "rejected_span")]
+    return {
+        "staleness/dropped_groups": sum(d.decision == "dropped_stale" for d in decided),
+        "dressage/partial_rollout_retried_groups": sum(bool(d.retried) for d in failures),
+        "dressage/partial_rollout_failed_groups": sum(not d.retried for d in failures),
+        "staleness/current_version_index": collector.current_after.get(rollout_id),
+    }
+
+
+TRAJECTORY_COLUMNS: dict[str, Any] = {
+    "trajectory_id": pl.String,
+    "group_id": pl.String,
+    "decision": pl.String,
+    "stage": pl.String,
+    "batch": pl.Int64,
+    "version_gap": pl.Int64,
+    "span": pl.Int64,
+    "decided_in": pl.Int64,
+    "end_version": pl.String,
+    "fail_kind": pl.String,
+    "retried": pl.Boolean,
+    "span_verdict": pl.Boolean,
+    "leftover": pl.String,
+}
+
+
+ATTEMPT_COLUMNS: dict[str, Any] = {
+    "group_id": pl.String,
+    "instance_id": pl.String,
+    "retry_count": pl.Int64,
+    "decision": pl.String,
+    "stage": pl.String,
+    "batch": pl.Int64,
+    "decided_in": pl.Int64,
+    "fail_kind": pl.String,
+    "retried": pl.Boolean,
+    "span_verdict": pl.Boolean,
+    "leftover": pl.String,
+    "completed_at": pl.Float64,
+    "trajectories": pl.Int64,
+    "new_versions": pl.List(pl.String),
+}
+
+
+CHECK_COLUMNS: dict[str, Any] = {
+    "step": pl.Int64,
+    "check": pl.String,
+    "expected": pl.String,
+    "replayed": pl.String,
+    "agrees": pl.Boolean,
+}

@@ -1,0 +1,570 @@
+"""Read a Dressage run folder (``traj_payload/``, ``traj_err/``, ``rollout_data/``, the log,
+the metrics and the prompts) into tables that a replay of Dressage's collector loop needs.
+
+One row per trajectory (session folder), trajectories grouped into *attempts* by
+(instance id, start rollout id, retry count), the rollout calls of the log, the groups
+each step's dump holds, and the metrics Dressage returned. Only the trajectory folders
+are required; every other file is optional and its absence is reported in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from analysis.errors import (
+    InputNotFoundError,
+    LogFormatError,
+    MissingFieldError,
+    UnknownFormatError,
+)
+from analysis.io.dressage_log import (
+    KEPT_SCHEMA,
+    DressageLog,
+    calls_frame,
+    events_frame,
+    optional_int,
+    read_dressage_log,
+    read_dump_rows,
+    read_metrics,
+    read_prompt_order,
+)
+from analysis.io.jsonl import read_json_file
+from analysis.labels import real_label
+
+PAYLOAD, ERRORS, DUMPS = "traj_payload", "traj_err", "rollout_data"
+LOG, METRICS, PROMPTS, ROLLOUTS = (
+    "dressage_log.txt",
+    "dressage_metrics.jsonl",
+    "prompts.jsonl",
+    "rollouts.jsonl",
+)
+SPAN_MARKER = "partial_rollout_staleness_exceeded"
+"""The proxy's error for a trajectory whose version span exceeds the limit (HTTP 502)."""
+
+FAIL_KINDS = ("span", "backend_timeout", "agent_failed_state", "other")
+
+TRAJECTORY_SCHEMA: dict[str, Any] = {
+    "trajectory_id": pl.String,
+    "attempt_id": pl.String,
+    "instance_id": pl.String,
+    "start_rollout_id": pl.Int64,
+    "retry_count": pl.Int64,
+    "finished_at": pl.Float64,
+    "completed": pl.Boolean,
+    "end_version": pl.String,
+    "span": pl.Int64,
+    "fail_kind": pl.String,
+    "sample_index": pl.Int64,
+    "sample_position": pl.Int64,
+    "group_index": pl.Int64,
+    "async_group_id": pl.Int64,
+    "span_marker": pl.Boolean,
+    "segments": pl.Int64,
+    "response_tokens": pl.Int64,
+}
+ATTEMPT_SCHEMA: dict[str, Any] = {
+    "attempt_id": pl.String,
+    "instance_id": pl.String,
+    "start_rollout_id": pl.Int64,
+    "retry_count": pl.Int64,
+    "completed_at": pl.Float64,
+    "retry_of": pl.String,
+    "draw": pl.Int64,
+    "fail_kind": pl.String,
+    "span_verdict": pl.Boolean,
+    "async_group_id": pl.Int64,
+    "trajectories": pl.Int64,
+    "order_known": pl.Boolean,
+}
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """Everything a Dressage run left on disk, as tables (see the module docstring).
+
+    ``trajectories`` is in attempt order, then sample order (``sample_position``);
+    ``calls`` is empty without a log; ``kept`` holds one row per session of each dump,
+    in dump order; ``log_events`` one row per drop / retry / exhausted / final-drain line.
+    """
+
+    root: Path
+    trajectories: pl.DataFrame
+    attempts: pl.DataFrame
+    calls: pl.DataFrame
+    kept: pl.DataFrame
+    metrics: pl.DataFrame
+    log_events: pl.DataFrame
+    samples_per_prompt: int | None
+    target_groups: int | None
+    final_rollout_id: int | None
+    zone_offset_s: float
+    sources: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Trajectory:
+    """One session folder while the run is read (mutable: dumps add sample indices)."""
+
+    trajectory_id: str
+    instance_id: str
+    start_rollout_id: int | None
+    retry_count: int
+    finished_at: float
+    completed: bool
+    fail_kind: str | None = None
+    end_version: str | None = None
+    span: int | None = None
+    segments: int = 0
+    response_tokens: int | None = None
+    span_marker: bool = False
+    async_group_id: int | None = None
+    sample_index: int | None = None
+    group_index: int | None = None
+    attempt_id: str = ""
+    sample_position: int = 0
+
+
+def find_run_root(path: Path) -> Path | None:
+    """The folder holding ``traj_payload/`` or ``traj_err/``: ``path`` itself, its parent
+    when pointed at one of those, or its only subfolder that holds them (an artifact
+    tree with its ``<run>`` level)."""
+
+    def holds(folder: Path) -> bool:
+        return (folder / PAYLOAD).is_dir() or (folder / ERRORS).is_dir()
+
+    if not path.is_dir():
+        return None
+    if path.name in (PAYLOAD, ERRORS):
+        return path.parent
+    if holds(path):
+        return path
+    inner = [child for child in _subfolders(path) if holds(child)]
+    return inner[0] if len(inner) == 1 else None
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """Whether ``path`` is (or holds exactly one) Dressage run folder."""
+    return find_run_root(Path(path)) is not None
+
+
+def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:
+    """Failure kind of an ``error.json`` and, for a span rejection, the versions it names.
+
+    Read from ``error`` and ``http``, never from ``sample.metadata.blackbox_agent_*``:
+    those are carried over from an earlier attempt and can name another failure.
+    """
+    response = _object(_object(error.get("http")).get("response"))
+    body = str(response.get("body") or "")
+    detail = _object(error.get("error"))
+    if SPAN_MARKER in body or SPAN_MARKER in orjson.dumps(detail).decode():
+        found = re.search(r'\\*"versions\\*":\s*\[([^\]]*)\]', body)
+        versions = re.findall(r'\\*"([^"\\]+)\\*"', found.group(1)) if found else []
+        return "span", versions
+    message = f"{detail.get('message') or ''} {detail.get('summary') or ''}".lower()
+    if "backend timeout" in message or "504" in message:
+        return "backend_timeout", []
+    if "failed state" in message:
+        return "agent_failed_state", []
+    return "other", []
+
+
+def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
+    """Read a Dressage run folder into a :class:`RunLog`.
+
+    ``trajectories_only`` reads just the trajectory folders (trajectories and attempts),
+    for a caller that does not replay the loop.
+    """
+    given = Path(path)
+    if not given.exists():
+        raise InputNotFoundError(f"{given}: no such file or directory; check the path")
+    root = find_run_root(given)
+    if root is None:
+        raise UnknownFormatError(
+            f"{given}: not a Dressage run folder (no traj_payload/ or traj_err/ in it or in "
+            "exactly one of its subfolders); point at the folder that holds traj_payload/"
+        )
+    warnings: list[str] = []
+    sources = [name for name in (PAYLOAD, ERRORS) if (root / name).is_dir()]
+    trajectories = _read_trajectories(root)
+    if not trajectories:
+        raise MissingFieldError(f"{root}: no session folder with session.json or error.json")
+    prompts: list[str] | None = None
+    dumps: list[dict[str, Any]] = []
+    log: DressageLog | None = None
+    metrics: list[dict[str, Any]] = []
+    if not trajectories_only:
+        dumps, dump_source = read_dump_rows(root)
+        if dump_source:
+            sources.append(dump_source)
+        else:
+            warnings.append(
+                "no rollout_data/*.pt or rollouts.jsonl: kept groups cannot be checked and "
+                "the sample order of kept attempts is guessed"
+            )
+        if (root / PROMPTS).is_file():
+            sources.append(PROMPTS)
+            prompts = read_prompt_order(root / PROMPTS)
+        else:
+            warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
+        if (root / METRICS).is_file():
+            sources.append(METRICS)
+            metrics = read_metrics(root / METRICS)
+        else:
+            warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
+        if (root / LOG).is_file():
+            sources.append(LOG)
+            log = read_dressage_log(
+                root / LOG,
+                error_times={
+                    t.trajectory_id: t.finished_at for t in trajectories if not t.completed
+                },
+                first_finish=min(t.finished_at for t in trajectories),
+            )
+        else:
+            warnings.append(
+                "no dressage_log.txt: rollout call starts are inferred from the dumps and "
+                "metrics, and the log's drop / retry lines cannot be checked"
+            )
+    _enrich_from_dumps(trajectories, dumps)
+    samples_per_prompt = _samples_per_prompt(log, metrics, trajectories)
+    attempts = _build_attempts(trajectories, prompts, warnings)
+    if ERRORS not in sources and not trajectories_only:
+        _mark_incomplete(attempts, samples_per_prompt, warnings)
+    return RunLog(
+        root=root,
+        trajectories=_trajectory_frame(trajectories),
+        attempts=pl.DataFrame(attempts, schema=ATTEMPT_SCHEMA, orient="row"),
+        calls=calls_frame(log),
+        kept=pl.DataFrame(dumps, schema=KEPT_SCHEMA),
+        metrics=pl.from_dicts(metrics, infer_schema_length=None) if metrics else pl.DataFrame(),
+        log_events=events_frame(log),
+        samples_per_prompt=samples_per_prompt,
+        target_groups=_target_groups(log, metrics, dumps),
+        final_rollout_id=log.final_rollout_id if log else None,
+        zone_offset_s=log.zone_offset_s if log else 0.0,
+        sources=tuple(sources),
+        warnings=tuple(warnings),
+    )
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as listing:
+            return sorted(Path(entry.path) for entry in listing if entry.is_dir())
+    except OSError as exc:
+        raise InputNotFoundError(f"{folder}: cannot list the folder ({exc.strerror})") from exc
+
+
+def _sessions(root: Path, kind: str, file_name: str) -> Iterable[Path]:
+    """Session folders ``<kind>/<instance>/<session>/`` that hold ``file_name``."""
+    top = root / kind
+    if not top.is_dir():
+        return
+    for instance in _subfolders(top):
+        for session in _subfolders(instance):
+            if (session / file_name).is_file():
+                yield session
+
+
+def _read_trajectories(root: Path) -> list[_Trajectory]:
+    found = [_read_payload_session(folder) for folder in _sessions(root, PAYLOAD, "session.json")]
+    found += [_read_error_session(folder) for folder in _sessions(root, ERRORS, "error.json")]
+    return found
+
+
+def _read_payload_session(folder: Path) -> _Trajectory:
+    """A completed trajectory: ``session.json`` (segments, token versions, finish time) and
+    ``samples/<segment>.json`` (the attempt key and the tracker's end version)."""
+    path = folder / "session.json"
+    session = read_json_file(path)
+    segments = session.get("data") if isinstance(session, dict) else None
+    if not isinstance(segments, list):
+        raise LogFormatError(f"{path}: expected an object with a `data` list of segments")
+    stamps = [
+        float(seg["extra_info"]["timestamp"])
+        for seg in segments
+        if isinstance(seg.get("extra_info"), dict)
+        and seg["extra_info"].get("timestamp") is not None
+    ]
+    versions: dict[str, None] = {}
+    for seg in segments:
+        for label in seg.get("full_versions") or []:
+            if (real := real_label(label)) is not None:
+                versions.setdefault(real)
+    lengths = [seg.get("aligned_response_length") for seg in segments]
+    sample_files = sorted(
+        (folder / "samples").glob("*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)
+    )
+    metadata: dict[str, Any] = {}
+    end_version: str | None = None
+    marker, best_segment = False, -1
+    for sample_path in sample_files:
+        sample = read_json_file(sample_path)
+        meta = sample.get("metadata") if isinstance(sample, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        marker = marker or SPAN_MARKER.encode() in orjson.dumps(meta)
+        metadata = metadata or meta
+        segment = int(sample.get("segment_index", meta.get("segment_index", 0)) or 0)
+        if segment >= best_segment:  # the tracker reads the last segment's end version
+            best_segment = segment
+            end_version = real_label(meta.get("dressage_end_token_version"))
+        stamp = (meta.get("proxy_extra_info") or {}).get("timestamp")
+        if not stamps and stamp is not None:
+            stamps.append(float(stamp))
+    if end_version is None:
+        end_version = _last_trainable_version(segments)
+    if not stamps:
+        raise MissingFieldError(
+            f"{path}: no finish time (data[].extra_info.timestamp, or "
+            "metadata.proxy_extra_info.timestamp in samples/); the replay orders completions by it"
+        )
+    first = segments[0] if segments else {}
+    return _Trajectory(
+        trajectory_id=folder.name,
+        instance_id=str(
+            metadata.get("instance_id") or first.get("instance_id") or folder.parent.name
+        ),
+        start_rollout_id=optional_int(metadata.get("dressage_start_rollout_id")),
+        retry_count=optional_int(metadata.get("dressage_retry_count")) or 0,
+        finished_at=max(stamps),
+        completed=True,
+        end_version=end_version,
+        span=len(versions),
+        segments=len(segments) or len(sample_files),
+        response_tokens=sum(lengths) if all(isinstance(n, int) for n in lengths) else None,
+        span_marker=marker,
+    )
+
+
+def _last_trainable_version(segments: list[Any]) -> str | None:
+    """Fallback end version: the last loss-masked token's real version, last segment first."""
+    for seg in reversed(segments):
+        labels, mask = seg.get("full_versions") or [], seg.get("full_loss_mask") or []
+        for label, on in zip(
+            reversed(labels[: len(mask)]), reversed(mask[: len(labels)]), strict=True
+        ):
+            if on and (real := real_label(label)) is not None:
+                return real
+    return None
+
+
+def _read_error_session(folder: Path) -> _Trajectory:
+    """A failed trajectory: ``error.json`` (failure, key, and the ids the payload lacks)."""
+    path = folder / "error.json"
+    error = read_json_file(path)
+    if not isinstance(error, dict) or error.get("timestamp") is None:
+        raise MissingFieldError(f"{path}: no `timestamp`; the replay orders completions by it")
+    sample = _object(error.get("sample"))
+    meta = _object(sample.get("metadata"))
+    kind, versions = classify_failure(error)
+    real = list(dict.fromkeys(v for v in map(real_label, versions) if v is not None))
+    return _Trajectory(
+        trajectory_id=str(error.get("session_id") or folder.name),
+        instance_id=str(error.get("instance_id") or meta.get("instance_id") or folder.parent.name),
+        start_rollout_id=optional_int(meta.get("dressage_start_rollout_id")),
+        retry_count=optional_int(meta.get("dressage_retry_count")) or 0,
+        finished_at=float(error["timestamp"]),
+        completed=False,
+        fail_kind=kind,
+        span=len(real) if real else None,
+        span_marker=kind == "span" or SPAN_MARKER.encode() in orjson.dumps(meta),
+        async_group_id=optional_int(meta.get("dressage_async_group_id")),
+        sample_index=optional_int(sample.get("index")),
+        group_index=optional_int(sample.get("group_index")),
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (absent or null sections)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _enrich_from_dumps(trajectories: list[_Trajectory], dumps: list[dict[str, Any]]) -> None:
+    """Dumps name what artifacts lack for kept trajectories: sample index, async group id."""
+    by_id = {t.trajectory_id: t for t in trajectories}
+    for row in dumps:
+        if (found := by_id.get(row["trajectory_id"])) is not None:
+            found.sample_index = row["sample_index"]
+            found.async_group_id = row["async_group_id"]
+            found.group_index = row["group_index"]
+
+
+# --------------------------------------------------------------------------- attempts
+
+
+def attempt_label(instance_id: str, start_rollout_id: int | None, retry_count: int) -> str:
+    """The attempt id written to outputs: ``<instance>/s<start rollout>/r<retry count>``."""
+    start = "?" if start_rollout_id is None else start_rollout_id
+    return f"{instance_id}/s{start}/r{retry_count}"
+
+
+def _sample_order(members: list[_Trajectory]) -> tuple[list[_Trajectory], bool]:
+    """Sample order of an attempt: by slime index where known; the rest after, in ascending
+    numeric end version (a neutral guess: it matters only when one attempt brings two new
+    labels at once)."""
+
+    def by_version(t: _Trajectory) -> tuple[int, float, str]:
+        try:
+            return (0, float(t.end_version or ""), t.trajectory_id)
+        except ValueError:
+            return (1, 0.0, str(t.end_version))
+
+    known = sorted(
+        (t for t in members if t.sample_index is not None), key=lambda t: t.sample_index or 0
+    )
+    unknown = sorted((t for t in members if t.sample_index is None), key=by_version)
+    return known + unknown, not unknown
+
+
+def _build_attempts(
+    trajectories: list[_Trajectory], prompts: list[str] | None, warnings: list[str]
+) -> list[dict[str, Any]]:
+    """Group trajectories into attempts (rows of ``ATTEMPT_SCHEMA``) and give each
+    trajectory its attempt id and sample position; reorders ``trajectories`` to match."""
+    buckets: dict[tuple[str, int | None, int], list[_Trajectory]] = {}
+    for t in trajectories:
+        buckets.setdefault((t.instance_id, t.start_rollout_id, t.retry_count), []).append(t)
+    attempts: dict[tuple[str, int | None, int], dict[str, Any]] = {}
+    ordered: list[_Trajectory] = []
+    for key, members in buckets.items():
+        label = attempt_label(*key)
+        in_order, known = _sample_order(members)
+        for position, t in enumerate(in_order):
+            t.attempt_id, t.sample_position = label, position
+        ordered += in_order
+        group_ids = sorted({t.async_group_id for t in members if t.async_group_id is not None})
+        if len(group_ids) > 1:
+            warnings.append(
+                f"attempt {label} holds trajectories of async groups {group_ids}: two draws of "
+                "one prompt in one rollout call are merged"
+            )
+        kinds = [t.fail_kind for t in members if t.fail_kind is not None]
+        indices = [t.group_index for t in members if t.group_index is not None]
+        attempts[key] = {
+            "attempt_id": label,
+            "instance_id": key[0],
+            "start_rollout_id": key[1],
+            "retry_count": key[2],
+            "completed_at": max(t.finished_at for t in members),
+            "retry_of": attempt_label(key[0], key[1], key[2] - 1)
+            if (key[0], key[1], key[2] - 1) in buckets
+            else None,
+            "draw": min(indices) if indices else None,
+            "fail_kind": ("span" if "span" in kinds else kinds[0]) if kinds else None,
+            "span_verdict": any(t.span_marker for t in members),
+            "async_group_id": group_ids[0] if group_ids else None,
+            "trajectories": len(members),
+            "order_known": known,
+        }
+    _assign_draws(attempts, prompts)
+    trajectories[:] = ordered
+    return list(attempts.values())
+
+
+def _assign_draws(
+    attempts: dict[tuple[str, int | None, int], dict[str, Any]], prompts: list[str] | None
+) -> None:
+    """Dataset draw ordinal (slime ``group_index``) of every attempt whose files lack it.
+
+    Prompts are drawn in ``prompts.jsonl`` order, epoch after epoch: an instance's k-th
+    first attempt (by start rollout) has ordinal k * P + its position. Retries keep
+    their draw; a known ``group_index`` wins.
+    """
+    order = prompts or sorted({key[0] for key in attempts})
+    position = {instance: i for i, instance in enumerate(order)}
+    firsts: dict[str, list[tuple[str, int | None, int]]] = {}
+    for key, row in attempts.items():
+        if row["retry_of"] is None:
+            firsts.setdefault(key[0], []).append(key)
+    for instance, keys in firsts.items():
+        keys.sort(key=lambda k: (-1 if k[1] is None else k[1], attempts[k]["completed_at"]))
+        for epoch, key in enumerate(keys):
+            if attempts[key]["draw"] is None:
+                attempts[key]["draw"] = epoch * len(order) + position.get(instance, 0)
+    for key in sorted(attempts, key=lambda k: k[2]):
+        row = attempts[key]
+        earlier = attempts.get((key[0], key[1], key[2] - 1))
+        if row["draw"] is None and earlier is not None:
+            row["draw"] = earlier["draw"]
+
+
+def _mark_incomplete(
+    attempts: list[dict[str, Any]], samples_per_prompt: int | None, warnings: list[str]
+) -> None:
+    """Without ``traj_err/``, an attempt with fewer than n trajectories failed (kind unknown)."""
+    if samples_per_prompt is None:
+        return
+    short = [row for row in attempts if row["trajectories"] < samples_per_prompt]
+    for row in short:
+        row["fail_kind"] = "other"
+    if short:
+        warnings.append(
+            f"no traj_err/: {len(short)} attempt(s) with fewer than {samples_per_prompt} "
+            "trajectories are taken as failed of unknown kind (reported as 'other'); their "
+            "failed trajectories, span rejections and failure kinds cannot be known"
+        )
+
+
+# --------------------------------------------------------------------------- facts and frames
+
+
+def _samples_per_prompt(
+    log: DressageLog | None, metrics: list[dict[str, Any]], trajectories: list[_Trajectory]
+) -> int | None:
+    if log is not None and log.samples_per_prompt:
+        return log.samples_per_prompt
+    for row in metrics[:1]:
+        groups = row.get("dressage/partial_rollout_target_groups")
+        samples = row.get("dressage/partial_rollout_target_samples")
+        if groups and samples:
+            return int(samples) // int(groups)
+    counts: dict[tuple[str, int | None, int], int] = {}
+    for t in trajectories:
+        key = (t.instance_id, t.start_rollout_id, t.retry_count)
+        counts[key] = counts.get(key, 0) + 1
+    return max(counts.values()) if counts else None
+
+
+def _target_groups(
+    log: DressageLog | None, metrics: list[dict[str, Any]], dumps: list[dict[str, Any]]
+) -> int | None:
+    if log is not None and log.target_groups:
+        return log.target_groups
+    for row in metrics[:1]:
+        if row.get("dressage/partial_rollout_target_groups"):
+            return int(row["dressage/partial_rollout_target_groups"])
+    per_step: dict[int, set[int]] = {}
+    for row in dumps:
+        per_step.setdefault(row["rollout_id"], set()).add(row["group_position"])
+    return max((len(groups) for groups in per_step.values()), default=None)
+
+
+def _trajectory_frame(trajectories: list[_Trajectory]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{name: getattr(t, name) for name in TRAJECTORY_SCHEMA} for t in trajectories],
+        schema=TRAJECTORY_SCHEMA,
+    )
+
+
+__all__ = [
+    "FAIL_KINDS",
+    "SPAN_MARKER",
+    "RunLog",
+    "attempt_label",
+    "classify_failure",
+    "find_run_root",
+    "is_run_folder",
+    "read_run",
+]

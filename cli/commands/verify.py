@@ -1,0 +1,91 @@
+"""``dressage-replay verify``: replay a run folder at its own setting and check the replay
+against what the run's own files say happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import analysis
+from cli.options import FLAG, INT, Traceback, one_keep_versions
+from cli.output import print_json, results_out, stdout_console
+
+RunFolder = Annotated[
+    Path,
+    typer.Argument(
+        help="A Dressage run folder (traj_payload/, traj_err/, rollout_data/, "
+        "dressage_log.txt, dressage_metrics.jsonl).",
+        show_default=False,
+        metavar="RUN",
+    ),
+]
+
+
+def verify(
+    run_folder: RunFolder,
+    keep_versions: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-versions",
+            "-k",
+            help="K the run was made with (default: found as the K whose replay agrees).",
+            parser=one_keep_versions,
+            metavar=INT,
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the checks as one JSON object.", metavar=FLAG)
+    ] = False,
+    all_checks: Annotated[
+        bool, typer.Option("--all", help="List every check, not only disagreements.", metavar=FLAG)
+    ] = False,
+    traceback_: Traceback = False,
+) -> None:
+    """Check, step by step, that the replay reproduces what the run's own files say."""
+    run = analysis.read_run(run_folder)
+    found = analysis.keep_versions_reproducing(run) if keep_versions is None else []
+    chosen = keep_versions if keep_versions is not None else (found or [0])[0]
+    result = analysis.replay_run(run, keep_versions=chosen)
+    with results_out():
+        if json_output:
+            print_json(verdict(result, found, given=keep_versions is not None))
+        else:
+            from cli.render import print_checks
+
+            print_checks(result, stdout_console(), all_rows=all_checks)
+    say_verdict(result, found, given=keep_versions is not None)
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if not result.consistent:
+        raise typer.Exit(analysis.ExitCode.DISAGREES)
+
+
+def verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> dict[str, object]:
+    """The checks and the total, as ``verify --json`` prints them."""
+    return {
+        "keep_versions": result.keep_versions,
+        "keep_versions_given": given,
+        "keep_versions_reproducing": found if not given else None,
+        "agree": int(result.checks["agrees"].sum()),
+        "total": result.checks.height,
+        "checks": result.checks.to_dicts(),
+    }
+
+
+def say_verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> None:
+    """The total, on stderr: whether the replay can be trusted for this run."""
+    agree, total = int(result.checks["agrees"].sum()), result.checks.height
+    how = "as given" if given else "found" if found else "none of 0.. reproduces the run"
+    typer.echo(
+        f"keep_versions={result.keep_versions} ({how}): the replay agrees with the run's own "
+        f"files on {agree:,} of {total:,} checks"
+        + ("" if agree == total else f"; {total - agree:,} disagree"),
+        err=True,
+    )
+    if len(found) > 1:
+        typer.echo(
+            f"note: K = {', '.join(map(str, found))} all reproduce the run; the smallest is used",
+            err=True,
+        )

@@ -1,0 +1,190 @@
+"""The loop replay against three real Dressage runs and what Dressage itself decided.
+
+Each fixture archive holds a run folder as Dressage left it, plus ``run.json`` (the
+settings) and ``truth.jsonl`` (Dressage's own decision for every group attempt, recorded by
+observers around its functions). The replay reads neither: they are only compared with.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from analysis.engine.loop import LoopReplay, replay_run
+from analysis.io.dressage_run import RunLog, find_run_root, is_run_folder, read_run
+from tests.real_runs import RUNS, by_trajectory, disagreements
+
+
+@pytest.fixture(scope="session")
+def runs(run_folders: dict[str, Path]) -> dict[str, RunLog]:
+    return {name: read_run(folder) for name, folder in run_folders.items()}
+
+
+@pytest.fixture(scope="session")
+def replays(
+    runs: dict[str, RunLog], run_settings: dict[str, dict[str, Any]]
+) -> dict[str, LoopReplay]:
+    return {
+        name: replay_run(run, keep_versions=run_settings[name]["keep_versions"])
+        for name, run in runs.items()
+    }
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_every_consumed_or_dropped_trajectory_matches_dressage(
+    name: str,
+    replays: dict[str, LoopReplay],
+    truth: dict[str, list[dict[str, Any]]],
+    run_settings: dict[str, Any],
+) -> None:
+    problems = disagreements(
+        replays[name].trajectories, truth[name], run_settings[name]["rollout_ids"]
+    )
+    assert problems == []
+    # one group_id per truth attempt, different attempts differ
+    first = by_trajectory(replays[name].trajectories)
+    ids = [first[a["session_ids"][0]]["group_id"] for a in truth[name]]
+    assert len(set(ids)) == len(truth[name])
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_calls_retries_verdicts_and_leftovers_match_dressage(
+    name: str, replays: dict[str, LoopReplay], truth: dict[str, list[dict[str, Any]]]
+) -> None:
+    rows = by_trajectory(replays[name].trajectories)
+    for attempt in truth[name]:
+        row = rows[attempt["session_ids"][0]]
+        if attempt["outcome"] in ("dropped_stale", "failed", "rejected_span", "leftover"):
+            assert row["decided_in"] == attempt["rollout_id"], attempt["group_id"]
+        if attempt["outcome"] in ("failed", "rejected_span"):
+            assert row["retried"] == attempt["retried"], attempt["group_id"]
+            assert row["span_verdict"] == attempt["dressage_span_verdict"], attempt["group_id"]
+        if attempt["outcome"] == "leftover":
+            assert (row["decision"], row["leftover"]) == ("leftover", attempt["leftover"])
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_self_checks_agree_at_the_runs_own_k(name: str, replays: dict[str, LoopReplay]) -> None:
+    checks = replays[name].checks
+    assert checks.height > 50
+    assert {"kept_groups", "log/dropped_stale", "staleness/version_gap_mean"} <= set(
+        checks["check"]
+    )
+    assert checks.filter(~pl.col("agrees")).rows() == []
+    assert replays[name].consistent
+
+
+@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("wrong", ["zero", "one more"])
+def test_a_wrong_k_shows_in_the_self_checks(
+    name: str, wrong: str, runs: dict[str, RunLog], run_settings: dict[str, Any]
+) -> None:
+    k = 0 if wrong == "zero" else run_settings[name]["keep_versions"] + 1
+    replay = replay_run(runs[name], keep_versions=k)
+    assert not replay.consistent
+    assert replay.checks.filter(~pl.col("agrees")).height >= 1
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_attempt_keys_rebuild_dressages_groups(
+    name: str, runs: dict[str, RunLog], truth: dict[str, list[dict[str, Any]]]
+) -> None:
+    trajectories = runs[name].trajectories
+    rebuilt = {
+        frozenset(ids)
+        for ids in trajectories.group_by("attempt_id")
+        .agg("trajectory_id")["trajectory_id"]
+        .to_list()
+    }
+    assert rebuilt == {frozenset(a["session_ids"]) for a in truth[name]}
+    draws = dict(runs[name].attempts.select("attempt_id", "draw").iter_rows())
+    owner = dict(trajectories.select("trajectory_id", "attempt_id").iter_rows())
+    assert all(draws[owner[a["session_ids"][0]]] == a["group_index"] for a in truth[name])
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_failures_are_classified_from_the_error_not_stale_metadata(
+    name: str, runs: dict[str, RunLog], truth: dict[str, list[dict[str, Any]]]
+) -> None:
+    wanted = {}
+    for attempt in truth[name]:
+        wanted.update(dict.fromkeys(attempt["rejected_sessions"], "span"))
+        wanted.update(attempt["failed_sessions"])
+    found = {
+        session: kind
+        for session, kind in runs[name]
+        .trajectories.select("trajectory_id", "fail_kind")
+        .iter_rows()
+        if kind is not None
+    }
+    assert found == wanted
+
+
+def test_span_verdict_is_sticky_across_retries(
+    runs: dict[str, RunLog], truth: dict[str, list[dict[str, Any]]]
+) -> None:
+    """k2-m1: a retry of a span-rejected draw that fails for another reason still counts."""
+    rows = by_trajectory(runs["k2-m1"].trajectories)
+    verdicts = dict(runs["k2-m1"].attempts.select("attempt_id", "span_verdict").iter_rows())
+    sticky = 0
+    for attempt in truth["k2-m1"]:
+        if attempt["outcome"] in ("failed", "rejected_span"):
+            verdict = verdicts[rows[attempt["session_ids"][0]]["attempt_id"]]
+            assert verdict == attempt["dressage_span_verdict"]
+            sticky += attempt["outcome"] == "failed" and verdict
+    assert sticky >= 1
+
+
+def copy_without(folder: Path, missing: str, into: Path) -> Path:
+    copy = into / folder.name
+    shutil.copytree(folder, copy)
+    target = copy / missing
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return copy
+
+
+@pytest.mark.parametrize("name", ["k2-m1", "k3-m2-n8"])
+def test_without_traj_err_the_replay_degrades_with_a_warning(
+    name: str, run_folders: dict[str, Path], run_settings: dict[str, Any], tmp_path: Path
+) -> None:
+    run = read_run(copy_without(run_folders[name], "traj_err", tmp_path))
+    replay = replay_run(run, keep_versions=run_settings[name]["keep_versions"])
+    assert any("traj_err" in w for w in replay.warnings)
+    assert replay.trajectories.filter(pl.col("decision") == "kept").height > 0
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_without_the_log_call_starts_are_inferred(
+    name: str,
+    run_folders: dict[str, Path],
+    run_settings: dict[str, Any],
+    truth: dict[str, list[dict[str, Any]]],
+    tmp_path: Path,
+) -> None:
+    run = read_run(copy_without(run_folders[name], "dressage_log.txt", tmp_path))
+    assert run.calls.height == 0
+    replay = replay_run(run, keep_versions=run_settings[name]["keep_versions"])
+    assert any("dressage_log.txt" in w for w in replay.warnings)
+    assert disagreements(replay.trajectories, truth[name], run_settings[name]["rollout_ids"]) == []
+
+
+def test_run_folder_is_found_with_or_without_its_run_level(run_folders: dict[str, Path]) -> None:
+    folder = run_folders["k2-m1"]
+    assert is_run_folder(folder)
+    assert find_run_root(folder.parent) is None  # three runs: which one is ambiguous
+    assert find_run_root(folder / "traj_payload") == folder
+    assert not is_run_folder(folder / "rollout_data")
+
+
+def test_a_single_run_below_the_given_folder_is_read(
+    run_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    shutil.copytree(run_folders["k1-mnone"], tmp_path / "artifacts" / "k1-mnone")
+    assert find_run_root(tmp_path / "artifacts") == tmp_path / "artifacts" / "k1-mnone"
+    run = read_run(tmp_path / "artifacts", trajectories_only=True)
+    assert run.trajectories.height == 196
+    assert run.calls.height == 0
