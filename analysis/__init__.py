@@ -62,6 +62,7 @@ from analysis.io.tables import (
     write_frame,
     write_frame_to,
 )
+from analysis.io.train_dumps import TrainDumps, read_train_dumps
 from analysis.labels import derive_end_version, real_label, run_length_spans
 from analysis.schema import CANONICAL_SCHEMA
 from analysis.simulator import SimulationConfig, simulate
@@ -97,6 +98,7 @@ __all__ = [
     "SettingSyntaxError",
     "SimulationConfig",
     "SweepResult",
+    "TrainDumps",
     "UnknownFormatError",
     "UnsafePickleError",
     "check_output",
@@ -113,6 +115,7 @@ __all__ = [
     "parse_max_preempts",
     "prepare",
     "read_run",
+    "read_train_dumps",
     "real_label",
     "records_to_table",
     "refuse_overwriting_inputs",

@@ -43,6 +43,8 @@ _TYPES: dict[str, str] = {
     "remove_sample": "Boolean",
     "log_prob_drift": "Float64",
     "log_prob_tokens": "Int64",
+    "completed_at": "Float64",
+    "returned": "Boolean",
 }
 """Each column's polars type by name; ``Spans`` is a list of {start, end, version}."""
 

@@ -401,5 +401,12 @@ def _record(
             "dressage_end_token_version": end_version,
             "dressage_return_rollout_id": trainer_step,
             "restarts": trajectory.restarts,
+            # When the trajectory finished, as Dressage's proxy stamps it (text of Unix
+            # seconds; simulated time starts at SIMULATED_EPOCH).
+            "proxy_extra_info": {"timestamp": repr(SIMULATED_EPOCH + trajectory.finished_at)},
         },
     }
+
+
+SIMULATED_EPOCH = 1.7e9
+"""Unix time at which a simulation starts (2023-11-14), so times read as dates."""

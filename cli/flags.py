@@ -19,6 +19,8 @@ FLAGS = {
     "fields": "--field",
     "on_bad_record": "--on-bad-record",
     "trust_pickle": "--trust-pickle",
+    "include_eval": "--eval",
+    "train_dumps": "--train-dumps",
     "log_format": "--format",
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)

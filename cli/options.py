@@ -160,6 +160,15 @@ TrustPickle = Annotated[
         metavar=FLAG,
     ),
 ]
+IncludeEval = Annotated[
+    bool,
+    typer.Option(
+        "--eval",
+        help="Also read a folder's evaluation dumps (eval_<N>.pt), as groups of their own "
+        "(ids eval:<rollout_id>:<instance or index>); left out by default.",
+        metavar=FLAG,
+    ),
+]
 OrderBy = Annotated[
     str | None,
     typer.Option(
@@ -206,7 +215,7 @@ BatchGroups = Annotated[
 
 def read_options(
     *, field: list[str] | None, on_bad_record: BadRecordPolicy, trust_pickle: bool,
-    order_by: str | None = None,
+    order_by: str | None = None, include_eval: bool = False,
 ) -> analysis.ReadOptions:  # fmt: skip
     """The read options the shared flags give; a --field that does not parse is a usage error."""
     try:
@@ -215,7 +224,7 @@ def read_options(
         raise usage_error(error) from None
     return analysis.ReadOptions(
         fields=fields, extra_fields=(order_by,) if order_by else (),
-        on_bad_record=on_bad_record.value, trust_pickle=trust_pickle,
+        on_bad_record=on_bad_record.value, trust_pickle=trust_pickle, include_eval=include_eval,
     )  # fmt: skip
 
 
@@ -251,9 +260,11 @@ class Reading:
 def reading(
     inputs: Sequence[Path], *, field: list[str] | None, on_bad_record: BadRecordPolicy,
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,
+    include_eval: bool = False,
 ) -> Reading:  # fmt: skip
     """What the shared options of a command that reads logs say."""
     options = read_options(
-        field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by
-    )
+        field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by,
+        include_eval=include_eval,
+    )  # fmt: skip
     return Reading(inputs, options, order_by, quiet)

@@ -202,6 +202,9 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     info = inspection.to_dict()
     for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps"):
         facts.add_row(key.replace("_", " "), f"{info[key]:,}")
+    if inspection.eval_records:
+        facts.add_row("of them evaluation", f"{inspection.eval_groups:,} groups, "
+                      f"{inspection.eval_records:,} records")  # fmt: skip
     facts.add_row("format", ", ".join(inspection.formats) or "-")
     facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
     console.print(facts)

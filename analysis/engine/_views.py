@@ -147,7 +147,7 @@ def real_labels_expr(written: Iterable[str]) -> pl.Expr:
     """An expression for ``list.eval`` giving the real labels of a record's spans, normalised.
 
     ``written`` are the distinct labels of the spans (:func:`written_labels`). Realness
-    (SPEC §2) is decided once per distinct label; labels that need stripping (rare) are
+    (docs/semantics.md §2) is decided once per distinct label; labels that need stripping (rare) are
     mapped to their normal form, the others filtered.
     """
     normal = {text: real_label(text) for text in written}

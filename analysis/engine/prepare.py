@@ -30,7 +30,7 @@ from analysis.errors import ConfigError, MissingFieldError, counted, setting
 
 REPLAY_COLUMNS = (
     "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
-    "response_length", "loss_mask_length", "trainer_step",
+    "response_length", "loss_mask_length", "trainer_step", "returned",
 )  # fmt: skip
 """The canonical columns that :func:`prepare` (and so a replay or sweep) reads."""
 
@@ -53,7 +53,7 @@ class TrajectoryArrays:
     tokens_missing: np.ndarray
     span: np.ndarray
     version_row: np.ndarray
-    """The record whose end version is the trajectory's version (SPEC §2)."""
+    """The record whose end version is the trajectory's version (docs/semantics.md §2)."""
     first_versioned_row: np.ndarray
     arrival: np.ndarray
     """Arrival position of the trajectory's group."""
@@ -76,6 +76,9 @@ class PreparedLog:
     per_trajectory: TrajectoryArrays = field(repr=False, compare=False)
     _rows: pl.DataFrame = field(repr=False, compare=False)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    only_returned: bool = False
+    """Whether every record says Dressage returned it to the trainer
+    (``metadata.dressage_partial_rollout_returned``): a log Dressage had filtered already."""
 
     @functools.cached_property
     def trajectories(self) -> pl.DataFrame:
@@ -99,16 +102,27 @@ class PreparedLog:
     @property
     def warnings(self) -> tuple[str, ...]:
         """What preparing found that a user should hear about (the CLI prints it)."""
-        if not self.duplicate_records:
-            return ()
-        return (
-            f"{counted(self.duplicate_records, 'record')} share a (group, trajectory, segment) "
-            "with another, so they are counted more than once: is the same run given twice, "
-            "in two formats say? (inspect counts them too)",
-        )
+        warnings = []
+        if self.duplicate_records:
+            warnings.append(
+                f"{counted(self.duplicate_records, 'record')} share a (group, trajectory, "
+                "segment) with another, so they are counted more than once: is the same run "
+                "given twice, in two formats say? (inspect counts them too)"
+            )
+        if self.only_returned:
+            warnings.append(
+                "every record is of a group Dressage returned to the trainer "
+                "(dressage_partial_rollout_returned): the log was filtered already, so what "
+                "Dressage dropped is not in it, and it is in dump order (by sample index), not "
+                "arrival order. It shows the staleness of what was trained on; a replay cannot "
+                "show what a looser setting would have kept, and at the run's own setting may "
+                "drop groups Dressage kept. Replay the run folder (traj_payload/, traj_err/, "
+                "dressage_log.txt) for Dressage's decisions"
+            )
+        return tuple(warnings)
 
     def trajectory_versions(self) -> pl.Series:
-        """Each group's trajectory versions (SPEC §2) as a list, groups in arrival order."""
+        """Each group's trajectory versions (docs/semantics.md §2) as a list, groups in arrival order."""
         if "trajectory_versions" not in self._cache:
             arrays = self.arrays
             self._cache["trajectory_versions"] = _lists(
@@ -227,6 +241,9 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
         tokens_known=not response_missing.any(),
         inferred_batch_groups=inferred_batch_groups,
         arrays=arrays,
+        only_returned=bool(
+            rows.height and rows["returned"].null_count() == 0 and rows["returned"].all()
+        ),
         per_trajectory=per_trajectory,
         _rows=rows,
     )
@@ -238,7 +255,7 @@ _ORDER_KEY = "\x00order_by"
 def _arrival_positions(
     rows: pl.DataFrame, group_code: np.ndarray, n_groups: int, order_by: str | None
 ) -> np.ndarray:
-    """Arrival position of each group code (SPEC §5).
+    """Arrival position of each group code (docs/semantics.md §5).
 
     Codes are already in order of first appearance; ``order_by`` sorts groups by the
     column's per-group maximum instead, nulls last, ties by first appearance.
@@ -304,7 +321,7 @@ def _trajectory_arrays(
     response_missing: np.ndarray,
     arrival: np.ndarray,
 ) -> TrajectoryArrays:
-    """Per trajectory: records, tokens, span and the record that gives its version (SPEC §2, §4).
+    """Per trajectory: records, tokens, span and the record that gives its version (docs/semantics.md §2, §4).
 
     A trajectory is (group, trajectory id); a record without an id is its own. The
     trajectories that have a single record (``single``; nearly all in most logs) take
@@ -439,7 +456,7 @@ def _group_arrays(
     switches = np.maximum(span - 1, 0)
     max_switches = by_trajectory.max(switches if every_checked else np.where(checked, switches, -1))
     # One version per versioned trajectory, groups in arrival order, trajectories in
-    # order of their first versioned record (SPEC §2). The version is the end version
+    # order of their first versioned record (docs/semantics.md §2). The version is the end version
     # of one record (``version_row``), whose label code is already known.
     version_row, first, owner = facts.version_row, facts.first_versioned_row, arrival
     every_versioned = bool((version_row >= 0).all())

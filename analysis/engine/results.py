@@ -64,8 +64,9 @@ def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
         )
     if prepared.inferred_batch_groups is None:
         raise ConfigError(
-            "batch_groups cannot be inferred: the log has no trainer steps "
-            "(rollout_id / metadata.dressage_return_rollout_id); "
+            "batch_groups cannot be inferred: the log has no trainer steps (the rollout_id of "
+            "a slime dump file, or metadata.dressage_return_rollout_id; a sample's own "
+            "rollout_id is not one: Dressage sets it to the sample index); "
             f"pass {setting('batch_groups', 'B')} (or {setting('fields', 'trainer_step=PATH')} "
             "if the steps are under another name)"
         )

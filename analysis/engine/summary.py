@@ -24,7 +24,7 @@ from analysis.errors import Message, counted, setting
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """Figures of one replay (SPEC §6); :meth:`to_dict` gives the ``--json`` shape."""
+    """Figures of one replay (docs/semantics.md §6); :meth:`to_dict` gives the ``--json`` shape."""
 
     config: ReplayConfig
     counts: dict[str, dict[str, int | None]]

@@ -111,12 +111,32 @@ class Chunk:
 
 
 def is_artifact_folder(root: Path) -> bool:
-    """Whether ``root`` holds at least one ``<instance>/<session>/samples/<n>.json``."""
+    """Whether ``root`` holds at least one ``<instance>/<session>/samples/<n>.json`` (a
+    completed trajectory) or ``<instance>/<session>/error.json`` (a failed one)."""
     return any(
-        _segment_files(os.path.join(session, "samples"), [])
-        for instance in _directories(str(root), [])
+        _session_files(session, [])
+        for instance in instance_folders(root, [])
         for session in _directories(instance, [])
     )
+
+
+RUN_TREES = ("traj_payload", "traj_err")
+"""The artifact trees of a Dressage run folder: completed and failed trajectories."""
+
+
+def is_run_tree(root: Path) -> bool:
+    """Whether ``root`` holds a Dressage run's artifact trees (False where it cannot be
+    looked into: reading it then says why)."""
+    return any(os.path.isdir(root / tree) for tree in RUN_TREES)
+
+
+def instance_folders(root: Path, problems: list[FileResult]) -> list[str]:
+    """The instance folders of an artifact tree; of a run folder, those of both its trees
+    (``traj_payload/``, ``traj_err/``), read together so that arrival order covers both."""
+    trees = [root / tree for tree in RUN_TREES if os.path.isdir(root / tree)]
+    if not trees:
+        return _directories(str(root), problems)
+    return [instance for tree in trees for instance in _directories(str(tree), problems)]
 
 
 def read_artifact_folder(
@@ -126,8 +146,12 @@ def read_artifact_folder(
     extra: Sequence[str] = (),
     on_chunk: Callable[[Chunk], None],
     progress: Callable[[int, int], None] | None = None,
+    tie_warnings: list[str] | None = None,
 ) -> tuple[int, list[str]]:
     """Read every segment file below ``root``; return how many there were, and warnings.
+
+    The warning that files share a modification time goes to ``tie_warnings`` when given
+    (the caller knows whether the files are ordered by it).
 
     The results go to ``on_chunk`` a few thousand files at a time, in no particular
     order: the caller puts them in arrival order (modification time, then path) once
@@ -136,7 +160,7 @@ def read_artifact_folder(
     place of rows. ``progress(done, total)`` counts instance folders.
     """
     problems: list[FileResult] = []
-    instances = sorted(_directories(str(root), problems))
+    instances = sorted(instance_folders(root, problems))
     warnings: list[str] = []
     stamps = array.array("q")
 
@@ -172,7 +196,7 @@ def read_artifact_folder(
             read(problems)
     if progress is not None:
         progress(len(instances), len(instances))
-    warnings += _tie_warning(stamps)
+    (warnings if tie_warnings is None else tie_warnings).extend(_tie_warning(stamps))
     return len(stamps), warnings
 
 
@@ -261,8 +285,9 @@ def read_instance(
 ) -> None:
     """Add the results of every segment file below one instance folder to ``results``."""
     for session in _directories(instance, results):
-        files = _segment_files(f"{session}{os.sep}samples", results)
-        results += [read_segment_file(path, fields, extra) for path in files]
+        results += [
+            read_segment_file(path, fields, extra) for path in _session_files(session, results)
+        ]
 
 
 def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
@@ -270,7 +295,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
     try:
         stamp, data = _read_file(path)
     except OSError as exc:
-        return unreadable_error(path, f"{path}: cannot read ({exc.strerror})")
+        return _unreadable_entry(path, f"{path}: cannot read ({exc.strerror})")
     if data is None:
         return stamp, path, []  # no longer a regular file (replaced since it was listed)
     try:
@@ -340,8 +365,18 @@ def _directories(path: str, problems: list[FileResult]) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
-        problems.append(unreadable_error(path, f"{path}: cannot list the folder ({exc.strerror})"))
+        problems.append(_unreadable_entry(path, f"{path}: cannot list the folder ({exc.strerror})"))
         return []
+
+
+def _session_files(session: str, problems: list[FileResult]) -> list[str]:
+    """A session folder's records: its segment files (``samples/*.json``) and, for a
+    trajectory that failed (Dressage's ``traj_err/`` tree), its ``error.json``."""
+    files = _segment_files(f"{session}{os.sep}samples", problems)
+    error = f"{session}{os.sep}error.json"
+    if os.path.isfile(error):
+        files.append(error)
+    return files
 
 
 def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
@@ -353,12 +388,12 @@ def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
         return []
     except OSError as exc:
         problems.append(
-            unreadable_error(samples, f"{samples}: cannot list the folder ({exc.strerror})")
+            _unreadable_entry(samples, f"{samples}: cannot list the folder ({exc.strerror})")
         )
         return []
 
 
-def unreadable_error(path: str, message: str) -> FileResult:
+def _unreadable_entry(path: str, message: str) -> FileResult:
     """A file or folder that could not be read: no time (-1, so it sorts first), an error."""
     return -1, path, [(0, None, ("InputNotFoundError", message))]
 

@@ -12,10 +12,12 @@ from typing import Literal
 
 from analysis.errors import (
     InputNotFoundError,
+    Message,
     UnknownFormatError,
     counted,
+    setting,
 )
-from analysis.io.artifacts import is_artifact_folder
+from analysis.io.artifacts import is_artifact_folder, is_run_tree
 from analysis.io.pickles import ZIP_MAGIC
 
 Format = Literal["jsonl", "artifacts", "pt", "parquet", "ipc"]
@@ -32,8 +34,13 @@ class Source:
     """How many files it stands for (an artifact folder's segment files, once read)."""
 
 
-def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str]]:
-    """Expand inputs (files, directories, globs) into sources in arrival order, plus warnings."""
+def detect_sources(
+    inputs: Sequence[str | Path], *, include_eval: bool = False
+) -> tuple[list[Source], list[str]]:
+    """Expand inputs (files, directories, globs) into sources in arrival order, plus warnings.
+
+    A folder's evaluation dumps (``eval_<N>.pt``) are left out unless ``include_eval``
+    (a warning names them); a file given by name is always read."""
     sources: list[Source] = []
     warnings: list[str] = []
     for raw in inputs:
@@ -52,12 +59,12 @@ def detect_sources(inputs: Sequence[str | Path]) -> tuple[list[Source], list[str
             if not matches:
                 raise InputNotFoundError(f"{raw}: no such file or directory; check the path")
             for match in matches:
-                found, more = detect_sources([match])
+                found, more = detect_sources([match], include_eval=include_eval)
                 sources += found
                 warnings += more
             continue
         if is_dir:
-            found, more = _directory_sources(path)
+            found, more = _eval_apart(path, *_directory_sources(path), include_eval=include_eval)
             sources += found
             warnings += more
         else:
@@ -108,9 +115,17 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
 
 
 def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
-    """A folder's logs: its slime dumps, else its Dressage artifact tree, else its JSONL
-    files, else its Parquet/Arrow files. Logs of a later kind beside them are not read
-    (runs keep one kind of log), with a warning that names them."""
+    """A folder's logs: a Dressage run folder's artifact trees, else its slime dumps, else
+    its Dressage artifact tree, else its JSONL files, else its Parquet/Arrow files. Logs of
+    a later kind beside them are not read (runs keep one kind of log), with a warning that
+    names them."""
+    if is_run_tree(root):
+        return [Source(root, "artifacts", folder=True)], [
+            f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
+            "log (every attempt, in completion order) for the simple loop of "
+            "docs/semantics.md §3; `replay` and `verify` replay the run as Dressage's own "
+            "loop runs (§12)"
+        ]
     found, broken = _folder_files(root)
     artifacts = is_artifact_folder(root)
     chosen: list[Source] = []
@@ -151,6 +166,39 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             "(pass those files explicitly to read them too, unless they hold the same run)"
         )
     return chosen, warnings
+
+
+def is_eval_dump(path: Path) -> bool:
+    """Whether a file is a slime evaluation dump, ``eval_<N>.pt`` beside the training
+    dumps: nothing inside says so, only the name (slime's own ``save_debug_rollout_data``
+    names them this way)."""
+    name = path.name.lower()
+    return name.startswith("eval_") and name.endswith((".pt", ".pkl", ".pickle"))
+
+
+def _eval_apart(
+    root: Path, sources: list[Source], warnings: list[str], *, include_eval: bool
+) -> tuple[list[Source], list[str]]:
+    """A folder's sources without its evaluation dumps, unless ``include_eval``: their
+    samples are not training data, and counted among the steps' groups they would be
+    replayed as extra groups."""
+    evals = [s for s in sources if not s.folder and is_eval_dump(s.path)]
+    if include_eval or not evals:
+        return sources, warnings
+    names = ", ".join(s.path.name for s in evals[:3]) + (", ..." if evals[3:] else "")
+    if len(evals) == len(sources):
+        raise UnknownFormatError(
+            Message(
+                f"{root}: holds only evaluation dumps ({names}); pass "
+                f"{setting('include_eval', True)} to read them as a log of their own"
+            )
+        )
+    note = Message(
+        f"{root}: {counted(len(evals), 'evaluation dump')} ({names}) not read, so that "
+        f"evaluation samples are not taken for training groups; pass {setting('include_eval', True)} "
+        "to read them as groups of their own (ids eval:<rollout_id>:<instance or index>)"
+    )
+    return [s for s in sources if s not in evals], [*warnings, note]
 
 
 def file_format(path: Path) -> Format:

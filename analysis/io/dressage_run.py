@@ -152,8 +152,12 @@ def find_run_root(path: Path) -> Path | None:
 
 
 def is_run_folder(path: str | Path) -> bool:
-    """Whether ``path`` is (or holds exactly one) Dressage run folder."""
-    return find_run_root(Path(path)) is not None
+    """Whether ``path`` is (or holds exactly one) Dressage run folder; False for a path
+    that cannot be looked at (reading it says why, in the loader's words)."""
+    try:
+        return find_run_root(Path(path)) is not None
+    except OSError:
+        return False
 
 
 def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:

@@ -7,16 +7,32 @@ from typing import Any
 
 from analysis.errors import (
     LogFormatError,
+    UnknownFormatError,
+    setting,
 )
-from analysis.io.discover import Source
+from analysis.io.discover import Source, is_eval_dump
 from analysis.io.fields import (
     short_repr,
 )
 from analysis.io.pickles import load_pickled
+from analysis.io.train_dumps import train_dump_layout
+
+EVAL_GROUP_PREFIX = "eval:"
+"""Group ids of evaluation samples start with this (``eval:<rollout_id>:<key>``), so that
+they never merge with training groups and ``inspect`` can count them apart."""
 
 
 def dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[Any]]:
+    """A dump's ``rollout_id`` and its samples as plain dicts; an evaluation dump's
+    samples get group ids of their own (:func:`eval_group_ids`)."""
     obj = load_pickled(path, trust_pickle=trust_pickle)
+    layout = train_dump_layout(obj)
+    if layout is not None:
+        raise UnknownFormatError(
+            f"{path}: a slime train-side dump ({layout} layout), not a rollout log; give its "
+            f"folder to `compare` as {setting('train_dumps', 'PATH')}, beside the rollout log "
+            "(rollout_data/) it was trained on"
+        )
     if isinstance(obj, dict) and "samples" in obj:
         rollout_id = obj.get("rollout_id")
         if rollout_id is not None and (
@@ -35,7 +51,30 @@ def dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[An
         )
     if not isinstance(samples, list):
         raise LogFormatError(f"{path}: 'samples' must be a list (found {type(samples).__name__})")
-    return rollout_id, [_plain(s) for s in samples]
+    plain = [_plain(s) for s in samples]
+    if is_eval_dump(path):
+        plain = eval_group_ids(plain, rollout_id)
+    return rollout_id, plain
+
+
+def eval_group_ids(samples: list[Any], rollout_id: int | None) -> list[Any]:
+    """Evaluation samples with the group id ``eval:<rollout_id>:<key>``, the key being
+    ``metadata.instance_id`` (samples of one prompt form a group), else the sample's
+    ``index``, else its position: they carry no group id of their own (``group_index``
+    is None), and the instance id they would fall back to could be a training prompt's."""
+    marked = []
+    for position, sample in enumerate(samples):
+        if not isinstance(sample, dict):
+            marked.append(sample)  # a bad record, said so where it is read
+            continue
+        metadata = sample.get("metadata")
+        key = metadata.get("instance_id") if isinstance(metadata, dict) else None
+        if key is None or isinstance(key, (dict, list)):
+            index = sample.get("index")
+            key = index if type(index) is int else position
+        step = "" if rollout_id is None else rollout_id
+        marked.append({**sample, "group_index": f"{EVAL_GROUP_PREFIX}{step}:{key}"})
+    return marked
 
 
 def _plain(value: Any) -> Any:

@@ -9,9 +9,11 @@ never polars, pyarrow or NumPy.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -59,6 +61,11 @@ class FieldMap:
     remove_sample: tuple[str, ...] = ("remove_sample",)
     rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
     log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
+    completed_at: tuple[str, ...] = ("metadata.proxy_extra_info.timestamp", "timestamp")
+    returned: tuple[str, ...] = ("metadata.dressage_partial_rollout_returned",)
+    weight_versions: tuple[str, ...] = ("weight_versions", "metadata.weight_versions")
+    """Plain slime: one weight-version label per generate call; versions a record that has
+    neither an end version nor token versions (docs/semantics.md §1.1, §2.4)."""
 
     @classmethod
     def parse(cls, items: Sequence[str]) -> FieldMap:
@@ -133,6 +140,9 @@ class Found(NamedTuple):
     remove_sample: Any
     rollout_log_probs: Any
     log_probs: Any
+    completed_at: Any
+    returned: Any
+    weight_versions: Any
 
 
 @functools.lru_cache(maxsize=64)
@@ -319,15 +329,11 @@ def _canonical_row(
     file_step: int | None,
     extra: Sequence[str],
 ) -> dict[str, Any]:
+    error = _error_document(record)
+    if error is not None:  # a Dressage error.json: the failed trajectory's sample, aborted
+        record = error
     found = fields.find(record)
-    group = found.group
-    if group is None:
-        raise MissingFieldError(
-            f"{where}: no group id (looked for {', '.join(fields.group)}); "
-            f"fields present: {_fields_present(record)}; pass {setting('fields', 'group=PATH')}"
-        )
-    if isinstance(group, (dict, list)):
-        raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
+    group = _group_of(record, found, fields, where, error=error is not None)
     trajectory = found.trajectory
     if isinstance(trajectory, (dict, list)):
         raise LogFormatError(
@@ -357,7 +363,11 @@ def _canonical_row(
     end_raw = found.end_version
     end_version = real_label(end_raw)
     derived = False
-    if end_raw is None and spans:
+    if end_raw is None and spans is None and found.weight_versions is not None:
+        # Plain slime: spans over generate calls, not tokens (docs/semantics.md §1.1).
+        spans, end_version = _call_versions(found.weight_versions, where)
+        derived = end_version is not None
+    elif end_raw is None and spans:
         end_version = derive_end_version(
             spans, response_length=response_length, loss_mask=loss_mask
         )
@@ -367,7 +377,7 @@ def _canonical_row(
     reward = found.reward
     if isinstance(reward, bool) or not isinstance(reward, (int, float, type(None))):
         reward = None  # rewards can be structured (dicts of sub-rewards); not a scalar here
-    status = found.status
+    status = "aborted" if error is not None else found.status
     remove = found.remove_sample
 
     drift, drift_tokens = _log_prob_drift(found, loss_mask, where)
@@ -388,6 +398,8 @@ def _canonical_row(
         "remove_sample": None if remove is None else bool(remove),
         "log_prob_drift": drift,
         "log_prob_tokens": drift_tokens,
+        "completed_at": _as_time(found.completed_at, where),
+        "returned": None if found.returned is None else bool(found.returned),
     }
     for path in extra:
         if path in CANONICAL_COLUMNS:
@@ -395,6 +407,131 @@ def _canonical_row(
         value = _lookup(record, path)
         row[path] = None if value is _MISSING or _is_skipped(value) else value
     return row
+
+
+_DEFAULT_GROUP = FieldMap().group
+
+
+def _group_of(
+    record: dict[str, Any], found: Found, fields: FieldMap, where: str, *, error: bool
+) -> Any:
+    """A record's group id: the first of the group paths (§1.1), or its attempt (§1.3)."""
+    group = found.group
+    if group is None:
+        raise MissingFieldError(
+            f"{where}: no group id (looked for {', '.join(fields.group)}); "
+            f"fields present: {_fields_present(record)}; pass {setting('fields', 'group=PATH')}"
+        )
+    if isinstance(group, (dict, list)):
+        raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
+    if fields.group == _DEFAULT_GROUP or error:
+        group = _attempt_group(record, group, error)
+    return group
+
+
+def attempt_label(instance_id: str, start_rollout_id: int | None, retry_count: int) -> str:
+    """A Dressage group attempt's id: ``<instance>/s<start rollout>/r<retry count>``
+    (docs/semantics.md §12.1)."""
+    start = "?" if start_rollout_id is None else start_rollout_id
+    return f"{instance_id}/s{start}/r{retry_count}"
+
+
+def _attempt_group(record: dict[str, Any], group: Any, always: bool) -> Any:
+    """The group of a Dressage artifact: its attempt, when it carries no group id of its
+    own (Dressage removes the async group id before writing artifacts, and the instance id
+    it falls back to is shared by every epoch and retry of a prompt; §1.3, §12.1)."""
+    metadata = record.get("metadata")
+    if not isinstance(metadata, dict):
+        return group
+    start = metadata.get("dressage_start_rollout_id")
+    if type(start) is not int:
+        return group
+    if not always and (
+        record.get("group_index") is not None
+        or metadata.get("dressage_return_async_group_id") is not None
+        or record.get("dressage_return_async_group_id") is not None
+    ):
+        return group
+    instance = metadata.get("instance_id", record.get("instance_id"))
+    if instance is None or isinstance(instance, (dict, list)):
+        return group
+    retry = metadata.get("dressage_retry_count")
+    return attempt_label(str(instance), start, retry if type(retry) is int else 0)
+
+
+def _error_document(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A Dressage ``error.json`` (a failed trajectory: ``success`` false, the sample it was,
+    the error) as a record of that sample: its session, its completion time, the versions
+    the proxy's span check named (a span rejection's body lists them), status aborted."""
+    sample = record.get("sample")
+    if record.get("success") is not False or not isinstance(sample, dict):
+        return None
+    document = dict(sample)
+    metadata = dict(sample.get("metadata") or {})
+    if metadata.get("session_id") is None and record.get("session_id") is not None:
+        metadata["session_id"] = record["session_id"]
+    metadata.setdefault("instance_id", record.get("instance_id"))
+    document["metadata"] = metadata
+    document.setdefault("session_id", record.get("session_id"))
+    document["timestamp"] = record.get("timestamp")
+    versions = _rejected_versions(record)
+    if versions:
+        metadata["full_versions"] = versions
+    # The trajectory never ended: it has no end version to observe (not one derived from
+    # the versions the proxy named), and the proxy keeps none of its tokens.
+    metadata["dressage_end_token_version"] = "-1"
+    document.setdefault("response_length", 0)
+    return document
+
+
+def _rejected_versions(record: dict[str, Any]) -> list[str] | None:
+    """The versions a span rejection's HTTP body names (``"versions": ["9", "10"]``)."""
+    http = record.get("http")
+    response = http.get("response") if isinstance(http, dict) else None
+    body = response.get("body") if isinstance(response, dict) else None
+    if not isinstance(body, str) or "partial_rollout_staleness_exceeded" not in body:
+        return None
+    found = _VERSIONS.search(body.replace('\\"', '"').replace("\\", ""))
+    if found is None:
+        return None
+    return [label.strip().strip('"') for label in found.group(1).split(",") if label.strip()]
+
+
+_VERSIONS = re.compile(r'"versions":\s*\[([^\]]*)\]')
+
+
+def _as_time(value: Any, where: str) -> float | None:
+    """A completion time as Unix seconds: a number, or text of one (Dressage writes the
+    proxy's read time as a string), or an ISO 8601 date."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            return datetime.datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            pass
+    raise LogFormatError(
+        f"{where}: completion time {short_repr(value)} is not a number of seconds or a date"
+    )
+
+
+def _call_versions(value: Any, where: str) -> tuple[list[Span] | None, str | None]:
+    """slime's ``weight_versions`` (one label per generate call) as spans indexed by call,
+    and the last real label as the end version. An empty list, or text (a log written with
+    ``default=str``), versions nothing."""
+    if isinstance(value, str):
+        return None, None
+    labels = _int_list(value, "weight_versions", where) or []
+    if not labels:
+        return None, None
+    real = [label for label in map(real_label, labels) if label is not None]
+    return run_length_spans(labels), real[-1] if real else None
 
 
 def _as_reward(value: int | float | None, where: str) -> float | None:

@@ -31,6 +31,8 @@ class FolderTable:
         self.extra, self.where = extra, where
         self.frames: list[pl.DataFrame] = []
         self.errors: list[tuple[int, str, int, ReplayError]] = []
+        self.by_completion = False
+        """Whether :meth:`table` ordered the rows by completion time (else by file time)."""
 
     def take(self, chunk: Chunk) -> None:
         for stamp, path, number, kind, message in chunk.errors:
@@ -45,10 +47,18 @@ class FolderTable:
         return [error for *_, error in sorted(self.errors, key=lambda e: e[:3])]
 
     def table(self) -> pl.DataFrame | None:
-        """All rows in arrival order: modification time, then path, then record number."""
+        """All rows in arrival order. When every row carries its completion time (Dressage
+        writes the proxy's read time into each segment, and the failure time into each
+        error file), a group arrives when its last trajectory completed, its rows in path
+        order (the files hold no sample order); otherwise by the files' modification
+        times (docs/semantics.md §5.1). Ties: path, then record number."""
         if not self.frames:
             return None
         table = concat_checked(self.frames, self.extra, self.where)
+        self.by_completion = table.height > 0 and table["completed_at"].null_count() == 0
+        if self.by_completion:
+            arrival = pl.col("completed_at").max().over("group_id")
+            return table.sort(arrival, "source", "record").drop(_MTIME)
         return table.sort(_MTIME, "source", "record").drop(_MTIME)
 
 

@@ -216,7 +216,7 @@ class _Reading:
         """The sources in arrival order, with the warnings their list deserves; dumps are
         read first, since their order comes from inside them."""
         report = self.report
-        sources, warnings = detect_sources(inputs)
+        sources, warnings = detect_sources(inputs, include_eval=self.options.include_eval)
         report.sources += [source for source in sources if not source.folder]  # folders once read
         report.warnings += warnings
         times = Counter(source.path.resolve() for source in sources)
@@ -295,9 +295,10 @@ class _Reading:
 
         extra = self.options.extra_fields
         folder = FolderTable(extra, where=str(source.path))
+        ties: list[str] = []
         files, warnings = read_artifact_folder(
             source.path, fields=self.options.fields, extra=extra, on_chunk=folder.take,
-            progress=within,
+            progress=within, tie_warnings=ties,
         )  # fmt: skip
         self.report.sources.append(dataclasses.replace(source, files=files))
         self.report.warnings += warnings
@@ -305,6 +306,8 @@ class _Reading:
             self.skip_or_raise(problem)
         ordered = folder.table()
         if ordered is not None:
+            if not folder.by_completion:
+                self.report.warnings += ties or [_by_modification_time(source.path)]
             yield ordered
 
     def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
@@ -336,6 +339,16 @@ class _Reading:
             self.rows.append(row)
             if len(self.rows) >= options.chunk_records:
                 yield from self._flush(path_text)
+
+
+def _by_modification_time(folder: Path) -> Message:
+    """Artifact files ordered by modification time: a copy or a checkout reorders them."""
+    return Message(
+        f"{folder}: the artifact files carry no completion time "
+        "(metadata.proxy_extra_info.timestamp), so their arrival order is their modification "
+        "times, which a copy or a checkout changes; pass "
+        f"{setting('order_by')} with a completion-time field if the log has one"
+    )
 
 
 def _raw_records(

@@ -33,6 +33,8 @@ class ReadOptions:
     """``fail``: stop at the first bad record or damaged file; ``skip``: skip and count it."""
     trust_pickle: bool = False
     """Unpickle dumps fully (runs code from the file); else the safe reader."""
+    include_eval: bool = False
+    """Also read a folder's evaluation dumps (``eval_<N>.pt``), as groups of their own."""
     columns: tuple[str, ...] | None = None
     """Keep only these canonical columns (all when None); Parquet and Arrow read no others."""
     progress: Callable[[int, int], None] | None = field(default=None, compare=False)

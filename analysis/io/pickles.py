@@ -22,8 +22,23 @@ from analysis.io import arrays
 
 ZIP_MAGIC = b"PK\x03\x04"
 
+
+def _bytes(*args: Any) -> bytes:
+    """``bytes()`` as protocol 2 writes it (``bytes()``, or text and an encoding), never
+    ``bytes(n)``, which would allocate n bytes of the file's choosing."""
+    if not args:
+        return b""
+    if len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        return args[0].encode(args[1])
+    if len(args) == 1 and isinstance(args[0], (bytes, bytearray)):
+        return bytes(args[0])
+    raise ValueError("bytes() of anything but text or bytes is not read")
+
+
 # Globals that only rebuild plain values; none can run code of the file's choosing.
 _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("builtins", "bytes"): _bytes,
+    ("__builtin__", "bytes"): _bytes,
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
     ("builtins", "complex"): complex,

@@ -94,7 +94,9 @@ def write_artifacts(
     """Write a Dressage segment-artifact tree, one pretty-printed JSON file per record.
 
     Layout: ``<root>/<instance_id>/<session_id>/samples/<segment_index>.json``. File
-    modification times follow record order (one second apart), as arrival does.
+    modification times follow record order (one second apart), as arrival does; a record
+    without its completion time (``metadata.proxy_extra_info.timestamp``, as Dressage
+    writes it: text of Unix seconds) gets that time too.
     """
     with atomic_folder(Path(root)) as temp:
         return _write_artifacts(records, temp, start_time=start_time)
@@ -118,10 +120,20 @@ def _write_artifacts(records: Iterable[dict[str, Any]], root: Path, *, start_tim
             **{k: v for k, v in record.items() if k != "metadata"},
             "metadata": metadata,
         }
+        stamp = start_time + count
+        extra_info = metadata.get("proxy_extra_info")
+        if not isinstance(extra_info, dict) or extra_info.get("timestamp") is None:
+            # A record without its completion time gets one in record order.
+            artifact["metadata"] = {
+                **metadata,
+                "proxy_extra_info": {
+                    **(extra_info if isinstance(extra_info, dict) else {}),
+                    "timestamp": repr(stamp),
+                },
+            }
         path = root / instance / session / "samples" / f"{segment}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(artifact, indent=2))
-        stamp = start_time + count
         os.utime(path, (stamp, stamp))
     return count
 

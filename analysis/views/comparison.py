@@ -30,6 +30,7 @@ from analysis.engine import (
     trajectory_outcomes,
 )
 from analysis.errors import ConfigError
+from analysis.io.train_dumps import TrainDumps, join_train_log_probs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -143,6 +144,7 @@ def compare_logs(
     config_b: ReplayConfig,
     names: tuple[str, str] = ("A", "B"),
     order_by: str | None = None,
+    train_dumps: tuple[TrainDumps | None, TrainDumps | None] = (None, None),
 ) -> CompareResult:
     """Replay log ``a`` under ``config_a`` and ``b`` under ``config_b`` and compare them.
 
@@ -159,6 +161,11 @@ def compare_logs(
     have no gap and are left out; a gap's figure is the mean of the records'
     ``log_prob_drift`` weighted by their ``log_prob_tokens``.
 
+    ``train_dumps`` gives each log's train-side dumps (:func:`analysis.read_train_dumps`),
+    when its records carry only the rollout's log-probs (plain slime): a record's drift is
+    then its trained sample's, joined on (trainer step = ``rollout_id``, ``index`` =
+    ``sample_index``); what cannot be joined is said in a note.
+
     Examples
     --------
     >>> import analysis
@@ -170,13 +177,12 @@ def compare_logs(
     ['metric', 'A', 'B']
     """
     names = _check_names(names)
-    tables = (a, b)
+    tables, notes = _with_train_log_probs((a, b), train_dumps, names)
     prepared = tuple(
         log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by) for log in tables
     )
     results = (replay(prepared[0], config_a), replay(prepared[1], config_b))
     gaps, spans, drifts = [], [], []
-    notes: list[str] = []
     without: list[str] = []  # runs given as tables whose records carry no log-probs
     for name, log, ready, result in zip(names, tables, prepared, results, strict=True):
         outcomes = trajectory_outcomes(ready, result)
@@ -220,6 +226,27 @@ def compare_logs(
         drift_by_gap=pl.concat(drifts) if drifts else pl.DataFrame(schema=DRIFT_SCHEMA),
         notes=tuple(notes),
     )
+
+
+def _with_train_log_probs(
+    logs: tuple[PreparedLog | pl.DataFrame, PreparedLog | pl.DataFrame],
+    train_dumps: tuple[TrainDumps | None, TrainDumps | None],
+    names: tuple[str, str],
+) -> tuple[tuple[PreparedLog | pl.DataFrame, ...], list[str]]:
+    """Each log with its records' drift taken from its train dumps, where given."""
+    joined: list[PreparedLog | pl.DataFrame] = []
+    notes: list[str] = []
+    for name, log, train in zip(names, logs, train_dumps, strict=True):
+        if train is not None and isinstance(log, pl.DataFrame):
+            log, said = join_train_log_probs(log, train, name=f"run {name}")
+            notes += said
+        elif train is not None:
+            raise ConfigError(
+                f"run {name}: train dumps need the canonical table, not a PreparedLog "
+                "(the join is on each record's trainer step and index)"
+            )
+        joined.append(log)
+    return tuple(joined), notes
 
 
 def _check_names(names: tuple[str, str]) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from analysis.engine import prepare
+from analysis.io.dumps import EVAL_GROUP_PREFIX
 from analysis.io.load import LoadReport
 
 _NUMERIC = re.compile(r"-?\d+")
@@ -29,6 +30,9 @@ class LogInspection:
     versions: tuple[str, ...]
     quality: dict[str, int]
     warnings: tuple[str, ...] = field(default=())
+    eval_groups: int = 0
+    """Groups of evaluation samples (read with ``include_eval``; ids ``eval:...``)."""
+    eval_records: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +43,8 @@ class LogInspection:
             "trajectories": self.trajectories,
             "segments": self.segments,
             "trainer_steps": self.trainer_steps,
+            "eval_groups": self.eval_groups,
+            "eval_records": self.eval_records,
             "inferred_batch_groups": self.inferred_batch_groups,
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
@@ -79,6 +85,7 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
     # first observation, so nothing is wrong (a warning on every run of 11+ integer
     # versions read as a problem to a new user).
     warnings = list(report.warnings)
+    evaluation = table.filter(pl.col("group_id").str.starts_with(EVAL_GROUP_PREFIX))
     return LogInspection(
         formats=tuple(report.formats),
         sources=report.files,
@@ -91,6 +98,8 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         versions=observed,
         quality=quality,
         warnings=tuple(warnings),
+        eval_groups=evaluation["group_id"].n_unique(),
+        eval_records=evaluation.height,
     )
 
 

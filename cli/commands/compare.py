@@ -14,6 +14,7 @@ from cli.options import (
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
+    IncludeEval,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -35,6 +36,16 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
             "expected two different names, e.g. baseline,controlled", param_hint="--names"
         )
     return given[0], given[1]
+
+
+def train_sides(
+    paths: list[Path], *, trust_pickle: bool
+) -> tuple[analysis.TrainDumps | None, analysis.TrainDumps | None]:
+    """The train dumps of each log: the first --train-dumps is the first log's."""
+    if len(paths) > 2:
+        raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
+    read = [analysis.read_train_dumps([path], trust_pickle=trust_pickle) for path in paths]
+    return (read[0] if read else None), (read[1] if len(read) > 1 else None)
 
 
 def compare(
@@ -70,9 +81,19 @@ def compare(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the comparison as JSON.", metavar=FLAG)
     ] = False,
+    train_dumps: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--train-dumps",
+            help="slime train-side dumps (train_data/) of the first log, then (given again) of "
+            "the second: the trainer's log-probs, joined to the log on (rollout_id, index).",
+            show_default=False,
+        ),
+    ] = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -89,11 +110,14 @@ log-prob drift by gap."""
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
     loaded = [
         reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet).load()
+                quiet=quiet, include_eval=include_eval).load()
         for path in (first, second)
     ]  # fmt: skip
     (table_a, _), (table_b, _) = loaded
-    result = analysis.compare_logs(table_a, table_b, config_a=config, config_b=config, names=named)
+    result = analysis.compare_logs(
+        table_a, table_b, config_a=config, config_b=config, names=named,
+        train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle),
+    )  # fmt: skip
     if plot_file is not None:
         from analysis.views.comparison import plot_compare
         from analysis.views.plots import save_figure

@@ -11,6 +11,7 @@ import analysis
 from cli.options import (
     BadRecordPolicy,
     FieldOption,
+    IncludeEval,
     Inputs,
     OnBadRecord,
     Quiet,
@@ -39,13 +40,14 @@ def convert(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet,
+        order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     report = analysis.LoadReport()
     with progress_bar("converting", quiet=quiet) as update:

@@ -11,6 +11,7 @@ from cli.options import (
     FLAG,
     BadRecordPolicy,
     FieldOption,
+    IncludeEval,
     Inputs,
     OnBadRecord,
     Quiet,
@@ -29,13 +30,15 @@ def inspect(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Show what a log holds: format, counts, versions in observation order, data quality."""
     logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet
-    )
+        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
+        include_eval=include_eval,
+    )  # fmt: skip
     table, report = logs.load()
     inspection = analysis.inspect_log(table, report)
     with results_out():

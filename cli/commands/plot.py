@@ -13,6 +13,7 @@ from cli.options import (
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
+    IncludeEval,
     Inputs,
     KeepVersionsList,
     MaxPreemptsList,
@@ -55,6 +56,7 @@ def plot(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -66,7 +68,7 @@ def plot(
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet,
+        order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:

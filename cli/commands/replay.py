@@ -15,6 +15,7 @@ from cli.options import (
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
+    IncludeEval,
     Inputs,
     OnBadRecord,
     OrderBy,
@@ -77,6 +78,7 @@ def replay(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -97,7 +99,7 @@ def replay(
         return
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet,
+        order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     table, prepared, report = logs.prepare(whole_table=bias)
     result = analysis.replay(prepared, config)

@@ -13,6 +13,7 @@ from cli.options import (
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
+    IncludeEval,
     Inputs,
     KeepVersionsList,
     MaxPreemptsList,
@@ -37,6 +38,7 @@ def report(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -47,7 +49,7 @@ def report(
     analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet,
+        order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
     with progress_bar("replaying settings", quiet=quiet) as update:

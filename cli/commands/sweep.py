@@ -14,6 +14,7 @@ from cli.options import (
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
+    IncludeEval,
     Inputs,
     KeepVersionsList,
     MaxPreemptsList,
@@ -48,6 +49,7 @@ def sweep(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -57,7 +59,7 @@ def sweep(
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet,
+        order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:

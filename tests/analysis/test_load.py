@@ -334,11 +334,22 @@ def test_sniffs_gzip_without_extension(tmp_path: Path) -> None:
     assert analysis.load_logs([path])["group_id"].to_list() == ["4"]
 
 
+def _without_completion_times(folder: Path) -> list[Path]:
+    """The artifact files of ``folder``, their completion times removed (as in artifacts of
+    a Dressage build that did not write them): only file times can order them."""
+    files = sorted(folder.rglob("*.json"))
+    for path in files:
+        record = json.loads(path.read_text())
+        del record["metadata"]["proxy_extra_info"]["timestamp"]
+        path.write_text(json.dumps(record))
+    return files
+
+
 def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Path) -> None:
     from analysis.io.raw_writers import write_artifacts
 
     write_artifacts(small_records[:6], tmp_path / "art")
-    files = sorted((tmp_path / "art").rglob("*.json"))
+    files = _without_completion_times(tmp_path / "art")
     assert len(files) == 6
     # Two pairs tied, two files apart: the warning counts the four.
     for path, stamp in zip(files, (1.8e9, 1.8e9, 1.9e9, 1.9e9, 2.0e9, 2.1e9), strict=True):
@@ -353,6 +364,35 @@ def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Pat
     report = analysis.LoadReport()
     analysis.load_logs([tmp_path / "art"], report=report)
     assert not any("share a modification" in w for w in report.warnings)
+    # untied file times still order the files only as a fallback, which is said
+    assert any("carry no completion time" in w for w in report.warnings)
+
+
+def test_artifacts_arrive_in_completion_order_whatever_their_file_times(
+    small_records: list[dict], tmp_path: Path
+) -> None:
+    """Dressage writes each trajectory's completion time into its artifacts; a copy or a
+    checkout changes file times (issue: a fresh clone's sample artifacts kept 0 groups at
+    K=1). A group arrives when its last trajectory completed."""
+    from analysis.io.raw_writers import write_artifacts
+
+    write_artifacts(small_records, tmp_path / "art")
+    expected = analysis.load_logs([tmp_path / "art"])["group_id"].unique(maintain_order=True)
+    files = sorted((tmp_path / "art").rglob("*.json"))
+    for stamp, path in enumerate(reversed(files)):  # file times now run backwards
+        os.utime(path, (1.8e9 + stamp, 1.8e9 + stamp))
+    report = analysis.LoadReport()
+    table = analysis.load_logs([tmp_path / "art"], report=report)
+    assert table["group_id"].unique(maintain_order=True).to_list() == expected.to_list()
+    assert report.warnings == []
+    by_file_times = (
+        analysis.load_logs(
+            [tmp_path / "art"], fields=analysis.FieldMap().override(completed_at="no.such.field")
+        )["group_id"]
+        .unique(maintain_order=True)
+        .to_list()
+    )
+    assert by_file_times != expected.to_list()
 
 
 # --------------------------------------------------------------------------- pickles
