@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -157,3 +158,9 @@ class OutputError(ReplayError):
 def counted(count: int, noun: str, nouns: str | None = None) -> str:
     """``count`` with its noun in the right number, for messages: "1 file", "2 files"."""
     return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def short_repr(value: Any) -> str:
+    """A value for an error message, cut so that a huge one cannot flood the terminal."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -134,3 +134,49 @@ def derive_end_version(
 
 def _mask_on(loss_mask: Sequence[Any], i: int) -> bool:
     return 0 <= i < len(loss_mask) and bool(loss_mask[i])
+
+
+def late_older_labels(versions: Sequence[str]) -> list[tuple[str, str]]:
+    """Numbered labels first observed after a higher-numbered one: (label, the higher one
+    seen before it). Observation order decides which version is newer (§2), so each such
+    label counts as newer than the one before it, whatever its number.
+
+    Examples
+    --------
+    >>> late_older_labels(["1", "2", "4", "3", "5"])
+    [('3', '4')]
+    >>> late_older_labels(["alpha", "beta"])
+    []
+    """
+    found = []
+    highest: tuple[int, str] | None = None
+    for label in versions:
+        if not (label.isascii() and label.isdigit()):
+            continue
+        number = int(label)
+        if highest is not None and number < highest[0]:
+            found.append((label, highest[1]))
+        elif highest is None or number > highest[0]:
+            highest = (number, label)
+    return found
+
+
+def late_older_note(versions: Sequence[str], keep_versions: int) -> str | None:
+    """What a version observed after a newer one does to the batch-level control: with
+    K = 1 every later group at the higher number is stale, and Dressage's loop, which
+    waits for a full batch, can starve the trainer for ever (a livelock)."""
+    late = late_older_labels(versions)
+    if not late or keep_versions < 1:
+        return None
+    label, higher = late[0]
+    more = f" ({len(late) - 1} more such labels)" if len(late) > 1 else ""
+    effect = (
+        f"at keep_versions=1 every later group ending on {higher} is stale, and Dressage's "
+        "loop, which waits for a full batch, can starve the trainer for ever (a livelock)"
+        if keep_versions == 1
+        else f"groups ending on {higher} count as older than their number says"
+    )
+    return (
+        f"version {label} was first observed after {higher}, so it counts as the newer"
+        f"{more}: {effect}"
+    )

@@ -22,6 +22,7 @@ import polars as pl
 from analysis.engine.loop_checks import output_frames, self_checks, step_counts
 from analysis.errors import ConfigError, MissingFieldError, setting
 from analysis.io.dressage_run import RunLog
+from analysis.labels import late_older_note
 
 LOOP_DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed", "leftover")
 
@@ -466,6 +467,9 @@ def replay_run(
     batches = {rollout_id: i for i, rollout_id in enumerate(sorted(starts))}
     trajectories, attempt_rows = output_frames(run, attempts, collector, batches)
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
+    late = late_older_note(collector.tracker.versions, keep_versions)
+    if late is not None:
+        warnings.append(late)
     return LoopReplay(
         trajectories=trajectories,
         attempts=attempt_rows,

@@ -20,6 +20,7 @@ from analysis.engine.batching import (
 from analysis.engine.config import ReplayConfig
 from analysis.engine.prepare import PreparedLog
 from analysis.errors import Message, counted, setting
+from analysis.labels import late_older_note
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,9 @@ def summarise(
                 f"{setting('fields', 'token_versions=PATH')}"
             )
         )
+    late = late_older_note(observation.versions, config.keep_versions)
+    if late is not None:
+        notes.append(late)
     emitted = len(collection.batch_rows)
     return ReplaySummary(
         config=config,

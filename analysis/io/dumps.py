@@ -9,11 +9,9 @@ from analysis.errors import (
     LogFormatError,
     UnknownFormatError,
     setting,
-)
-from analysis.io.discover import Source, is_eval_dump
-from analysis.io.fields import (
     short_repr,
 )
+from analysis.io.discover import Source, is_eval_dump
 from analysis.io.pickles import load_pickled
 from analysis.io.train_dumps import train_dump_layout
 

@@ -9,16 +9,21 @@ never polars, pyarrow or NumPy.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import functools
 import math
 import operator
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from analysis.errors import LogFormatError, MissingFieldError, SettingSyntaxError, setting
+from analysis.errors import (
+    LogFormatError,
+    MissingFieldError,
+    SettingSyntaxError,
+    setting,
+    short_repr,
+)
+from analysis.io.dressage_records import as_time, attempt_group, error_document
 from analysis.io.pickles import SKIPPED
 from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
 from analysis.schema import CANONICAL_COLUMNS, MAX_TOKENS
@@ -250,12 +255,6 @@ def _as_int(value: Any, what: str, where: str) -> int | None:
     return value
 
 
-def short_repr(value: Any) -> str:
-    """A value for an error message, cut so that a huge one cannot flood the terminal."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _as_id(value: Any) -> str | None:
     text = label_text(value)
     return text
@@ -329,7 +328,7 @@ def _canonical_row(
     file_step: int | None,
     extra: Sequence[str],
 ) -> dict[str, Any]:
-    error = _error_document(record)
+    error = error_document(record)
     if error is not None:  # a Dressage error.json: the failed trajectory's sample, aborted
         record = error
     found = fields.find(record)
@@ -398,7 +397,7 @@ def _canonical_row(
         "remove_sample": None if remove is None else bool(remove),
         "log_prob_drift": drift,
         "log_prob_tokens": drift_tokens,
-        "completed_at": _as_time(found.completed_at, where),
+        "completed_at": as_time(found.completed_at, where),
         "returned": None if found.returned is None else bool(found.returned),
     }
     for path in extra:
@@ -425,100 +424,8 @@ def _group_of(
     if isinstance(group, (dict, list)):
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
     if fields.group == _DEFAULT_GROUP or error:
-        group = _attempt_group(record, group, error)
+        group = attempt_group(record, group, error)
     return group
-
-
-def attempt_label(instance_id: str, start_rollout_id: int | None, retry_count: int) -> str:
-    """A Dressage group attempt's id: ``<instance>/s<start rollout>/r<retry count>``
-    (docs/semantics.md §12.1)."""
-    start = "?" if start_rollout_id is None else start_rollout_id
-    return f"{instance_id}/s{start}/r{retry_count}"
-
-
-def _attempt_group(record: dict[str, Any], group: Any, always: bool) -> Any:
-    """The group of a Dressage artifact: its attempt, when it carries no group id of its
-    own (Dressage removes the async group id before writing artifacts, and the instance id
-    it falls back to is shared by every epoch and retry of a prompt; §1.3, §12.1)."""
-    metadata = record.get("metadata")
-    if not isinstance(metadata, dict):
-        return group
-    start = metadata.get("dressage_start_rollout_id")
-    if type(start) is not int:
-        return group
-    if not always and (
-        record.get("group_index") is not None
-        or metadata.get("dressage_return_async_group_id") is not None
-        or record.get("dressage_return_async_group_id") is not None
-    ):
-        return group
-    instance = metadata.get("instance_id", record.get("instance_id"))
-    if instance is None or isinstance(instance, (dict, list)):
-        return group
-    retry = metadata.get("dressage_retry_count")
-    return attempt_label(str(instance), start, retry if type(retry) is int else 0)
-
-
-def _error_document(record: dict[str, Any]) -> dict[str, Any] | None:
-    """A Dressage ``error.json`` (a failed trajectory: ``success`` false, the sample it was,
-    the error) as a record of that sample: its session, its completion time, the versions
-    the proxy's span check named (a span rejection's body lists them), status aborted."""
-    sample = record.get("sample")
-    if record.get("success") is not False or not isinstance(sample, dict):
-        return None
-    document = dict(sample)
-    metadata = dict(sample.get("metadata") or {})
-    if metadata.get("session_id") is None and record.get("session_id") is not None:
-        metadata["session_id"] = record["session_id"]
-    metadata.setdefault("instance_id", record.get("instance_id"))
-    document["metadata"] = metadata
-    document.setdefault("session_id", record.get("session_id"))
-    document["timestamp"] = record.get("timestamp")
-    versions = _rejected_versions(record)
-    if versions:
-        metadata["full_versions"] = versions
-    # The trajectory never ended: it has no end version to observe (not one derived from
-    # the versions the proxy named), and the proxy keeps none of its tokens.
-    metadata["dressage_end_token_version"] = "-1"
-    document.setdefault("response_length", 0)
-    return document
-
-
-def _rejected_versions(record: dict[str, Any]) -> list[str] | None:
-    """The versions a span rejection's HTTP body names (``"versions": ["9", "10"]``)."""
-    http = record.get("http")
-    response = http.get("response") if isinstance(http, dict) else None
-    body = response.get("body") if isinstance(response, dict) else None
-    if not isinstance(body, str) or "partial_rollout_staleness_exceeded" not in body:
-        return None
-    found = _VERSIONS.search(body.replace('\\"', '"').replace("\\", ""))
-    if found is None:
-        return None
-    return [label.strip().strip('"') for label in found.group(1).split(",") if label.strip()]
-
-
-_VERSIONS = re.compile(r'"versions":\s*\[([^\]]*)\]')
-
-
-def _as_time(value: Any, where: str) -> float | None:
-    """A completion time as Unix seconds: a number, or text of one (Dressage writes the
-    proxy's read time as a string), or an ISO 8601 date."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-        try:
-            return datetime.datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            pass
-    raise LogFormatError(
-        f"{where}: completion time {short_repr(value)} is not a number of seconds or a date"
-    )
 
 
 def _call_versions(value: Any, where: str) -> tuple[list[Span] | None, str | None]:

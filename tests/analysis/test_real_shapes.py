@@ -108,3 +108,23 @@ def test_a_missing_batch_size_does_not_suggest_the_samples_rollout_id(
         analysis.replay(prepared, analysis.ReplayConfig(keep_versions=2))
     message = str(raised.value)
     assert "rollout_id is not one" in message and "batch_groups=B" in message
+
+
+def test_a_version_seen_after_a_newer_one_is_warned_about(run_folders: dict[str, Path]) -> None:
+    """In k3-m2-n8 one attempt brought "8" then "7": "7" became the newest. At K=1 every
+    later group at "8" is then stale, and Dressage's loop can starve the trainer."""
+    run = analysis.read_run(run_folders["k3-m2-n8"])
+    at_one = analysis.replay_run(run, keep_versions=1)
+    assert any("livelock" in w and "version 7" in w for w in at_one.warnings)
+    at_three = analysis.replay_run(run, keep_versions=3)
+    assert not any("livelock" in w for w in at_three.warnings)
+    assert any("version 7" in w for w in at_three.warnings)
+    records = [
+        {"group_index": g, "metadata": {"parent_traj_id": f"t{g}",
+                                        "dressage_end_token_version": label}}
+        for g, label in enumerate(["1", "2", "4", "3", "4"])
+    ]  # fmt: skip
+    summary = analysis.replay(
+        analysis.records_to_table(records), analysis.ReplayConfig(keep_versions=1, batch_groups=1)
+    ).summary
+    assert any("version 3 was first observed after 4" in note for note in summary.notes)
