@@ -191,7 +191,10 @@ def read_dressage_log(
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of ``dressage_metrics.jsonl`` (one per rollout step, with ``rollout_id``)."""
+    """The rows of ``dressage_metrics.jsonl`` (one per rollout step, with ``rollout_id``),
+    or of a CSV exported from a dashboard (:func:`read_metrics_csv`)."""
+    if path.suffix.lower() == ".csv":
+        return read_metrics_csv(path)
     rows: list[dict[str, Any]] = []
     for number, record in jsonl_records(path):
         if isinstance(record, LogFormatError):
@@ -202,6 +205,41 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
                 "remove the line or the file (the metrics are only used for checks)"
             )
         rows.append(record)
+    return rows
+
+
+_STEP_COLUMNS = ("rollout_id", "Step", "step", "_step", "trainer/global_step")
+"""Column names a dashboard export gives the step, in order of preference."""
+
+
+def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+    """Per-step metrics from a CSV exported from a dashboard (one row per step): the step
+    in ``rollout_id`` (or ``Step``, ``step``, ``_step``), metric names as columns, with a
+    ``<run name> - `` prefix dropped and the ``__MIN``/``__MAX`` columns of an export
+    left out."""
+    import polars as pl
+
+    try:
+        frame = pl.read_csv(path, infer_schema_length=None)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        raise LogFormatError(
+            f"{path}: not a readable CSV of metrics ({exc}); remove the file or export it "
+            "again (the metrics are only used for checks)"
+        ) from exc
+    step = next((name for name in _STEP_COLUMNS if name in frame.columns), None)
+    if step is None or not frame.schema[step].is_integer():
+        raise LogFormatError(
+            f"{path}: no integer step column (looked for {', '.join(_STEP_COLUMNS)}; columns: "
+            f"{', '.join(frame.columns[:8])}); name the step column rollout_id"
+        )
+    rows = []
+    for row in frame.iter_rows(named=True):
+        metrics: dict[str, Any] = {"rollout_id": row[step]}
+        for name, value in row.items():
+            if name == step or name.endswith(("__MIN", "__MAX")) or value is None:
+                continue
+            metrics[name.split(" - ", 1)[-1]] = value
+        rows.append(metrics)
     return rows
 
 

@@ -40,6 +40,8 @@ from analysis.io.jsonl import read_json_file
 from analysis.labels import real_label
 
 PAYLOAD, ERRORS, DUMPS = "traj_payload", "traj_err", "rollout_data"
+METRICS_CSV = "dressage_metrics.csv"
+"""The per-step metrics exported from a dashboard as CSV, read when there is no JSONL."""
 LOG, METRICS, PROMPTS, ROLLOUTS = (
     "dressage_log.txt",
     "dressage_metrics.jsonl",
@@ -219,9 +221,12 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
             prompts = read_prompt_order(root / PROMPTS)
         else:
             warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
-        if (root / METRICS).is_file():
-            sources.append(METRICS)
-            metrics = read_metrics(root / METRICS)
+        metrics_file = next(
+            (root / name for name in (METRICS, METRICS_CSV) if (root / name).is_file()), None
+        )
+        if metrics_file is not None:
+            sources.append(metrics_file.name)
+            metrics = read_metrics(metrics_file)
         else:
             warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
         if (root / LOG).is_file():

@@ -7,6 +7,7 @@ observers around its functions). The replay reads neither: they are only compare
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import polars as pl
 import pytest
 
 from analysis.engine.loop import LoopReplay, replay_run
+from analysis.errors import LogFormatError
 from analysis.io.dressage_run import RunLog, find_run_root, is_run_folder, read_run
 from tests.real_runs import RUNS, by_trajectory, disagreements
 
@@ -188,3 +190,31 @@ def test_a_single_run_below_the_given_folder_is_read(
     run = read_run(tmp_path / "artifacts", trajectories_only=True)
     assert run.trajectories.height == 196
     assert run.calls.height == 0
+
+
+def test_metrics_exported_from_a_dashboard_as_csv_are_checked_the_same(
+    run_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """A wandb-style export: a Step column, '<run> - metric' columns, __MIN/__MAX columns."""
+    folder = copy_without(run_folders["k2-m1"], "dressage_metrics.jsonl", tmp_path)
+    rows = [
+        json.loads(line)
+        for line in (run_folders["k2-m1"] / "dressage_metrics.jsonl").read_text().splitlines()
+    ]
+    exported = pl.DataFrame(
+        [
+            {
+                "Step": row["rollout_id"],
+                **{f"k2-m1 - {k}": v for k, v in row.items() if k != "rollout_id"},
+                "k2-m1 - staleness/dropped_groups__MIN": 0,
+            }
+            for row in rows
+        ]
+    )
+    exported.write_csv(folder / "dressage_metrics.csv")
+    from_csv = replay_run(read_run(folder), keep_versions=2)
+    from_jsonl = replay_run(read_run(run_folders["k2-m1"]), keep_versions=2)
+    assert from_csv.checks.equals(from_jsonl.checks) and from_csv.consistent
+    (folder / "dressage_metrics.csv").write_text("when,what\nnow,1\n")
+    with pytest.raises(LogFormatError, match="no integer step column"):
+        read_run(folder)
