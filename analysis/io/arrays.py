@@ -10,13 +10,54 @@ and never imports NumPy or torch, so nothing from the file runs. The result answ
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-MAX_ARRAY_VALUES = 1 << 27
-"""Most numbers one array may hold (134 million: far more than a sample's tokens)."""
+MAX_ARRAY_VALUES = 1 << 24
+"""Most numbers (and nested lists) one array may make: 16.7 million, more than a sample's
+routed experts (tokens x layers x top-k) at 32k tokens."""
+
+MAX_FILE_VALUES = 1 << 25
+"""Most numbers (and nested lists) all the arrays of one file may make together: 33.5
+million, a few hundred MB as Python lists. A file needing more is refused, not read until
+memory runs out (tiny pickles can declare huge arrays, or reuse one storage many times)."""
+
+_budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "array_budget", default=None
+)
+
+
+@contextlib.contextmanager
+def file_budget(values: int = MAX_FILE_VALUES) -> Iterator[None]:
+    """Count every array made while reading one file against ``values``."""
+    token = _budget.set([values])
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _spend(shape: Sequence[int]) -> None:
+    """Charge an array's size to the file's budget: its values, and a list for every
+    row (so a shape like (10**8, 0), which holds no value, is charged its empty lists)."""
+    cost, rows = 0, 1
+    for size in shape:
+        rows *= max(size, 1)
+        cost += rows
+        if cost > MAX_ARRAY_VALUES:
+            raise ArrayError(
+                f"an array of shape {tuple(shape)} (more than {MAX_ARRAY_VALUES:,} values)"
+            )
+    budget = _budget.get()
+    if budget is not None:
+        budget[0] -= cost
+        if budget[0] < 0:
+            raise ArrayError(f"the file's arrays hold more than {MAX_FILE_VALUES:,} values")
+
 
 _NUMPY_FORMATS = {
     "b1": "?", "i1": "b", "u1": "B", "i2": "h", "u2": "H", "i4": "i", "u4": "I",
@@ -51,11 +92,11 @@ def _itemsize(fmt: str) -> int:
 
 
 def _count(shape: Sequence[Any]) -> int:
-    if not all(type(n) is int and n >= 0 for n in shape):
+    """The number of values of an array of ``shape``, charged to the file's budget."""
+    if not all(type(n) is int and n >= 0 for n in shape) or len(shape) > 64:
         raise ArrayError(f"shape {shape!r} is not a list of sizes")
+    _spend(shape)
     count: int = math.prod(shape)
-    if count > MAX_ARRAY_VALUES:
-        raise ArrayError(f"an array of {count:,} values (more than {MAX_ARRAY_VALUES:,})")
     return count
 
 
@@ -144,10 +185,20 @@ class TorchStorageType:
         self.format = TORCH_STORAGES[name]
 
 
+def storage_bytes_expected(kind: TorchStorageType, numel: object) -> int:
+    """How many bytes a storage of ``numel`` values of ``kind`` holds; checked against the
+    archive member's size before it is read (a deflated member could inflate to GBs)."""
+    if type(numel) is not int or not 0 <= numel <= MAX_ARRAY_VALUES:
+        raise ArrayError(f"a storage of {numel!r} values (at most {MAX_ARRAY_VALUES:,})")
+    return numel * _itemsize(kind.format)
+
+
 class TorchStorage:
     """A tensor's storage: its bytes, read from the archive, decoded once when needed."""
 
     def __init__(self, kind: TorchStorageType, raw: bytes, numel: int) -> None:
+        if not 0 <= numel <= MAX_ARRAY_VALUES:
+            raise ArrayError(f"a storage of {numel:,} values (more than {MAX_ARRAY_VALUES:,})")
         if len(raw) != numel * _itemsize(kind.format):
             raise ArrayError(f"a storage of {numel:,} values with {len(raw):,} bytes")
         self.kind, self.raw, self.numel = kind, raw, numel

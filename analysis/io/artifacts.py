@@ -18,8 +18,9 @@ Python. Two things make it faster than a plain loop:
 - files are read with plain os calls, and the cyclic garbage collector is paused while
   results pile up (they hold no cycles), which otherwise rescans them again and again.
 
-The caller puts the files in arrival order once all are read: modification time, then
-path (docs/semantics.md §5); the last file read may be the first to arrive.
+The caller puts the records in arrival order once all are read: completion time when
+every record carries it, else modification time, then path (docs/semantics.md §5.1);
+the last file read may be the first to arrive.
 """
 
 from __future__ import annotations
@@ -154,8 +155,9 @@ def read_artifact_folder(
     (the caller knows whether the files are ordered by it).
 
     The results go to ``on_chunk`` a few thousand files at a time, in no particular
-    order: the caller puts them in arrival order (modification time, then path) once
-    all are read, since the last file read may be the first to arrive. Folders that
+    order: the caller puts them in arrival order (completion time, else modification
+    time, then path) once all are read, since the last file read may be the first to
+    arrive. Folders that
     cannot be listed and files that cannot be read come as entries with an error, in
     place of rows. ``progress(done, total)`` counts instance folders.
     """

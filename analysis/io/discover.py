@@ -122,7 +122,8 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
     if is_run_tree(root):
         return [Source(root, "artifacts", folder=True)], [
             f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
-            "log (every attempt, in completion order) for the simple loop of "
+            "log (every attempt, in completion order when its records carry it) for the "
+            "simple loop of "
             "docs/semantics.md §3; `replay` and `verify` replay the run as Dressage's own "
             "loop runs (§12)"
         ]

@@ -27,8 +27,8 @@ def attempt_group(record: dict[str, Any], group: Any, always: bool) -> Any:
     metadata = record.get("metadata")
     if not isinstance(metadata, dict):
         return group
-    start = metadata.get("dressage_start_rollout_id")
-    if type(start) is not int:
+    start = as_count(metadata.get("dressage_start_rollout_id"))
+    if start is None:
         return group
     if not always and (
         record.get("group_index") is not None
@@ -39,8 +39,24 @@ def attempt_group(record: dict[str, Any], group: Any, always: bool) -> Any:
     instance = metadata.get("instance_id", record.get("instance_id"))
     if instance is None or isinstance(instance, (dict, list)):
         return group
-    retry = metadata.get("dressage_retry_count")
-    return attempt_label(str(instance), start, retry if type(retry) is int else 0)
+    retry = as_count(metadata.get("dressage_retry_count"))
+    return attempt_label(str(instance), start, retry or 0)
+
+
+def as_count(value: Any) -> int | None:
+    """A rollout id or retry count, read the same way by every reader: a whole number
+    >= 0 (an integer, a float without a fraction, ASCII digits); None for anything else
+    (then the record is not grouped by attempt)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and 0 <= value < 2**63 else None
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        number = int(value.strip())
+        return number if number < 2**63 else None
+    return None
 
 
 def error_document(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -51,13 +67,23 @@ def error_document(record: dict[str, Any]) -> dict[str, Any] | None:
     if record.get("success") is not False or not isinstance(sample, dict):
         return None
     document = dict(sample)
-    metadata = dict(sample.get("metadata") or {})
+    given = sample.get("metadata")
+    if given is not None and not isinstance(given, dict):
+        raise ValueError(
+            f"the error's sample metadata must be an object (found {short_repr(given)})"
+        )
+    metadata = dict(given or {})
     if metadata.get("session_id") is None and record.get("session_id") is not None:
         metadata["session_id"] = record["session_id"]
     metadata.setdefault("instance_id", record.get("instance_id"))
     document["metadata"] = metadata
     document.setdefault("session_id", record.get("session_id"))
-    document["timestamp"] = record.get("timestamp")
+    # The failure time, where a completed segment keeps the proxy's read time.
+    extra = metadata.get("proxy_extra_info")
+    metadata["proxy_extra_info"] = {
+        **(extra if isinstance(extra, dict) else {}),
+        "timestamp": record.get("timestamp"),
+    }
     versions = _rejected_versions(record)
     if versions:
         metadata["full_versions"] = versions
@@ -86,20 +112,35 @@ _VERSIONS = re.compile(r'"versions":\s*\[([^\]]*)\]')
 
 def as_time(value: Any, where: str) -> float | None:
     """A completion time as Unix seconds: a number, or text of one (Dressage writes the
-    proxy's read time as a string), or an ISO 8601 date."""
-    if value is None or isinstance(value, bool):
+    proxy's read time as a string), or an ISO 8601 date (UTC when it names no zone, so a
+    record reads the same on every machine). None when absent; an error for anything
+    else, NaN and infinities included (a time that orders nothing)."""
+    if value is None:
         return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, str):
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
-            return float(value)
-        except ValueError:
-            pass
-        try:
-            return datetime.datetime.fromisoformat(value).timestamp()
-        except ValueError:
-            pass
-    raise LogFormatError(
-        f"{where}: completion time {short_repr(value)} is not a number of seconds or a date"
-    )
+            seconds = float(value)
+        except OverflowError:
+            seconds = None
+    elif isinstance(value, str):
+        seconds = _text_time(value.strip())
+    if seconds is None or not math.isfinite(seconds):
+        raise LogFormatError(
+            f"{where}: completion time {short_repr(value)} is not a number of seconds or a date"
+        )
+    return seconds
+
+
+def _text_time(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()

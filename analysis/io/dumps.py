@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import (
+    DamagedFileError,
     LogFormatError,
     UnknownFormatError,
     setting,
     short_repr,
 )
+from analysis.io import arrays
 from analysis.io.discover import Source, is_eval_dump
 from analysis.io.pickles import load_pickled
 from analysis.io.train_dumps import train_dump_layout
@@ -49,7 +51,11 @@ def dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[An
         )
     if not isinstance(samples, list):
         raise LogFormatError(f"{path}: 'samples' must be a list (found {type(samples).__name__})")
-    plain = [_plain(s) for s in samples]
+    try:
+        plain = [_plain(s) for s in samples]  # arrays are decoded here, within their budget
+    except (arrays.ArrayError, RecursionError) as exc:
+        problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise DamagedFileError(f"{path}: an array that cannot be read ({problem})") from exc
     if is_eval_dump(path):
         plain = eval_group_ids(plain, rollout_id)
     return rollout_id, plain

@@ -66,7 +66,7 @@ class FieldMap:
     remove_sample: tuple[str, ...] = ("remove_sample",)
     rollout_log_probs: tuple[str, ...] = ("rollout_log_probs", "metadata.rollout_log_probs")
     log_probs: tuple[str, ...] = ("log_probs", "metadata.log_probs")
-    completed_at: tuple[str, ...] = ("metadata.proxy_extra_info.timestamp", "timestamp")
+    completed_at: tuple[str, ...] = ("metadata.proxy_extra_info.timestamp",)
     returned: tuple[str, ...] = ("metadata.dressage_partial_rollout_returned",)
     weight_versions: tuple[str, ...] = ("weight_versions", "metadata.weight_versions")
     """Plain slime: one weight-version label per generate call; versions a record that has
@@ -423,7 +423,7 @@ def _group_of(
         )
     if isinstance(group, (dict, list)):
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")
-    if fields.group == _DEFAULT_GROUP or error:
+    if fields.group == _DEFAULT_GROUP:  # a --field group=... override turns it off (§1.3)
         group = attempt_group(record, group, error)
     return group
 

@@ -33,6 +33,8 @@ class FolderTable:
         self.errors: list[tuple[int, str, int, ReplayError]] = []
         self.by_completion = False
         """Whether :meth:`table` ordered the rows by completion time (else by file time)."""
+        self.untimed = 0
+        """How many rows carry no completion time."""
 
     def take(self, chunk: Chunk) -> None:
         for stamp, path, number, kind, message in chunk.errors:
@@ -55,7 +57,8 @@ class FolderTable:
         if not self.frames:
             return None
         table = concat_checked(self.frames, self.extra, self.where)
-        self.by_completion = table.height > 0 and table["completed_at"].null_count() == 0
+        self.untimed = table["completed_at"].null_count()
+        self.by_completion = table.height > 0 and self.untimed == 0
         if self.by_completion:
             arrival = pl.col("completed_at").max().over("group_id")
             return table.sort(arrival, "source", "record").drop(_MTIME)

@@ -307,7 +307,8 @@ class _Reading:
         ordered = folder.table()
         if ordered is not None:
             if not folder.by_completion:
-                self.report.warnings += ties or [_by_modification_time(source.path)]
+                untimed = f"{folder.untimed:,} of {ordered.height:,} records"
+                self.report.warnings += [_by_modification_time(source.path, untimed), *ties]
             yield ordered
 
     def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
@@ -341,12 +342,12 @@ class _Reading:
                 yield from self._flush(path_text)
 
 
-def _by_modification_time(folder: Path) -> Message:
+def _by_modification_time(folder: Path, untimed: str) -> Message:
     """Artifact files ordered by modification time: a copy or a checkout reorders them."""
     return Message(
-        f"{folder}: the artifact files carry no completion time "
-        "(metadata.proxy_extra_info.timestamp), so their arrival order is their modification "
-        "times, which a copy or a checkout changes; pass "
+        f"{folder}: {untimed} carry no completion time "
+        "(metadata.proxy_extra_info.timestamp), so the artifact files arrive in order of "
+        "modification time, which a copy or a checkout changes; pass "
         f"{setting('order_by')} with a completion-time field if the log has one"
     )
 

@@ -23,6 +23,12 @@ from analysis.io import arrays
 ZIP_MAGIC = b"PK\x03\x04"
 
 
+def _bytearray(*args: Any) -> bytearray:
+    """``bytearray()`` of bytes or text, never ``bytearray(n)`` (n bytes of the file's
+    choosing)."""
+    return bytearray(_bytes(*args))
+
+
 def _bytes(*args: Any) -> bytes:
     """``bytes()`` as protocol 2 writes it (``bytes()``, or text and an encoding), never
     ``bytes(n)``, which would allocate n bytes of the file's choosing."""
@@ -43,7 +49,8 @@ _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "frozenset"): frozenset,
     ("builtins", "complex"): complex,
     ("builtins", "slice"): slice,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytearray"): _bytearray,
+    ("__builtin__", "bytearray"): _bytearray,
     ("collections", "OrderedDict"): dict,
     ("_codecs", "encode"): lambda text, encoding="utf-8": str(text).encode(encoding),
     # NumPy arrays and scalars (numpy 2 moved numpy.core to numpy._core), rebuilt as lists.
@@ -87,11 +94,12 @@ class _RestrictedUnpickler(pickle.Unpickler):
         file: io.BufferedIOBase,
         *,
         where: str,
-        storage_bytes: Callable[[str], bytes] | None = None,
+        storage_bytes: Callable[[str, int], bytes] | None = None,
     ) -> None:
         super().__init__(file)
         self.where = where
         self.storage_bytes = storage_bytes
+        self.storages: dict[str, arrays.TorchStorage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _SAFE_GLOBALS:
@@ -120,16 +128,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
             or type(pid[4]) is not int
         ):
             return SKIPPED
-        return arrays.TorchStorage(pid[1], self.storage_bytes(pid[2]), pid[4])
+        key = pid[2]
+        if key not in self.storages:  # a storage shared by many tensors is read once
+            expected = arrays.storage_bytes_expected(pid[1], pid[4])
+            self.storages[key] = arrays.TorchStorage(
+                pid[1], self.storage_bytes(key, expected), pid[4]
+            )
+        return self.storages[key]
 
 
 def _restricted_load(
-    data: bytes, *, where: str, storage_bytes: Callable[[str], bytes] | None = None
+    data: bytes, *, where: str, storage_bytes: Callable[[str, int], bytes] | None = None
 ) -> Any:
     try:
-        return _RestrictedUnpickler(
-            io.BytesIO(data), where=where, storage_bytes=storage_bytes
-        ).load()
+        with arrays.file_budget():
+            return _RestrictedUnpickler(
+                io.BytesIO(data), where=where, storage_bytes=storage_bytes
+            ).load()
     except UnsafePickleError:
         raise
     except Exception as exc:  # pickle raises many types on corrupt input
@@ -162,7 +177,7 @@ def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
             return _restricted_load(
                 payload,
                 where=str(path),
-                storage_bytes=lambda key: archive.read(f"{prefix}data/{key}"),
+                storage_bytes=lambda key, size: _member(archive, f"{prefix}data/{key}", size),
             )
     if trust_pickle:
         try:
@@ -170,6 +185,15 @@ def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
         except Exception as exc:
             raise DamagedFileError(f"{path}: not a readable pickle ({exc})") from exc
     return _restricted_load(raw, where=str(path))
+
+
+def _member(archive: zipfile.ZipFile, name: str, size: int) -> bytes:
+    """An archive member of the size a tensor's storage declares, refused unread when its
+    size says otherwise (a deflated member could inflate to any size)."""
+    info = archive.getinfo(name)
+    if info.file_size != size:
+        raise arrays.ArrayError(f"{name} holds {info.file_size:,} bytes where {size:,} belong")
+    return archive.read(info)
 
 
 def _torch_load(path: Path) -> Any:

@@ -89,3 +89,132 @@ def test_tensor_views_are_bounded_by_their_storage() -> None:
         arrays.TorchTensor(storage, 4, (2, 2), (2, 1))
     with pytest.raises(arrays.ArrayError, match="bytes"):
         arrays.TorchStorage(kind, b"\x00" * 5, 6)
+
+
+# --------------------------------------------------------------------------- hostile files
+
+import io  # noqa: E402
+import sys  # noqa: E402
+import types  # noqa: E402
+import zipfile  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+
+
+@contextmanager
+def _fake_torch() -> Iterator[tuple[type, object]]:
+    """Stand-ins named torch.FloatStorage and torch._utils._rebuild_tensor_v2, so a test
+    can write torch.save-shaped pickles (what a hostile file could hold) without torch."""
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    class FloatStorage:
+        pass
+
+    def _rebuild_tensor_v2(*args: object) -> None:
+        pass
+
+    FloatStorage.__module__, _rebuild_tensor_v2.__module__ = "torch", "torch._utils"
+    FloatStorage.__qualname__, _rebuild_tensor_v2.__qualname__ = (
+        "FloatStorage",
+        "_rebuild_tensor_v2",
+    )
+    torch.FloatStorage, utils._rebuild_tensor_v2 = FloatStorage, _rebuild_tensor_v2  # type: ignore[attr-defined]
+    saved = {name: sys.modules.get(name) for name in ("torch", "torch._utils")}
+    sys.modules.update({"torch": torch, "torch._utils": utils})
+    try:
+        yield FloatStorage, _rebuild_tensor_v2
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def _torch_file(
+    path: Path,
+    tensors: list[tuple[int, tuple[int, ...], tuple[int, ...]]],
+    numel: int,
+    stored: bytes | None = None,
+) -> Path:
+    """A .pt archive of tensors (offset, size, stride) over one float storage of ``numel``."""
+    with _fake_torch() as (storage_type, rebuild):
+
+        class Tensor:
+            def __init__(self, offset: int, size: tuple[int, ...], stride: tuple[int, ...]):
+                self.args = (offset, size, stride)
+
+            def __reduce__(self) -> tuple:
+                return rebuild, (STORAGE, *self.args, False, {})
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj: object) -> object:
+                return ("storage", storage_type, "0", "cpu", numel) if obj is STORAGE else None
+
+        STORAGE = object()
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=2).dump({"samples": [{"t": [Tensor(*t) for t in tensors]}]})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x/data.pkl", buffer.getvalue())
+        archive.writestr("x/data/0", stored if stored is not None else b"\x00" * 4 * numel)
+    return path
+
+
+def test_a_real_tensor_reads_as_its_values(tmp_path: Path) -> None:
+    path = _torch_file(tmp_path / "ok.pt", [(0, (2, 2), (2, 1)), (1, (2,), (0,))], 4)
+    assert load_pickled(path)["samples"][0]["t"][0].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("tensors", "numel", "problem"),
+    [
+        ([(0, (10**8, 0), (1, 1))], 1, "more than"),  # no values, 10^8 empty lists
+        ([(0, (1 << 23,), (0,))] * 5, 1, "file's arrays"),  # one value, viewed 5 x 8M times
+        ([(0, (1,) * 200, (1,) * 200)], 1, "not a list of sizes"),  # 200 dimensions
+        ([(0, (1,), (1,))], 1 << 30, "values"),  # a storage declared huge
+    ],
+    ids=["zero-size dimension", "storage reused", "deep shape", "huge storage"],
+)
+def test_crafted_tensors_are_refused_before_they_take_memory(
+    tensors: list[tuple[int, tuple[int, ...], tuple[int, ...]]],
+    numel: int,
+    problem: str,
+    tmp_path: Path,
+) -> None:
+    stored = b"\x00" * 4 if numel > 1 << 24 else None
+    path = _torch_file(tmp_path / "bad.pt", tensors, numel, stored)
+    with pytest.raises(DamagedFileError, match=problem):
+        load_pickled(path)
+
+
+def test_a_storage_member_of_another_size_is_not_read(tmp_path: Path) -> None:
+    path = _torch_file(tmp_path / "bad.pt", [(0, (4,), (1,))], 4, stored=b"\x00" * 64)
+    with pytest.raises(DamagedFileError, match="bytes where"):
+        load_pickled(path)
+
+
+@pytest.mark.parametrize("call", [bytearray, bytes], ids=["bytearray", "bytes"])
+def test_byte_strings_of_a_given_length_are_refused(call: type, tmp_path: Path) -> None:
+    class Big:
+        def __reduce__(self) -> tuple:
+            return call, (3 * 10**9,)
+
+    path = tmp_path / "big.pkl"
+    path.write_bytes(pickle.dumps(Big(), protocol=2))
+    with pytest.raises(DamagedFileError):
+        load_pickled(path)
+
+
+def test_a_sample_nested_too_deeply_is_a_damaged_file(tmp_path: Path) -> None:
+    deep: dict = {}
+    for _ in range(5_000):
+        deep = {"x": deep}
+    path = tmp_path / "0.pt"
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # for pickle.dumps only: the reader runs at the default
+    try:
+        path.write_bytes(pickle.dumps({"rollout_id": 0, "samples": [deep]}, protocol=4))
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(DamagedFileError, match="nested too deeply"):
+        dump_samples(path, trust_pickle=False)
