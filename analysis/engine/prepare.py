@@ -26,7 +26,7 @@ from analysis.engine.batching import (
     Observation,
     observe,
 )
-from analysis.errors import ConfigError, MissingFieldError, counted, setting
+from analysis.errors import ConfigError, Message, MissingFieldError, counted, setting
 
 REPLAY_COLUMNS = (
     "group_id", "trajectory_id", "segment_index", "end_version", "version_spans", "status",
@@ -102,7 +102,7 @@ class PreparedLog:
     @property
     def warnings(self) -> tuple[str, ...]:
         """What preparing found that a user should hear about (the CLI prints it)."""
-        warnings = []
+        warnings: list[str] = []
         if self.duplicate_records:
             warnings.append(
                 f"{counted(self.duplicate_records, 'record')} share a (group, trajectory, "
@@ -111,13 +111,17 @@ class PreparedLog:
             )
         if self.only_returned:
             warnings.append(
-                "every record is of a group Dressage returned to the trainer "
-                "(dressage_partial_rollout_returned): the log was filtered already, so what "
-                "Dressage dropped is not in it, and it is in dump order (by sample index), not "
-                "arrival order. It shows the staleness of what was trained on; a replay cannot "
-                "show what a looser setting would have kept, and at the run's own setting may "
-                "drop groups Dressage kept. Replay the run folder (traj_payload/, traj_err/, "
-                "dressage_log.txt) for Dressage's decisions"
+                Message(
+                    "every record is of a group Dressage returned to the trainer "
+                    "(dressage_partial_rollout_returned): the log was filtered already, so what "
+                    "Dressage dropped is not in it, and it is in dump order (by sample index), not "
+                    "arrival order. It shows the staleness of what was trained on (replay it with "
+                    f"{setting('keep_versions', 0)}: the filter already ran, so its batches are the "
+                    "trained steps, and `plot timeline` draws their gaps); a replay cannot show "
+                    "what a looser setting would have kept, and at the run's own setting may drop "
+                    "groups Dressage kept. Replay the run folder (traj_payload/, traj_err/, "
+                    "dressage_log.txt) for Dressage's decisions"
+                )
             )
         return tuple(warnings)
 
