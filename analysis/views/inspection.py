@@ -13,6 +13,8 @@ from analysis.io.dumps import EVAL_GROUP_PREFIX
 from analysis.io.load import LoadReport
 
 _NUMERIC = re.compile(r"-?\d+")
+_ATTEMPT = r"/s\d+/r\d+$"
+"""A group id made from a Dressage attempt key (``analysis.io.dressage_records``)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class LogInspection:
     eval_groups: int = 0
     """Groups of evaluation samples (read with ``include_eval``; ids ``eval:...``)."""
     eval_records: int = 0
+    attempt_groups: int = 0
+    """Groups formed as Dressage attempts (``<instance>/s<start>/r<retry>``): records that
+    carried no group id of their own (Dressage artifacts, docs/semantics.md §1.3)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +50,7 @@ class LogInspection:
             "trainer_steps": self.trainer_steps,
             "eval_groups": self.eval_groups,
             "eval_records": self.eval_records,
+            "attempt_groups": self.attempt_groups,
             "inferred_batch_groups": self.inferred_batch_groups,
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
@@ -100,6 +106,9 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         warnings=tuple(warnings),
         eval_groups=evaluation["group_id"].n_unique(),
         eval_records=evaluation.height,
+        attempt_groups=table.filter(pl.col("group_id").str.contains(_ATTEMPT))[
+            "group_id"
+        ].n_unique(),
     )
 
 

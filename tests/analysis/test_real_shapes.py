@@ -28,6 +28,10 @@ def test_artifacts_without_a_group_id_are_grouped_by_attempt(
     }  # fmt: skip
     assert groups == completed - {frozenset()}
     assert table["group_id"].n_unique() == 47
+    # and inspect says how the groups were formed
+    assert analysis.inspect_log(table).attempt_groups == 47
+    dumps = analysis.load_logs([run_folders["k2-m1"] / "rollout_data"])
+    assert analysis.inspect_log(dumps).attempt_groups == 0  # the dumps carry group ids
 
 
 def test_a_run_folder_reads_both_trees_in_completion_order(
