@@ -21,6 +21,10 @@ demo: $(STAMP) ## Set up the virtual environment and run the main job on sample_
 	$(BIN)/dressage-replay inspect sample_data/rollouts.jsonl
 	$(BIN)/dressage-replay replay sample_data/rollouts.jsonl --keep-versions 2 --max-preempts 2
 	$(BIN)/dressage-replay replay sample_data/dumps --keep-versions 1 --max-preempts 1 --json
+	@echo
+	@echo "Next: put the command on your PATH, then try the README's first example:"
+	@echo "  source $(VENV)/bin/activate"
+	@echo "  dressage-replay replay sample_data/rollouts.jsonl --keep-versions 1 --max-preempts 2"
 
 test: $(STAMP) ## Install what the tests need and run them, except those marked slow (about 1-2 minutes)
 	$(BIN)/python -m pytest -m "not slow"
