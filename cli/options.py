@@ -12,7 +12,8 @@ import polars as pl
 import typer
 
 import analysis
-from analysis.engine.grid import parse_whole
+from analysis.engine.grid import parse_one_keep_versions, parse_one_max_preempts, parse_whole
+from analysis.errors import SettingSyntaxError
 from cli.errors import usage_error
 from cli.output import progress_bar
 
@@ -44,25 +45,24 @@ def whole_number(value: str) -> int:
 
 
 def one_keep_versions(value: str) -> int:
-    """``-k`` of replay and compare: one K. A list there is the sweep's, said so."""
-    if (whole := _whole(value)) is None:
-        listed = "," in value or ".." in value
-        raise typer.BadParameter(
-            f"expected a whole number (found {value!r})"
-            + ("; lists of K values are for sweep, plot and report" if listed else "")
-        )
-    return whole
+    """``-k`` of replay, compare and verify: one K (a whole number, or off)."""
+    try:
+        return parse_one_keep_versions(value)
+    except SettingSyntaxError as error:
+        raise typer.BadParameter(_after_name(error)) from None
 
 
 def one_max_preempts(value: str) -> int | None:
-    """``-m`` of replay and compare: ``none`` or a whole number; anything else is a usage error."""
-    if value.strip().lower() == "none":
-        return None
-    if (whole := _whole(value)) is None:  # as -k: "1.0" is 1
-        raise typer.BadParameter(
-            f"expected a whole number or 'none' (found {value!r})", param_hint="--max-preempts"
-        )
-    return whole
+    """``-m`` of replay and compare: one M (a whole number, or none/off)."""
+    try:
+        return parse_one_max_preempts(value)
+    except SettingSyntaxError as error:
+        raise typer.BadParameter(_after_name(error), param_hint="--max-preempts") from None
+
+
+def _after_name(error: SettingSyntaxError) -> str:
+    """The message without the setting it names first (typer names the option itself)."""
+    return str(error).split(": ", 1)[-1]
 
 
 def number(value: str) -> float:

@@ -10,14 +10,18 @@ from analysis.engine.grid import (
     ValueListError,
     parse_keep_versions,
     parse_max_preempts,
+    parse_one_keep_versions,
+    parse_one_max_preempts,
     parse_whole,
     sweep,
 )
 from analysis.engine.loop import (
     LOOP_DECISIONS,
+    TRAJECTORY_TABLE_COLUMNS,
     LoopReplay,
     keep_versions_reproducing,
     replay_run,
+    write_run_tables,
 )
 from analysis.engine.prepare import REPLAY_COLUMNS, PreparedLog, prepare, real_token_labels
 from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
@@ -29,6 +33,7 @@ __all__ = [
     "MAX_SETTING",
     "PARETO_NOTE",
     "REPLAY_COLUMNS",
+    "TRAJECTORY_TABLE_COLUMNS",
     "LoopReplay",
     "PreparedLog",
     "ReplayConfig",
@@ -39,6 +44,8 @@ __all__ = [
     "keep_versions_reproducing",
     "parse_keep_versions",
     "parse_max_preempts",
+    "parse_one_keep_versions",
+    "parse_one_max_preempts",
     "parse_whole",
     "prepare",
     "real_token_labels",
@@ -47,4 +54,5 @@ __all__ = [
     "replay_run",
     "sweep",
     "trajectory_outcomes",
+    "write_run_tables",
 ]

@@ -73,6 +73,52 @@ def parse_max_preempts(text: str) -> list[int | None]:
     return _parse_values(text, "max_preempts", allow_none=True)
 
 
+OFF_WORDS = ("off", "none")
+"""Words that turn a control off, for K (= 0) and M (= none) alike."""
+
+
+def parse_one_keep_versions(text: str | int) -> int:
+    """One K: a whole number, or ``off``/``none`` (= 0, the control off).
+
+    Examples
+    --------
+    >>> parse_one_keep_versions("2"), parse_one_keep_versions("off")
+    (2, 0)
+    """
+    if isinstance(text, int):
+        return text
+    if text.strip().lower() in OFF_WORDS:
+        return 0
+    try:
+        return parse_whole(text)
+    except ValueError:
+        listed = "," in text or ".." in text
+        raise SettingSyntaxError(
+            f"{setting('keep_versions')}: expected a whole number or off (found {text!r})"
+            + ("; lists of K values are for sweep, plot and report" if listed else "")
+        ) from None
+
+
+def parse_one_max_preempts(text: str | int | None) -> int | None:
+    """One M: a whole number, or ``none``/``off`` (the control off).
+
+    Examples
+    --------
+    >>> parse_one_max_preempts("1"), parse_one_max_preempts("off")
+    (1, None)
+    """
+    if text is None or isinstance(text, int):
+        return text
+    if text.strip().lower() in OFF_WORDS:
+        return None
+    try:
+        return parse_whole(text)
+    except ValueError:
+        raise SettingSyntaxError(
+            f"{setting('max_preempts')}: expected a whole number or none (found {text!r})"
+        ) from None
+
+
 def parse_whole(text: str) -> int:
     """An integer written in ASCII digits ("3", "+3", "1_000") or as a whole decimal
     ("3.0", "3."); ValueError for anything else ("2.5", "1e3", other scripts' digits,
@@ -105,8 +151,8 @@ def _parse_values(text: str, name: str, *, allow_none: bool) -> list[int | None]
     values: list[int | None] = []
     for part in (p.strip() for p in text.split(",")):
         try:
-            if allow_none and part.lower() == "none":
-                values.append(None)
+            if part.lower() in OFF_WORDS:  # the control off: K = 0, M = none
+                values.append(None if allow_none else 0)
             elif ".." in part:
                 low, high = (parse_whole(x) for x in part.split("..", 1))
                 _check_range([low, high], name)
@@ -122,7 +168,7 @@ def _parse_values(text: str, name: str, *, allow_none: bool) -> list[int | None]
             else:
                 values.append(parse_whole(part))
         except ValueError:
-            expected = "whole numbers, ranges like 0..6" + (" or none" if allow_none else "")
+            expected = "whole numbers, ranges like 0..6 or off"
             raise ValueListError(f"{option}: expected {expected} (found {part!r})") from None
     _check_range(values, name)
     if not values:

@@ -111,7 +111,7 @@ def test_decisions_file(small_logs: dict[str, Path], tmp_path: Path, suffix: str
     [
         (["-k", "-1"], 7, "require `keep_versions` >= 0 (found -1)"),
         (["-m", "-2"], 7, "max_preempts"),
-        (["-m", "lots"], 2, "whole number or 'none'"),
+        (["-m", "lots"], 2, "whole number or none"),
         # In our words, not pydantic's ("unable to parse string as an integer").
         (["-k", "2..3"], 2, "(found '2..3'); lists of K values are for sweep, plot and report"),
         (["-b", "2.5"], 2, "--batch-groups' / '-b': expected a whole number (found '2.5')"),
