@@ -13,6 +13,7 @@ from __future__ import annotations
 from analysis.engine import (
     LOOP_DECISIONS,
     REPLAY_COLUMNS,
+    TRAJECTORY_TABLE_COLUMNS,
     LoopReplay,
     PreparedLog,
     ReplayConfig,
@@ -28,6 +29,7 @@ from analysis.engine import (
     replay_run,
     sweep,
     trajectory_outcomes,
+    write_run_tables,
 )
 from analysis.errors import (
     ConfigError,
@@ -75,6 +77,7 @@ __all__ = [
     "FRAME_FORMATS",
     "LOOP_DECISIONS",
     "REPLAY_COLUMNS",
+    "TRAJECTORY_TABLE_COLUMNS",
     "BiasReport",
     "CompareResult",
     "ConfigError",
@@ -132,4 +135,5 @@ __all__ = [
     "write_frame",
     "write_frame_to",
     "write_log",
+    "write_run_tables",
 ]

@@ -153,10 +153,10 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         console.print(line, highlight=False)
     if checks["agree"] != checks["total"]:
         console.print(
-            "note: the run's files disagree with this replay: expected for a setting other "
-            "than the run's own (a what-if, replayed on the attempts as they happened: retries "
-            "and completion times would have differed); `dressage-replay verify` checks the "
-            "run's own",
+            "note: the run's files disagree with this replay. That is expected for a setting "
+            "other than the run's own (a what-if, replayed on the attempts as they happened: "
+            "retries and completion times would have differed); `dressage-replay verify RUN` "
+            "finds the run's own setting and shows where a replay at it disagrees.",
             style="dim",
             highlight=False,
         )
@@ -205,6 +205,8 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     if inspection.eval_records:
         facts.add_row("of them evaluation", f"{inspection.eval_groups:,} groups, "
                       f"{inspection.eval_records:,} records")  # fmt: skip
+    if inspection.attempt_groups:  # records without a group id, grouped by attempt key
+        facts.add_row("of them Dressage attempts", f"{inspection.attempt_groups:,}")
     facts.add_row("format", ", ".join(inspection.formats) or "-")
     facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
     console.print(facts)

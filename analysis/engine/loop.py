@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -25,6 +26,34 @@ from analysis.io.dressage_run import RunLog
 from analysis.labels import late_older_note
 
 LOOP_DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed", "leftover")
+"""What the loop replay decides for an attempt: the four of a simple replay, and
+``leftover``: completed, but never consumed before the run ended."""
+
+TRAJECTORY_TABLE_COLUMNS = (
+    "trajectory_id",
+    "group_id",
+    "decision",
+    "stage",
+    "batch",
+    "version_gap",
+    "span",
+)
+"""The columns of ``replay --trajectories``, for a log and a run folder alike."""
+
+RUN_DECISION_COLUMNS = (
+    "group_id",
+    "decision",
+    "stage",
+    "batch",
+    "version_gap",
+    "decided_in",
+    "fail_kind",
+    "retried",
+    "span_verdict",
+    "leftover",
+)
+"""The columns of ``replay RUN --decisions``: one row per attempt, its gap that of its
+stalest trajectory."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +114,16 @@ class LoopReplay:
             },
             "notes": list(self.warnings),
         }
+
+    def decision_table(self) -> pl.DataFrame:
+        """One row per attempt (:data:`RUN_DECISION_COLUMNS`); ``version_gap`` is the
+        largest gap of its trajectories (null when none has one)."""
+        stalest = self.trajectories.group_by("group_id").agg(pl.col("version_gap").max())
+        return self.attempts.join(stalest, on="group_id", how="left").select(RUN_DECISION_COLUMNS)
+
+    def trajectory_table(self) -> pl.DataFrame:
+        """One row per trajectory (:data:`TRAJECTORY_TABLE_COLUMNS`)."""
+        return self.trajectories.select(TRAJECTORY_TABLE_COLUMNS)
 
 
 @dataclass(slots=True, eq=False)
@@ -422,8 +461,10 @@ def replay_run(
     warnings = list(run.warnings)
     if run.target_groups is None:
         raise MissingFieldError(
-            f"{run.root}: the batch size (target groups per step) is in none of "
-            "dressage_log.txt, dressage_metrics.jsonl or rollout_data/; keep one of them"
+            f"{run.root}: the batch size (target groups per step) is found in none of: "
+            "dressage_log.txt ('starting Dressage partial async rollout' lines), the metrics "
+            "(dressage/partial_rollout_target_groups), a step's dump (rollout_data/*.pt or "
+            "rollouts.jsonl); put one of them, as the run wrote it, in the run folder"
         )
     attempts = _attempts_from(run)
     kept_by_step, metrics = _kept_by_step(run), _metrics_by_step(run)
@@ -432,7 +473,14 @@ def replay_run(
         steps = set(kept_by_step) | set(metrics)
         final = max(steps) if steps else None
         if final is not None:
-            warnings.append(f"no final-call line in the log: took step {final} as the last call")
+            where = (
+                "no final-call line in dressage_log.txt"
+                if "dressage_log.txt" in run.sources
+                else "no dressage_log.txt"
+            )
+            warnings.append(
+                f"{where}: took step {final} (the last of the dumps and metrics) as the last call"
+            )
     starts = (
         dict(run.calls.select("rollout_id", "started_at").iter_rows()) if run.calls.height else {}
     )
@@ -489,11 +537,6 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     for stage, count in stages.iter_rows():
         counts[f"dropped_stale_{stage}"] = count
     return {"total": frame.height, **counts}
-
-
-LOOP_DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed", "leftover")
-"""What the loop replay decides for an attempt: the four of a simple replay, and
-``leftover``: completed, but never consumed before the run ended."""
 
 
 def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[int]:
@@ -609,7 +652,7 @@ def _matches_step(
     if metrics is None:
         return True
     return all(
-        metrics.get(name) is None or value is None or int(metrics[name]) == value
+        metrics.get(name) is None or value is None or float(metrics[name]) == value
         for name, value in step_counts(trial, rollout_id).items()
     )
 
@@ -617,4 +660,35 @@ def _matches_step(
 # --------------------------------------------------------------------------- outputs
 
 
-__all__ = ["LOOP_DECISIONS", "LoopReplay", "PollTiming", "infer_call_starts", "replay_run"]
+def write_run_tables(
+    result: LoopReplay,
+    *,
+    decisions: Path | None = None,
+    trajectories: Path | None = None,
+    inputs: Iterable[Path] = (),
+) -> list[Path]:
+    """Write ``replay RUN``'s tables: one row per attempt to ``decisions``, one per
+    trajectory to ``trajectories`` (format by extension); the paths written."""
+    from analysis.io.tables import write_frame_to
+
+    written = []
+    for frame, path in (
+        (result.decision_table, decisions),
+        (result.trajectory_table, trajectories),
+    ):
+        if path is not None:
+            write_frame_to(frame(), path, inputs=inputs)
+            written.append(path)
+    return written
+
+
+__all__ = [
+    "LOOP_DECISIONS",
+    "RUN_DECISION_COLUMNS",
+    "TRAJECTORY_TABLE_COLUMNS",
+    "LoopReplay",
+    "PollTiming",
+    "infer_call_starts",
+    "replay_run",
+    "write_run_tables",
+]

@@ -11,6 +11,7 @@ the same sessions, because the replay places rollout calls among artifact times.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -20,7 +21,14 @@ from typing import Any
 
 import polars as pl
 
-from analysis.errors import InputNotFoundError, LogFormatError, MissingFieldError
+from analysis.errors import (
+    InputNotFoundError,
+    LogFormatError,
+    MissingFieldError,
+    UnsafePickleError,
+    setting,
+    short_repr,
+)
 from analysis.io.dumps import dump_samples
 from analysis.io.jsonl import jsonl_records
 
@@ -93,13 +101,13 @@ class DressageLog:
     """How the zone was found: ``failures`` (error.json times), ``first_call`` or ``none``."""
 
 
-def _parse_lines(path: Path) -> list[tuple[float, str]]:
-    """(naive time read as UTC, message) of every line in the logging format."""
+def _parse_lines(path: Path) -> list[tuple[float, str, int]]:
+    """(naive time read as UTC, message, line number) of every line in the logging format."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
-    lines: list[tuple[float, str]] = []
+    lines: list[tuple[float, str, int]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         match = _LINE.match(line)
         if match is None:
@@ -112,7 +120,7 @@ def _parse_lines(path: Path) -> list[tuple[float, str]]:
                 "the log must be Python logging's '%(asctime)s' format"
             ) from exc
         seconds = stamp.replace(tzinfo=dt.UTC).timestamp() + int(match.group(2)) / 1000.0
-        lines.append((seconds, match.group(5)))
+        lines.append((seconds, match.group(5), number))
     return lines
 
 
@@ -153,29 +161,32 @@ def read_dressage_log(
     earliest trajectory finish) calibrate the log's time zone (see :func:`zone_offset`).
     """
     lines = _parse_lines(path)
-    offset, zone_from = zone_offset(lines, error_times, first_finish)
+    offset, zone_from = zone_offset(
+        [(at, message) for at, message, _ in lines], error_times, first_finish
+    )
     starts: dict[int, float] = {}
     target_groups = samples_per_prompt = final = None
     events: list[LogEvent] = []
     failed: list[tuple[float, str]] = []
     updates: list[tuple[float, int, str]] = []
-    for local, message in lines:
-        at = local + offset
+    for local, message, number in lines:
+        at, where = local + offset, f"{path}:{number}"
+
         if match := _CALL_START.match(message):
-            starts[int(match.group(1))] = at
-            target_groups = int(match.group(2))
+            starts[_log_int(match.group(1), where)] = at
+            target_groups = _log_int(match.group(2), where)
             if target_groups:
-                samples_per_prompt = int(match.group(3)) // target_groups
+                samples_per_prompt = _log_int(match.group(3), where) // target_groups
         elif match := _FINAL.match(message):
-            final = int(match.group(1))
+            final = _log_int(match.group(1), where)
         elif match := _WEIGHTS.match(message):
-            updates.append((at, int(match.group(1)), match.group(2)))
+            updates.append((at, _log_int(match.group(1), where), match.group(2)))
         elif match := _FAILED_SESSION.search(message):
             failed.append((at, match.group(1)))
         else:
             for kind, pattern in _EVENTS:
                 if event := pattern.match(message):
-                    events.append(LogEvent(at, kind, int(event.group(1))))
+                    events.append(LogEvent(at, kind, _log_int(event.group(1), where)))
                     break
     return DressageLog(
         call_starts=starts,
@@ -190,9 +201,44 @@ def read_dressage_log(
     )
 
 
+def _log_int(digits: str, where: str) -> int:
+    """A number of a log line; one beyond 64 bits is no step, batch size or group id."""
+    value = int(digits)
+    if value >= 2**63:
+        raise LogFormatError(
+            f"{where}: the number {digits[:30]} does not fit in 64 bits; correct the line, or "
+            "move dressage_log.txt out of the run folder (call starts are then inferred)"
+        )
+    return value
+
+
+METRICS_USE = (
+    "the metrics are checked against the replay and, without dressage_log.txt, give the "
+    "batch size and place the rollout calls"
+)
+"""What a run's metrics are for, said in the errors about them."""
+
+USED_METRICS = (
+    "staleness/dropped_groups",
+    "staleness/current_version_index",
+    "staleness/partial_rollout_rejected_groups",
+    "dressage/partial_rollout_retried_groups",
+    "dressage/partial_rollout_failed_groups",
+    "dressage/partial_rollout_returned_groups",
+    *(f"staleness/{name}_{stat}" for name in ("version_gap", "version_span")
+      for stat in ("min", "max", "mean")),
+    "dressage/partial_rollout_target_groups",
+    "dressage/partial_rollout_target_samples",
+)  # fmt: skip
+"""The metrics the run loop reads: each must be a finite number (or absent / null)."""
+_SIZES = USED_METRICS[-2:]
+"""Batch-size metrics: whole numbers >= 1."""
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The rows of ``dressage_metrics.jsonl`` (one per rollout step, with ``rollout_id``),
-    or of a CSV exported from a dashboard (:func:`read_metrics_csv`)."""
+    or of a CSV exported from a dashboard (:func:`read_metrics_csv`); the metrics the
+    replay uses (:data:`USED_METRICS`) are checked to be numbers."""
     if path.suffix.lower() == ".csv":
         return read_metrics_csv(path)
     rows: list[dict[str, Any]] = []
@@ -202,10 +248,35 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict) or not _is_int(record.get("rollout_id")):
             raise LogFormatError(
                 f"{path}:{number}: expected an object with an integer `rollout_id`; "
-                "remove the line or the file (the metrics are only used for checks)"
+                f"remove the line or the file ({METRICS_USE})"
             )
-        rows.append(record)
+        rows.append(_checked_metrics(record, f"{path}:{number}"))
     return rows
+
+
+def _checked_metrics(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """``row`` if the metrics the replay uses are numbers (null or absent: not checked)."""
+    if not -(2**63) <= row["rollout_id"] < 2**63:
+        raise LogFormatError(
+            f"{where}: `rollout_id` does not fit in 64 bits; correct the line or remove it "
+            f"({METRICS_USE})"
+        )
+    for name in USED_METRICS:
+        value = row.get(name)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if (
+            not number
+            or not math.isfinite(value)
+            or (name in _SIZES and (value < 1 or value != int(value)))
+        ):
+            wanted = "a whole number >= 1" if name in _SIZES else "a finite number"
+            raise LogFormatError(
+                f"{where}: `{name}` must be {wanted} (found {short_repr(value)}); correct the "
+                f"line or remove it ({METRICS_USE})"
+            )
+    return row
 
 
 _STEP_COLUMNS = ("rollout_id", "Step", "step", "_step", "trainer/global_step")
@@ -224,7 +295,7 @@ def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
         raise LogFormatError(
             f"{path}: not a readable CSV of metrics ({exc}); remove the file or export it "
-            "again (the metrics are only used for checks)"
+            f"again ({METRICS_USE})"
         ) from exc
     step = next((name for name in _STEP_COLUMNS if name in frame.columns), None)
     if step is None or not frame.schema[step].is_integer():
@@ -233,13 +304,18 @@ def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
             f"{', '.join(frame.columns[:8])}); name the step column rollout_id"
         )
     rows = []
-    for row in frame.iter_rows(named=True):
+    for number, row in enumerate(frame.iter_rows(named=True), start=2):
+        if row[step] is None:
+            raise LogFormatError(
+                f"{path}:{number}: no step in column {step}; correct the line or remove it "
+                f"({METRICS_USE})"
+            )
         metrics: dict[str, Any] = {"rollout_id": row[step]}
         for name, value in row.items():
             if name == step or name.endswith(("__MIN", "__MAX")) or value is None:
                 continue
             metrics[name.split(" - ", 1)[-1]] = value
-        rows.append(metrics)
+        rows.append(_checked_metrics(metrics, f"{path}:{number}"))
     return rows
 
 
@@ -269,47 +345,91 @@ def _is_int(value: Any) -> bool:
 def read_dump_rows(root: Path) -> tuple[list[dict[str, Any]], str | None]:
     """One row per session of each step's dump, in dump order (``KEPT_SCHEMA``), and which
     file gave them: ``rollout_data/<step>.pt`` (safe reader), else ``rollouts.jsonl``."""
-    by_step: dict[int, list[Any]] = {}
+    by_step: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     folder = root / DUMPS
     paths = sorted(folder.glob("*.pt")) if folder.is_dir() else []
     paths = [p for p in paths if p.stem.isdigit()]  # eval_<n>.pt dumps are not steps
     for path in paths:
-        rollout_id, samples = dump_samples(path, trust_pickle=False)
-        by_step[rollout_id if rollout_id is not None else int(path.stem)] = samples
+        rollout_id, samples = _safe_dump(path)
+        if rollout_id is not None and optional_int(rollout_id) is None:
+            raise LogFormatError(f"{path}: rollout_id does not fit in 64 bits; {DUMP_FIX}")
+        by_step[rollout_id if rollout_id is not None else int(path.stem)] = [
+            (f"{path}: sample {i}", _sample(sample, f"{path}: sample {i}", DUMP_FIX))
+            for i, sample in enumerate(samples)
+        ]
     source = DUMPS if paths else None
     if not paths and (root / ROLLOUTS).is_file():
         source = ROLLOUTS
-        for number, sample in jsonl_records(root / ROLLOUTS):
-            if isinstance(sample, LogFormatError):
-                raise sample
-            step = optional_int((sample.get("metadata") or {}).get("dressage_return_rollout_id"))
+        fix = "correct the line, or remove rollouts.jsonl (the kept groups are then not checked)"
+        for number, record in jsonl_records(root / ROLLOUTS):
+            if isinstance(record, LogFormatError):
+                raise record
+            where = f"{root / ROLLOUTS}:{number}"
+            sample = _sample(record, where, fix)
+            step = optional_int(sample["metadata"].get("dressage_return_rollout_id"))
             if step is None:
                 raise MissingFieldError(
-                    f"{root / ROLLOUTS}:{number}: no metadata.dressage_return_rollout_id; "
+                    f"{where}: no metadata.dressage_return_rollout_id; "
                     "remove rollouts.jsonl or provide rollout_data/"
                 )
-            by_step.setdefault(step, []).append(sample)
+            by_step.setdefault(step, []).append((where, sample))
     rows: list[dict[str, Any]] = []
     for step in sorted(by_step):
-        rows += _dump_rows(step, by_step[step])
+        rows += _dump_rows(step, [sample for _, sample in by_step[step]])
     return rows, source
 
 
-def _dump_rows(step: int, samples: list[Any]) -> list[dict[str, Any]]:
+DUMP_FIX = (
+    "move rollout_data/ out of the run folder to replay without it (the run loop then "
+    "checks against rollouts.jsonl if there is one, else the log and metrics only; the "
+    "sample order of kept attempts is then guessed)"
+)
+
+
+def _safe_dump(path: Path) -> tuple[int | None, list[Any]]:
+    """A run folder's dump, read by the safe reader: it rebuilds tensors and NumPy arrays,
+    and refuses other classes; trusting the pickle is no option here, so not suggested."""
+    try:
+        return dump_samples(path, trust_pickle=False)
+    except UnsafePickleError as exc:
+        raw = exc.raw
+        cut = raw.find(setting("trust_pickle", True))
+        head = raw[:cut].rstrip().removesuffix("pass").rstrip(" ;,") if cut >= 0 else raw
+        raise UnsafePickleError(
+            f"{head}; a run folder's dumps are always read by the safe reader (it rebuilds "
+            f"tensors and NumPy arrays); {DUMP_FIX}"
+        ) from None
+
+
+def _sample(record: Any, where: str, fix: str) -> dict[str, Any]:
+    """A sample of a dump or ``rollouts.jsonl``, with its ``metadata`` an object."""
+    if not isinstance(record, dict):
+        raise LogFormatError(
+            f"{where}: expected a sample object (found {type(record).__name__}); {fix}"
+        )
+    metadata = record.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise LogFormatError(
+            f"{where}: `metadata` must be an object (found {short_repr(metadata)}); {fix}"
+        )
+    return {**record, "metadata": metadata or {}}
+
+
+def _dump_rows(step: int, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[Any, int] = {}
     seen: set[str] = set()
     rows = []
     for sample in samples:
-        meta = sample.get("metadata") or {}
+        meta = sample["metadata"]
         group_id = optional_int(meta.get("dressage_return_async_group_id"))
         key = (
             group_id
             if group_id is not None
-            else (meta.get("instance_id"), sample.get("group_index"))
+            else (str(meta.get("instance_id")), optional_int(sample.get("group_index")))
         )
         position = groups.setdefault(key, len(groups))
         session = meta.get("parent_traj_id") or meta.get("session_id") or sample.get("session_id")
-        if session is None or session in seen:
+        if session is None or str(session) in seen:
             continue  # later segments of a trajectory already listed
         seen.add(str(session))
         rows.append(
@@ -348,9 +468,14 @@ def events_frame(log: DressageLog | None) -> pl.DataFrame:
 
 
 def optional_int(value: Any) -> int | None:
+    """An id or index that may be absent or unreadable (then None): an integer that fits
+    in 64 bits, an integral float, or text of one."""
     if value is None or isinstance(value, bool):
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
+    if isinstance(value, float) and not value.is_integer():
         return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if -(2**63) <= number < 2**63 else None

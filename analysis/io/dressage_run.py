@@ -9,14 +9,14 @@ are required; every other file is optional and its absence is reported in ``warn
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-import orjson
 import polars as pl
 
 from analysis.errors import (
@@ -24,9 +24,11 @@ from analysis.errors import (
     LogFormatError,
     MissingFieldError,
     UnknownFormatError,
+    short_repr,
 )
 from analysis.io.dressage_log import (
     KEPT_SCHEMA,
+    USED_METRICS,
     DressageLog,
     calls_frame,
     events_frame,
@@ -36,6 +38,7 @@ from analysis.io.dressage_log import (
     read_metrics,
     read_prompt_order,
 )
+from analysis.io.dressage_records import as_count, as_time
 from analysis.io.jsonl import read_json_file
 from analysis.labels import real_label
 
@@ -171,7 +174,7 @@ def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:
     response = _object(_object(error.get("http")).get("response"))
     body = str(response.get("body") or "")
     detail = _object(error.get("error"))
-    if SPAN_MARKER in body or SPAN_MARKER in orjson.dumps(detail).decode():
+    if SPAN_MARKER in body or _mentions_marker(detail):
         found = re.search(r'\\*"versions\\*":\s*\[([^\]]*)\]', body)
         versions = re.findall(r'\\*"([^"\\]+)\\*"', found.group(1)) if found else []
         return "span", versions
@@ -200,9 +203,13 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
         )
     warnings: list[str] = []
     sources = [name for name in (PAYLOAD, ERRORS) if (root / name).is_dir()]
-    trajectories = _read_trajectories(root)
+    trajectories = _read_trajectories(root, warnings)
     if not trajectories:
-        raise MissingFieldError(f"{root}: no session folder with session.json or error.json")
+        raise MissingFieldError(
+            f"{root}: no trajectory folder ({PAYLOAD}/<instance>/<session>/ with session.json "
+            f"or samples/, or {ERRORS}/<instance>/<session>/error.json); point at a run folder "
+            "that holds them"
+        )
     prompts: list[str] | None = None
     dumps: list[dict[str, Any]] = []
     log: DressageLog | None = None
@@ -227,6 +234,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
         if metrics_file is not None:
             sources.append(metrics_file.name)
             metrics = read_metrics(metrics_file)
+            _warn_repeated_steps(metrics, metrics_file.name, warnings)
         else:
             warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
         if (root / LOG).is_file():
@@ -254,7 +262,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
         attempts=pl.DataFrame(attempts, schema=ATTEMPT_SCHEMA, orient="row"),
         calls=calls_frame(log),
         kept=pl.DataFrame(dumps, schema=KEPT_SCHEMA),
-        metrics=pl.from_dicts(metrics, infer_schema_length=None) if metrics else pl.DataFrame(),
+        metrics=_metrics_frame(metrics),
         log_events=events_frame(log),
         samples_per_prompt=samples_per_prompt,
         target_groups=_target_groups(log, metrics, dumps),
@@ -276,91 +284,210 @@ def _subfolders(folder: Path) -> list[Path]:
         raise InputNotFoundError(f"{folder}: cannot list the folder ({exc.strerror})") from exc
 
 
-def _sessions(root: Path, kind: str, file_name: str) -> Iterable[Path]:
-    """Session folders ``<kind>/<instance>/<session>/`` that hold ``file_name``."""
+def _sessions(root: Path, kind: str) -> Iterable[Path]:
+    """Session folders ``<kind>/<instance>/<session>/``."""
     top = root / kind
     if not top.is_dir():
         return
     for instance in _subfolders(top):
-        for session in _subfolders(instance):
-            if (session / file_name).is_file():
-                yield session
+        yield from _subfolders(instance)
 
 
-def _read_trajectories(root: Path) -> list[_Trajectory]:
-    found = [_read_payload_session(folder) for folder in _sessions(root, PAYLOAD, "session.json")]
-    found += [_read_error_session(folder) for folder in _sessions(root, ERRORS, "error.json")]
+def _named(root: Path, folders: list[Path]) -> str:
+    """A count of folders and the first few of them, for a warning."""
+    shown = ", ".join(str(folder.relative_to(root)) for folder in folders[:3])
+    return f"{len(folders)} session folder(s) ({shown}{', ...' if len(folders) > 3 else ''})"
+
+
+def _read_trajectories(root: Path, warnings: list[str]) -> list[_Trajectory]:
+    """Every trajectory folder of the run, read as far as it goes; a warning names the
+    folders that lack a file (so that a trajectory is never dropped or guessed unsaid)."""
+    found: list[_Trajectory] = []
+    no_session: list[Path] = []
+    no_samples: list[Path] = []
+    empty: list[Path] = []
+    for folder in _sessions(root, PAYLOAD):
+        has_session, has_samples = (folder / "session.json").is_file(), bool(_sample_files(folder))
+        if not (has_session or has_samples):
+            empty.append(folder)
+            continue
+        found.append(_read_payload_session(folder))
+        if not has_session:
+            no_session.append(folder)
+        elif not has_samples:
+            no_samples.append(folder)
+    no_error: list[Path] = []
+    for folder in _sessions(root, ERRORS):
+        if (folder / "error.json").is_file():
+            found.append(_read_error_session(folder))
+        else:
+            no_error.append(folder)
+    if no_session:
+        warnings.append(
+            f"{_named(root, no_session)} without session.json: read from their samples/ "
+            "(finish time from metadata.proxy_extra_info.timestamp, versions from "
+            "metadata.full_versions)"
+        )
+    if no_samples:
+        warnings.append(
+            f"{_named(root, no_samples)} without samples/: their attempt (start rollout, retry "
+            "count) is unknown, so each is put in the attempt <instance>/s?/r0"
+        )
+    if empty:
+        warnings.append(f"{_named(root, empty)} with neither session.json nor samples/: left out")
+    if no_error:
+        warnings.append(
+            f"{_named(root, no_error)} of {ERRORS}/ without error.json: left out (their failed "
+            "trajectories, and the attempts they belong to, cannot be known)"
+        )
     return found
+
+
+def _sample_files(folder: Path) -> list[Path]:
+    """``samples/<segment>.json`` of a session, in segment order."""
+    return sorted(
+        (folder / "samples").glob("*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)
+    )
+
+
+_FIX = (
+    "correct the file, or move its session folder out of the run (its trajectory is then left out)"
+)
+
+
+def _labels(value: Any, where: str) -> list[str]:
+    """The real labels of a ``full_versions`` list (absent: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise LogFormatError(
+            f"{where} must be a list of versions (found {short_repr(value)}); {_FIX}"
+        )
+    try:
+        return [real for label in value if (real := real_label(label)) is not None]
+    except ValueError as exc:
+        raise LogFormatError(f"{where}: {exc}; {_FIX}") from None
+
+
+def _time(value: Any, where: str) -> float | None:
+    """A finish time as Unix seconds (a number, text of one, or an ISO 8601 date), read as
+    the simple loop reads completion times."""
+    try:
+        return as_time(value, where)
+    except LogFormatError as exc:
+        raise LogFormatError(f"{exc.raw}; {_FIX}") from None
+
+
+def _int_field(value: Any, where: str) -> int | None:
+    """An integer field (absent: None); text or a fraction is a damaged file."""
+    if value is None:
+        return None
+    number = attempt_number(value)
+    if number is None:
+        raise LogFormatError(f"{where} must be an integer (found {short_repr(value)}); {_FIX}")
+    return number
 
 
 def _read_payload_session(folder: Path) -> _Trajectory:
     """A completed trajectory: ``session.json`` (segments, token versions, finish time) and
-    ``samples/<segment>.json`` (the attempt key and the tracker's end version)."""
+    ``samples/<segment>.json`` (the attempt key and the tracker's end version); a session
+    with only one of them is read from that one."""
     path = folder / "session.json"
-    session = read_json_file(path)
-    segments = session.get("data") if isinstance(session, dict) else None
-    if not isinstance(segments, list):
-        raise LogFormatError(f"{path}: expected an object with a `data` list of segments")
-    stamps = [
-        float(seg["extra_info"]["timestamp"])
-        for seg in segments
-        if isinstance(seg.get("extra_info"), dict)
-        and seg["extra_info"].get("timestamp") is not None
-    ]
+    segments: list[dict[str, Any]] = []
+    if path.is_file():
+        session = read_json_file(path)
+        data = session.get("data") if isinstance(session, dict) else None
+        if not isinstance(data, list) or not all(isinstance(seg, dict) for seg in data):
+            raise LogFormatError(
+                f"{path}: expected an object with a `data` list of segment objects; {_FIX}"
+            )
+        segments = data
+    stamps: list[float] = []
     versions: dict[str, None] = {}
-    for seg in segments:
-        for label in seg.get("full_versions") or []:
-            if (real := real_label(label)) is not None:
-                versions.setdefault(real)
+    for i, seg in enumerate(segments):
+        info = _object(seg.get("extra_info"))
+        if (
+            stamp := _time(info.get("timestamp"), f"{path}: data[{i}].extra_info.timestamp")
+        ) is not None:
+            stamps.append(stamp)
+        versions.update(
+            dict.fromkeys(_labels(seg.get("full_versions"), f"{path}: data[{i}].full_versions"))
+        )
     lengths = [seg.get("aligned_response_length") for seg in segments]
-    sample_files = sorted(
-        (folder / "samples").glob("*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)
-    )
+    counts: list[int] = [n for n in lengths if _is_count(n)]
+    sample_files = _sample_files(folder)
     metadata: dict[str, Any] = {}
     end_version: str | None = None
     marker, best_segment = False, -1
+    sample_stamps: list[float] = []
+    sample_versions: dict[str, None] = {}
     for sample_path in sample_files:
         sample = read_json_file(sample_path)
-        meta = sample.get("metadata") if isinstance(sample, dict) else None
-        meta = meta if isinstance(meta, dict) else {}
-        marker = marker or SPAN_MARKER.encode() in orjson.dumps(meta)
+        if not isinstance(sample, dict):
+            raise LogFormatError(
+                f"{sample_path}: expected a sample object (found {type(sample).__name__}); {_FIX}"
+            )
+        meta = _object(sample.get("metadata"))
+        marker = marker or _mentions_marker(meta)
         metadata = metadata or meta
-        segment = int(sample.get("segment_index", meta.get("segment_index", 0)) or 0)
+        where = f"{sample_path}: segment_index"
+        segment = _int_field(sample.get("segment_index", meta.get("segment_index")), where) or 0
         if segment >= best_segment:  # the tracker reads the last segment's end version
             best_segment = segment
-            end_version = real_label(meta.get("dressage_end_token_version"))
-        stamp = (meta.get("proxy_extra_info") or {}).get("timestamp")
-        if not stamps and stamp is not None:
-            stamps.append(float(stamp))
+            end_version = _label(
+                meta.get("dressage_end_token_version"),
+                f"{sample_path}: metadata.dressage_end_token_version",
+            )
+        where = f"{sample_path}: metadata.proxy_extra_info.timestamp"
+        if (
+            stamp := _time(_object(meta.get("proxy_extra_info")).get("timestamp"), where)
+        ) is not None:
+            sample_stamps.append(stamp)
+        where = f"{sample_path}: metadata.full_versions"
+        sample_versions.update(dict.fromkeys(_labels(meta.get("full_versions"), where)))
     if end_version is None:
         end_version = _last_trainable_version(segments)
+    stamps = stamps or sample_stamps
     if not stamps:
         raise MissingFieldError(
-            f"{path}: no finish time (data[].extra_info.timestamp, or "
-            "metadata.proxy_extra_info.timestamp in samples/); the replay orders completions by it"
+            f"{folder}: no finish time (data[].extra_info.timestamp of session.json, or "
+            "metadata.proxy_extra_info.timestamp in samples/); the replay orders completions "
+            f"by it; {_FIX}"
         )
     first = segments[0] if segments else {}
+    instance = metadata.get("instance_id") or first.get("instance_id") or folder.parent.name
     return _Trajectory(
         trajectory_id=folder.name,
-        instance_id=str(
-            metadata.get("instance_id") or first.get("instance_id") or folder.parent.name
-        ),
-        start_rollout_id=optional_int(metadata.get("dressage_start_rollout_id")),
-        retry_count=optional_int(metadata.get("dressage_retry_count")) or 0,
+        instance_id=str(instance),
+        start_rollout_id=attempt_number(metadata.get("dressage_start_rollout_id")),
+        retry_count=attempt_number(metadata.get("dressage_retry_count")) or 0,
         finished_at=max(stamps),
         completed=True,
         end_version=end_version,
-        span=len(versions),
+        span=len(versions or sample_versions),
         segments=len(segments) or len(sample_files),
-        response_tokens=sum(lengths) if all(isinstance(n, int) for n in lengths) else None,
+        response_tokens=sum(counts) if lengths and len(counts) == len(lengths) else None,
         span_marker=marker,
     )
 
 
-def _last_trainable_version(segments: list[Any]) -> str | None:
-    """Fallback end version: the last loss-masked token's real version, last segment first."""
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+
+
+def _label(value: Any, where: str) -> str | None:
+    try:
+        return real_label(value)
+    except ValueError as exc:
+        raise LogFormatError(f"{where}: {exc}; {_FIX}") from None
+
+
+def _last_trainable_version(segments: list[dict[str, Any]]) -> str | None:
+    """Fallback end version: the last loss-masked token's real version, last segment first
+    (labels already checked by :func:`_labels`)."""
     for seg in reversed(segments):
-        labels, mask = seg.get("full_versions") or [], seg.get("full_loss_mask") or []
+        labels, mask = seg.get("full_versions") or [], seg.get("full_loss_mask")
+        mask = mask if isinstance(mask, list) else []
         for label, on in zip(
             reversed(labels[: len(mask)]), reversed(mask[: len(labels)]), strict=True
         ):
@@ -373,8 +500,15 @@ def _read_error_session(folder: Path) -> _Trajectory:
     """A failed trajectory: ``error.json`` (failure, key, and the ids the payload lacks)."""
     path = folder / "error.json"
     error = read_json_file(path)
-    if not isinstance(error, dict) or error.get("timestamp") is None:
-        raise MissingFieldError(f"{path}: no `timestamp`; the replay orders completions by it")
+    if not isinstance(error, dict):
+        raise LogFormatError(
+            f"{path}: expected an error object (found {type(error).__name__}); {_FIX}"
+        )
+    finished_at = _time(error.get("timestamp"), f"{path}: timestamp")
+    if finished_at is None:
+        raise MissingFieldError(
+            f"{path}: no `timestamp`; the replay orders completions by it; {_FIX}"
+        )
     sample = _object(error.get("sample"))
     meta = _object(sample.get("metadata"))
     kind, versions = classify_failure(error)
@@ -382,17 +516,30 @@ def _read_error_session(folder: Path) -> _Trajectory:
     return _Trajectory(
         trajectory_id=str(error.get("session_id") or folder.name),
         instance_id=str(error.get("instance_id") or meta.get("instance_id") or folder.parent.name),
-        start_rollout_id=optional_int(meta.get("dressage_start_rollout_id")),
-        retry_count=optional_int(meta.get("dressage_retry_count")) or 0,
-        finished_at=float(error["timestamp"]),
+        start_rollout_id=attempt_number(meta.get("dressage_start_rollout_id")),
+        retry_count=attempt_number(meta.get("dressage_retry_count")) or 0,
+        finished_at=finished_at,
         completed=False,
         fail_kind=kind,
         span=len(real) if real else None,
-        span_marker=kind == "span" or SPAN_MARKER.encode() in orjson.dumps(meta),
+        span_marker=kind == "span" or _mentions_marker(meta),
         async_group_id=optional_int(meta.get("dressage_async_group_id")),
         sample_index=optional_int(sample.get("index")),
         group_index=optional_int(sample.get("group_index")),
     )
+
+
+def _mentions_marker(value: Any) -> bool:
+    """Whether a section of a file mentions the span rejection anywhere (a retry carries
+    the failure history of the attempt before it)."""
+    return SPAN_MARKER in json.dumps(value, default=str)
+
+
+def attempt_number(value: Any) -> int | None:
+    """``dressage_start_rollout_id`` / ``dressage_retry_count`` read as the simple loop reads
+    them (:func:`~analysis.io.dressage_records.as_count`), within 64 bits; else None."""
+    number = as_count(value)
+    return number if number is not None and number < 2**63 else None
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -534,11 +681,11 @@ def _samples_per_prompt(
 ) -> int | None:
     if log is not None and log.samples_per_prompt:
         return log.samples_per_prompt
-    for row in metrics[:1]:
+    for row in metrics[:1]:  # both checked by read_metrics: whole numbers >= 1
         groups = row.get("dressage/partial_rollout_target_groups")
         samples = row.get("dressage/partial_rollout_target_samples")
         if groups and samples:
-            return int(samples) // int(groups)
+            return max(1, int(samples) // int(groups))
     counts: dict[tuple[str, int | None, int], int] = {}
     for t in trajectories:
         key = (t.instance_id, t.start_rollout_id, t.retry_count)
@@ -558,6 +705,33 @@ def _target_groups(
     for row in dumps:
         per_step.setdefault(row["rollout_id"], set()).add(row["group_position"])
     return max((len(groups) for groups in per_step.values()), default=None)
+
+
+def _warn_repeated_steps(metrics: list[dict[str, Any]], name: str, warnings: list[str]) -> None:
+    """A step on two lines of the metrics (a file appended to twice): the later line is used."""
+    counts: dict[int, int] = {}
+    for row in metrics:
+        counts[row["rollout_id"]] = counts.get(row["rollout_id"], 0) + 1
+    repeated = [step for step, count in counts.items() if count > 1]
+    if repeated:
+        shown = ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else "")
+        warnings.append(
+            f"{name}: {len(repeated)} rollout_id(s) on more than one line ({shown}); the last "
+            "line of each is used (remove the others if the file was appended to twice)"
+        )
+
+
+def _metrics_frame(metrics: list[dict[str, Any]]) -> pl.DataFrame:
+    """The metrics the replay uses (numbers, checked by ``read_metrics``), one row per line."""
+    if not metrics:
+        return pl.DataFrame()
+    names = [name for name in USED_METRICS if any(name in row for row in metrics)]
+    schema: dict[str, Any] = {"rollout_id": pl.Int64, **dict.fromkeys(names, pl.Float64)}
+    rows = [
+        [row["rollout_id"], *(None if row.get(n) is None else float(row[n]) for n in names)]
+        for row in metrics
+    ]
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def _trajectory_frame(trajectories: list[_Trajectory]) -> pl.DataFrame:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import analysis
-from cli.flags import flagged
+from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
     INT,
@@ -20,6 +20,7 @@ from cli.options import (
     OnBadRecord,
     OrderBy,
     Quiet,
+    Reading,
     Traceback,
     TrustPickle,
     one_keep_versions,
@@ -86,28 +87,51 @@ def replay(
 
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is
     replayed as Dressage's own collector loop runs (README: Your run's logs)."""
+    for output in (decisions, trajectories):  # before the log is read: a typo is told at once
+        if output is not None:
+            analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+        refuse_unused(
+            batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
+            on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+        )  # fmt: skip
+        replay_run_folder(
+            inputs[0], keep_versions, one_max_preempts(max_preempts),
+            json_output=json_output, decisions=decisions, trajectories=trajectories,
+        )  # fmt: skip
+        return
     config = analysis.ReplayConfig(
         keep_versions=keep_versions,
         max_preempts=one_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
-    for output in (decisions, trajectories):  # before the log is read: a typo is told at once
-        if output is not None:
-            analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
-        replay_run_folder(inputs[0], config, json_output=json_output, trajectories=trajectories)
-        return
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
+    replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
+                decisions=decisions, trajectories=trajectories)  # fmt: skip
+
+
+def replay_logs(
+    logs: Reading,
+    config: analysis.ReplayConfig,
+    *,
+    json_output: bool,
+    bias: bool,
+    inputs: list[Path],
+    decisions: Path | None,
+    trajectories: Path | None,
+) -> None:
+    """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
     table, prepared, report = logs.prepare(whole_table=bias)
     result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)
     if trajectories is not None:
         outcomes = analysis.trajectory_outcomes(prepared, result)
-        analysis.write_frame_to(outcomes.select(TRAJECTORY_COLUMNS), trajectories, inputs=inputs)
+        columns = analysis.TRAJECTORY_TABLE_COLUMNS
+        analysis.write_frame_to(outcomes.select(columns), trajectories, inputs=inputs)
         typer.echo(f"wrote {trajectories}", err=True)
     dropped = analysis.who_gets_dropped(prepared, result, table=table) if bias else None
     with results_out():
@@ -123,30 +147,45 @@ def replay(
     warn(report)
 
 
-TRAJECTORY_COLUMNS = (
-    "trajectory_id",
-    "group_id",
-    "decision",
-    "stage",
-    "batch",
-    "version_gap",
-    "span",
-)
-"""The columns of ``--trajectories``, for a log and a run folder alike."""
+def refuse_unused(**given: Any) -> None:
+    """Options of the simple loop given for a run folder: a usage error naming them (the
+    run loop takes its batch size, order and fields from the run's own files)."""
+    unused = [
+        FLAGS.get(name, f"--{name}")
+        for name, value in given.items()
+        if value not in (None, False, [], BadRecordPolicy.fail)
+    ]
+    if unused:
+        raise typer.BadParameter(
+            "not used when a run folder is replayed as Dressage's loop (docs/semantics.md "
+            "§12): the batch size, arrival order and fields are the run's own; leave "
+            f"{'it' if len(unused) == 1 else 'them'} out",
+            param_hint=", ".join(unused),
+        )
 
 
 def replay_run_folder(
-    folder: Path, config: analysis.ReplayConfig, *, json_output: bool, trajectories: Path | None
+    folder: Path,
+    keep_versions: int,
+    max_preempts: int | None,
+    *,
+    json_output: bool,
+    decisions: Path | None,
+    trajectories: Path | None,
 ) -> None:
-    """A run folder, replayed as Dressage's collector loop: K from ``config``; M and B are
-    the run's own (its span rejections are on disk, its batch size in its log)."""
-    run = analysis.read_run(folder)
-    result = analysis.replay_run(run, keep_versions=config.keep_versions)
-    if trajectories is not None:
-        analysis.write_frame_to(
-            result.trajectories.select(TRAJECTORY_COLUMNS), trajectories, inputs=[folder]
+    """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
+    run's own (its span rejections are on disk, its batch size in its log)."""
+    if max_preempts is not None:
+        typer.echo(
+            f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
+            "the run's own M (its span rejections are on disk, in traj_err/)",
+            err=True,
         )
-        typer.echo(f"wrote {trajectories}", err=True)
+    result = analysis.replay_run(analysis.read_run(folder), keep_versions=keep_versions)
+    for path in analysis.write_run_tables(
+        result, decisions=decisions, trajectories=trajectories, inputs=[folder]
+    ):
+        typer.echo(f"wrote {path}", err=True)
     with results_out():
         if json_output:
             print_json(result.to_dict())

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.flags import flagged
 from cli.options import FLAG, INT, Traceback, one_keep_versions
 from cli.output import print_json, results_out, stdout_console
 
@@ -57,7 +58,7 @@ def verify(
             print_checks(result, stdout_console(), all_rows=all_checks)
     say_verdict(result, found, given=keep_versions is not None)
     for warning in result.warnings:
-        typer.echo(f"warning: {warning}", err=True)
+        typer.echo(f"warning: {flagged(warning)}", err=True)
     if not result.consistent:
         raise typer.Exit(analysis.ExitCode.DISAGREES)
 

@@ -15,8 +15,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analysis.engine.loop import LoopReplay, replay_run
+from analysis.engine.loop import RUN_DECISION_COLUMNS, LoopReplay, replay_run
 from analysis.errors import LogFormatError
+from analysis.io.dressage_log import USED_METRICS
 from analysis.io.dressage_run import RunLog, find_run_root, is_run_folder, read_run
 from tests.real_runs import RUNS, by_trajectory, disagreements
 
@@ -218,3 +219,27 @@ def test_metrics_exported_from_a_dashboard_as_csv_are_checked_the_same(
     (folder / "dressage_metrics.csv").write_text("when,what\nnow,1\n")
     with pytest.raises(LogFormatError, match="no integer step column"):
         read_run(folder)
+
+
+def test_the_metrics_read_are_the_metrics_checked(replays: dict[str, LoopReplay]) -> None:
+    """read_metrics checks the metrics the replay uses to be numbers: every metric a check
+    compares is one of them (a new check must be added to USED_METRICS too)."""
+    checked = {
+        name
+        for replay in replays.values()
+        for name in replay.checks["check"].unique()
+        if not name.startswith(("log/", "kept_groups"))
+    }
+    assert checked and checked <= set(USED_METRICS)
+
+
+def test_the_decision_table_gives_each_attempt_its_stalest_gap(
+    replays: dict[str, LoopReplay],
+) -> None:
+    replay = replays["k2-m1"]
+    table = replay.decision_table()
+    assert tuple(table.columns) == RUN_DECISION_COLUMNS
+    assert table.height == replay.attempts.height
+    stalest = replay.trajectories.group_by("group_id").agg(pl.col("version_gap").max())
+    joined = table.join(stalest, on="group_id", suffix="_expected")
+    assert joined["version_gap"].equals(joined["version_gap_expected"])
