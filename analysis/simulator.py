@@ -10,6 +10,7 @@ token versions change mid-trajectory; with it off, the trajectory restarts.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 import itertools
 import math
@@ -37,6 +38,15 @@ class SimulationConfig:
     because step s trains once s steps have published versions 1..s over the initial
     version 0. Both lists are rounded to 4 decimals. The draws come from a random stream
     of their own (seeded from ``seed``), so turning the model on changes no other field.
+
+    Prompts (``n_prompts``): a group draws its prompt (``metadata.instance_id``,
+    ``dapo_math_<prompt>``) from a dataset of ``n_prompts``, round-robin, so prompts
+    recur across epochs as in Dressage, whose artifacts identify a group attempt by
+    (instance, start rollout, retry count) only. Two draws of one prompt starting in the
+    same trainer step would share that key and merge, so a draw skips a prompt that has
+    already started a group in the current step; the dataset stays ``n_prompts`` prompts
+    while at most that many groups start in any one trainer step, and otherwise grows by
+    one prompt for each group beyond it. Every simulated group has its own key.
     """
 
     n_groups: int = 64
@@ -57,22 +67,26 @@ class SimulationConfig:
     multi_segment_fraction: float = 0.2
     partial_rollout: bool = True
     abort_fraction: float = 0.0
+    """Groups whose first trajectory fails; its record is what Dressage keeps of a failed
+    trajectory (status ``aborted``, the prompt only: no response tokens, no end version)."""
     log_prob_drift: float = 0.0
     """Growth of the trainer/rollout log-prob deviation per version behind; 0 turns it off."""
     log_prob_noise: float = 0.02
     """Spread of the deviation for a token of the trainer's own version (numerical noise)."""
+    n_prompts: int = 16
+    """Prompts in the dataset the groups are drawn from, round-robin (see above)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
         rules: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
             (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
-              "median_response_tokens", "max_response_tokens", "max_turns"),
+              "median_response_tokens", "max_response_tokens", "max_turns", "n_prompts"),
              lambda v: v >= 1, ">= 1"),
             # As K, M and B: far beyond any run (a million groups is a 60 GB log already),
             # so that a slip of the keyboard does not start filling the disk.
             (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
               "median_response_tokens", "max_response_tokens", "max_turns", "prompt_tokens",
-              "tool_tokens"),
+              "tool_tokens", "n_prompts"),
              lambda v: v <= MAX_SETTING, f"<= {MAX_SETTING:,}"),
             (("prompt_tokens", "tool_tokens"), lambda v: v >= 0, ">= 0"),
             (("train_step_time", "token_time", "tail_sigma"),
@@ -95,9 +109,14 @@ class _Trajectory:
     member: int
     turns: list[int]
     """Response tokens generated in each turn; tool tokens come between turns."""
+    prompt: int = 0
+    start_step: int = 0
+    """Weight updates published when the group was submitted (its start rollout id)."""
     start: float = 0.0
     restarts: int = 0
     finished_at: float = 0.0
+    stamp: float = 0.0
+    """Completion time as written (Unix seconds; see _Pipeline.stamp_group)."""
 
     @property
     def response_tokens(self) -> int:
@@ -122,7 +141,14 @@ def _draw_trajectory(
 
 
 def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
-    """Yield slime-style sample dicts in group completion order, deterministic for a seed."""
+    """Yield slime-style sample dicts in group completion order, deterministic for a seed.
+
+    Each carries its group (``group_index``, the draw ordinal) and Dressage's identity
+    of its attempt: ``metadata.instance_id`` (the prompt), ``metadata.session_id`` (=
+    ``metadata.parent_traj_id``, a ``bbs-<uuid>``-like id derived from seed, group and
+    member) and ``metadata.dressage_start_rollout_id`` (the trainer step in which the
+    group was submitted); ``analysis.io.raw_writers`` writes them in Dressage's shapes.
+    """
     pipeline = _Pipeline(config)
     while pipeline.started < min(config.max_active_groups, config.n_groups):
         pipeline.start_group(0.0)
@@ -156,6 +182,12 @@ class _Pipeline:
         self.step = 0
         self.generation: dict[tuple[int, int], int] = {}
         self.n_completed = 0
+        # Round-robin prompt draws (SimulationConfig: prompts); the set holds the prompts
+        # that started a group in the current trainer step.
+        self.prompt_pool = config.n_prompts
+        self.prompt_cursor = 0
+        self.prompts_in_step: set[int] = set()
+        self.last_stamp = -math.inf
 
     def push(self, time: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (time, self.order, kind, payload))
@@ -168,12 +200,38 @@ class _Pipeline:
         members = [
             _draw_trajectory(self.rng, group, m, config) for m in range(config.n_samples_per_prompt)
         ]
+        prompt = self.draw_prompt()
+        for trajectory in members:
+            trajectory.prompt, trajectory.start_step = prompt, self.step
         self.active[group] = members
         self.pending[group] = len(members)
         for trajectory in members:
             trajectory.start = now
             self.generation[(group, trajectory.member)] = 0
             self.push(now + _duration(trajectory, config), "done", (group, trajectory.member, 0))
+
+    def stamp_group(self, members: list[_Trajectory], last: _Trajectory) -> None:
+        """Give a completed group's trajectories their completion times as written: a
+        group that completed at the same instant as the one before (or within the float
+        resolution of Unix seconds) gets its last one a microsecond later, so that a
+        reader ordering groups by completion time (artifacts) meets them in this order."""
+        for trajectory in members:
+            trajectory.stamp = SIMULATED_EPOCH + trajectory.finished_at
+        if last.stamp <= self.last_stamp:
+            last.stamp = self.last_stamp + 1e-6
+        self.last_stamp = max(t.stamp for t in members)
+
+    def draw_prompt(self) -> int:
+        """The next prompt round-robin, unless it already started a group in this trainer
+        step: draws go round the dataset in order, so then every prompt has, and a new one
+        is added (two draws of a prompt in one step would share Dressage's attempt key)."""
+        prompt = self.prompt_cursor % self.prompt_pool
+        if prompt in self.prompts_in_step:
+            prompt = self.prompt_pool
+            self.prompt_pool += 1
+        self.prompt_cursor = prompt + 1
+        self.prompts_in_step.add(prompt)
+        return prompt
 
     def maybe_train(self, now: float) -> None:
         batch_groups = self.config.batch_groups
@@ -199,6 +257,7 @@ class _Pipeline:
         for trajectory in finished:
             del self.generation[(group, trajectory.member)]
         self.completed.append(group)
+        self.stamp_group(finished, finished[member])
         # The trainer takes completed groups in completion order, B at a time.
         yield from _group_records(
             finished, self.update_times,
@@ -215,6 +274,7 @@ class _Pipeline:
         trajectories start again."""
         self.step += 1
         self.update_times.append(now)
+        self.prompts_in_step.clear()
         self.trainer_busy = False
         if not self.config.partial_rollout:
             for group, members in self.active.items():
@@ -288,15 +348,34 @@ def _group_records(
         versions = _response_versions(trajectory, update_times, config)
         segments = _split_segments(trajectory, rng, config)
         reward = round(rng.random() * (1.0 if trajectory.response_tokens < 2000 else 0.6), 4)
+        if aborted and trajectory.member == 0:
+            # What Dressage keeps of a failed trajectory, one record whatever its segments.
+            segments = [range(len(trajectory.turns))]
         for segment_index, turn_range in enumerate(segments):
             record = _record(
                 trajectory, segment_index, turn_range, versions, config,
                 reward=reward, aborted=aborted and trajectory.member == 0,
                 trainer_step=trainer_step,
             )  # fmt: skip
+            if record["status"] == "aborted":
+                _as_failed(record, config)
             if log_prob_rng is not None:
                 _add_log_probs(record, trainer_step=trainer_step, config=config, rng=log_prob_rng)
             yield record
+
+
+def _as_failed(record: dict[str, Any], config: SimulationConfig) -> None:
+    """Make an aborted trajectory's record what Dressage keeps of a failed one (an
+    ``error.json``): the prompt only, no response tokens and no end version, so that no
+    format of the log observes a version or counts a span the trainer never saw."""
+    prompt = config.prompt_tokens
+    metadata = record["metadata"]
+    record["tokens"] = record["tokens"][:prompt]
+    record["response_length"] = 0
+    record["loss_mask"] = []
+    metadata["full_versions"] = ["-1"] * prompt
+    metadata["version_spans"] = [{"start": 0, "end": prompt, "version": "-1"}] if prompt else []
+    metadata["dressage_start_token_version"] = metadata["dressage_end_token_version"] = "-1"
 
 
 def _add_log_probs(
@@ -382,7 +461,7 @@ def _record(
     start_version = _slice_runs(versions, first_token, first_token + 1)[0][0]
     end_version = _slice_runs(versions, position - 1, position)[0][0]
     token_base = (trajectory.group * 7919) % 30_000
-    traj_id = f"g{trajectory.group}-t{trajectory.member}"
+    session = session_id(config.seed, trajectory.group, trajectory.member)
     return {
         "group_index": trajectory.group,
         "index": trajectory.group * config.n_samples_per_prompt + trajectory.member,
@@ -392,8 +471,10 @@ def _record(
         "reward": reward,
         "status": "aborted" if aborted else "completed",
         "metadata": {
-            "parent_traj_id": traj_id,
-            "instance_id": f"prompt-{trajectory.group}",
+            "parent_traj_id": session,
+            "session_id": session,
+            "instance_id": instance_id(trajectory.prompt),
+            "dressage_start_rollout_id": trajectory.start_step,
             "segment_index": segment_index,
             "full_versions": labels,
             "version_spans": [{"start": s, "end": e, "version": v} for s, e, v in spans],
@@ -403,9 +484,25 @@ def _record(
             "restarts": trajectory.restarts,
             # When the trajectory finished, as Dressage's proxy stamps it (text of Unix
             # seconds; simulated time starts at SIMULATED_EPOCH).
-            "proxy_extra_info": {"timestamp": repr(SIMULATED_EPOCH + trajectory.finished_at)},
+            "proxy_extra_info": {"timestamp": repr(trajectory.stamp)},
         },
     }
+
+
+def instance_id(prompt: int) -> str:
+    """A prompt's instance id, in the style of Dressage's datasets (``dapo_math_00007``)."""
+    return f"dapo_math_{prompt:05d}"
+
+
+def session_id(seed: int, group: int, member: int) -> str:
+    """A trajectory's session id, shaped like Dressage's ``bbs-<uuid4>`` but derived from
+    the seed, group and member: the same run gets the same ids, and a group's sessions
+    sort in member order (its second field), so artifact paths keep sample order."""
+    digest = hashlib.blake2b(f"{seed}:{group}".encode(), digest_size=16).hexdigest()
+    return (
+        f"bbs-{digest[:8]}-{member:04x}-4{digest[8:11]}-{'89ab'[int(digest[11], 16) % 4]}"
+        f"{digest[12:15]}-{digest[15:27]}"
+    )
 
 
 SIMULATED_EPOCH = 1.7e9

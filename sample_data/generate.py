@@ -1,8 +1,9 @@
 """Regenerate sample_data/ from the simulator: one small run written in three formats.
 
 Run as ``python sample_data/generate.py`` (``make sample-data``). Deterministic: the same
-files every time, except that git does not keep the artifact files' modification times,
-which is why ``make demo`` runs this first.
+files every time (git does not keep the artifact files' modification times, but the files
+carry their completion times, which the readers order them by). ``artifacts/`` is a
+Dressage run folder: ``traj_payload/``, ``traj_err/`` and a ``dressage_log.txt``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from analysis.io.raw_writers import write_artifacts, write_jsonl, write_pt_dumps  # noqa: E402
+from analysis.io.raw_writers import write_jsonl, write_pt_dumps, write_run_folder  # noqa: E402
 from analysis.simulator import SimulationConfig, simulate  # noqa: E402
 
 CONFIG = SimulationConfig(
@@ -41,7 +42,7 @@ def main() -> None:
     write_jsonl(records, ROOT / "rollouts.jsonl")
     for folder in ("artifacts", "dumps"):
         shutil.rmtree(ROOT / folder, ignore_errors=True)
-    write_artifacts(records, ROOT / "artifacts")
+    write_run_folder(records, ROOT / "artifacts")
     write_pt_dumps(records, ROOT / "dumps")
     print(f"wrote {len(records)} records to {ROOT}/rollouts.jsonl, artifacts/, dumps/")
 

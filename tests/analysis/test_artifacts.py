@@ -29,7 +29,7 @@ def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
         segment = next(instance.glob("*/samples/*.json"))
         segment.write_text('{"group_index": 1, "metadata": ')
     # Distinct modification times, so arrival order does not fall back to paths.
-    for number, path in enumerate(sorted(root.rglob("*.json"))):
+    for number, path in enumerate(sorted(root.rglob("samples/*.json"))):
         os.utime(path, ns=(1_700_000_000_000_000_000 + number * 1000,) * 2)
     return root
 
@@ -100,7 +100,7 @@ def test_helper_reads_the_same_rows_in_the_same_order(
     assert len(helpers) == 1 and helpers[0].instances_done > 0  # the helper took a share
     assert not helpers[0].problem
     assert report.skipped == {"bad record": 2}
-    assert report.files == len(list(folder.rglob("*.json")))
+    assert report.files == len(list(folder.rglob("samples/*.json")))
     assert report.warnings == []
 
 

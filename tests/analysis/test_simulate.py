@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -44,9 +46,13 @@ def test_records_carry_dressage_fields_with_their_types() -> None:
         assert record["status"] in {"completed", "aborted"}
         assert isinstance(record["reward"], float)
         metadata = record["metadata"]
-        assert isinstance(metadata["parent_traj_id"], str)
+        assert metadata["parent_traj_id"] == metadata["session_id"]
+        assert re.fullmatch(r"bbs-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+                            metadata["session_id"])  # fmt: skip
+        assert re.fullmatch(r"dapo_math_\d{5}", metadata["instance_id"])
         assert isinstance(metadata["segment_index"], int)
         assert isinstance(metadata["dressage_return_rollout_id"], int)
+        assert 0 <= metadata["dressage_start_rollout_id"] <= metadata["dressage_return_rollout_id"]
         labels = metadata["full_versions"]
         assert len(labels) == len(record["tokens"])
         assert len(record["loss_mask"]) == record["response_length"] <= len(labels)
@@ -130,6 +136,7 @@ def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> Non
         {"abort_fraction": 1.5},
         {"n_groups": 1_000_001},  # `simulate --groups 1000000000` started filling the disk
         {"max_response_tokens": 10**9},
+        {"n_prompts": 0},
     ],
 )
 def test_invalid_parameters_are_refused(change: dict) -> None:
@@ -137,16 +144,86 @@ def test_invalid_parameters_are_refused(change: dict) -> None:
         dataclasses.replace(BASE, **change)
 
 
+def decisions_by_trajectories(table: pl.DataFrame, config: analysis.ReplayConfig) -> set[tuple]:
+    """A replay's decisions keyed by each group's set of trajectory ids, not its group id
+    (artifacts carry no group id: their groups are attempts, docs/semantics.md §1.3)."""
+    prepared = analysis.prepare(table)
+    result = analysis.replay(prepared, config)
+    members = prepared.trajectories.group_by("group_id").agg(pl.col("trajectory_id").sort())
+    rows = result.decisions.join(members, on="group_id").drop("group_id")
+    return {
+        (tuple(row.pop("trajectory_id")), *sorted(row.items(), key=lambda item: item[0]))
+        for row in rows.iter_rows(named=True)
+    }
+
+
 @pytest.mark.parametrize("log_format", ["jsonl", "parquet", "artifacts", "pt"])
 def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) -> None:
     target = tmp_path / f"sim.{log_format}"
-    args = ["simulate", "-o", str(target), "--format", log_format, "--groups", "20", "--seed", "4"]
+    args = ["simulate", "-o", str(target), "--format", log_format, "--groups", "20", "--seed", "4",
+            "--abort-fraction", "0.2"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.stderr
     table = analysis.load_logs([target])
     assert table["group_id"].n_unique() == 20
-    reference = analysis.records_to_table(list(simulate(SimulationConfig(n_groups=20, seed=4))))
-    assert table.drop("source", "record").equals(reference.drop("source", "record"))
+    config = SimulationConfig(n_groups=20, seed=4, abort_fraction=0.2)
+    reference = analysis.records_to_table(list(simulate(config)))
+    if log_format != "artifacts":
+        assert table.drop("source", "record").equals(reference.drop("source", "record"))
+    for setting in (analysis.ReplayConfig(), analysis.ReplayConfig(keep_versions=1, max_preempts=0),
+                    analysis.ReplayConfig(keep_versions=2, max_preempts=1)):  # fmt: skip
+        assert decisions_by_trajectories(table, setting) == decisions_by_trajectories(
+            reference, setting
+        )
+
+
+def _sample_config() -> SimulationConfig:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_data"))
+    try:
+        from generate import CONFIG  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    assert isinstance(CONFIG, SimulationConfig)
+    return CONFIG
+
+
+# The README's simulate examples, the sample, and a run that starts far more groups in one
+# trainer step than there are prompts.
+README_RUNS = {
+    "what-if": SimulationConfig(n_groups=1000, n_samples_per_prompt=8, batch_groups=16,
+                                max_active_groups=64, train_step_time=10, seed=1),
+    "slow": SimulationConfig(n_groups=300, train_step_time=20, log_prob_drift=0.05, seed=1),
+    "fast": SimulationConfig(n_groups=300, train_step_time=3, log_prob_drift=0.05, seed=1),
+    "base": BASE,
+    "busy": dataclasses.replace(BASE, n_prompts=3, max_active_groups=20, abort_fraction=0.3),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*README_RUNS, "sample"])
+def test_every_group_has_its_own_attempt_key_and_prompts_recur(name: str) -> None:
+    """Artifacts identify a group only by (instance, start rollout, retry count): two
+    draws of one prompt submitted in one trainer step would be merged into one attempt."""
+    config = _sample_config() if name == "sample" else README_RUNS[name]
+    groups: dict[tuple[str, int], set[int]] = {}
+    for record in simulate(config):
+        metadata = record["metadata"]
+        key = (metadata["instance_id"], metadata["dressage_start_rollout_id"])
+        groups.setdefault(key, set()).add(record["group_index"])
+    assert all(len(members) == 1 for members in groups.values())
+    assert len(groups) == config.n_groups
+    prompts = {instance for instance, _ in groups}
+    assert len(prompts) < config.n_groups  # prompts are shared across epochs
+    assert len(prompts) >= config.n_prompts
+
+
+def test_prompts_are_drawn_round_robin_while_few_groups_start_per_step() -> None:
+    config = dataclasses.replace(BASE, n_prompts=6, max_active_groups=2, train_step_time=0.05)
+    first: dict[int, str] = {}
+    for record in simulate(config):
+        first.setdefault(record["group_index"], record["metadata"]["instance_id"])
+    assert [first[g] for g in sorted(first)] == [
+        f"dapo_math_{g % 6:05d}" for g in range(config.n_groups)
+    ]
 
 
 def test_simulate_options_take_decimals_and_refuse_what_is_not_a_number(tmp_path: Path) -> None:
