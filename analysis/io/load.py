@@ -88,7 +88,7 @@ class LoadReport:
 
 
 def load_logs(
-    inputs: Sequence[str | Path],
+    inputs: Sequence[str | Path] | str | Path,
     options: ReadOptions | None = None,
     *,
     report: LoadReport | None = None,
@@ -111,7 +111,7 @@ def load_logs(
     """
     options = ReadOptions.of(options, **settings)
     report = report if report is not None else LoadReport()
-    frames = list(iter_log_chunks(inputs, options, report=report))
+    frames = list(iter_log_chunks(_listed(inputs), options, report=report))
     extra = options.extra_fields
     if not frames:
         table = _kept_columns(rows_to_frame([], extra, where=""), options.columns, extra)
@@ -149,7 +149,7 @@ def report_missing_extra_fields(missing: dict[str, int], total: int, report: Loa
 
 
 def iter_log_chunks(
-    inputs: Sequence[str | Path],
+    inputs: Sequence[str | Path] | str | Path,
     options: ReadOptions | None = None,
     *,
     report: LoadReport | None = None,
@@ -168,10 +168,17 @@ def iter_log_chunks(
         columns = (*columns, *(name for name in options.extra_fields if name in CANONICAL_SCHEMA))
         options = dataclasses.replace(options, columns=columns)
     reading = _Reading(options, report if report is not None else LoadReport())
+    inputs = _listed(inputs)
     kinds = KindsSeen(options.extra_fields)
     for chunk in reading.chunks(inputs):
         kinds.check(chunk, where_from(chunk, "inputs"))
         yield _kept_columns(chunk, columns, options.extra_fields)
+
+
+def _listed(inputs: Sequence[str | Path] | str | Path) -> Sequence[str | Path]:
+    """One path given alone, as a notebook user writes it, is a list of one (a string is
+    a sequence too: its characters would be read as paths)."""
+    return [inputs] if isinstance(inputs, (str, Path)) else inputs
 
 
 def _kept_columns(

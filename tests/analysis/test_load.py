@@ -698,3 +698,10 @@ def test_a_folder_of_broken_links_only_names_them(tmp_path: Path) -> None:
         UnknownFormatError, match=r"only links to files that are not there: b\.jsonl"
     ):
         analysis.load_logs([tmp_path])
+
+
+def test_one_path_given_alone_is_read_as_one_input(small_logs: dict[str, Path]) -> None:
+    """A notebook user writes load_logs("run.jsonl"): its characters are not paths."""
+    as_list = analysis.load_logs([small_logs["jsonl"]])
+    assert analysis.load_logs(str(small_logs["jsonl"])).equals(as_list)
+    assert analysis.load_logs(small_logs["jsonl"]).equals(as_list)
