@@ -85,8 +85,8 @@ def replay(
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do.
 
-    A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is
-    replayed as Dressage's own collector loop runs (README: Your run's logs)."""
+    A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
+replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
