@@ -241,6 +241,19 @@ def completion_order(
     return ordered
 
 
+def _chains(attempts: list[_Attempt], gap: float) -> dict[str, int]:
+    """Each attempt's chain: completions less than ``gap`` apart, chained, share one."""
+    chains: dict[str, int] = {}
+    previous: float | None = None
+    chain = -1
+    for attempt in sorted(attempts, key=lambda a: a.completed_at):
+        if previous is None or attempt.completed_at - previous >= gap:
+            chain += 1
+        chains[attempt.attempt_id] = chain
+        previous = attempt.completed_at
+    return chains
+
+
 class _Collector:
     """The collector's state between rollout calls: the persistent tracker, the worker's
     output queue and how far completions have been delivered."""
@@ -259,13 +272,15 @@ class _Collector:
         self.queue: list[_Attempt] = []  # put-back leftovers first
         self.delivered = 0  # attempts of ``order`` already on the queue
         self.last_fetch = float("-inf")
+        self.tie = _chains(order, timing.tick_tie_s)
+        self.poll = _chains(order, timing.same_poll_s)
         self.decisions: dict[str, _Decision] = {}
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
 
     def clone(self) -> _Collector:
         copy = _Collector(
-            self.order,
+            list(self.order),  # a copy: delivery may move an attempt within its tie
             keep_versions=self.keep_versions,
             max_retries=self.max_retries,
             timing=self.timing,
@@ -281,22 +296,42 @@ class _Collector:
         return copy
 
     def _deliver(self, upto: float) -> None:
-        """The first poll of a call: queue everything completed by ``upto``."""
-        while (
-            self.delivered < len(self.order)
-            and self.order[self.delivered].completed_at + self.timing.queue_delay_s <= upto
-        ):
-            self._queue_next()
+        """The first poll of a call: queue everything completed by ``upto``, in queue
+        order; one submitted earlier but completed after ``upto`` (a near-tie ordered by
+        submission) waits for a later poll without holding back the others."""
+        while self.delivered < len(self.order):
+            if self._ready(self.order[self.delivered], upto):
+                self._queue_next()
+                continue
+            later = self._ready_in_tie(upto)
+            if later is None:
+                return
+            self.order.insert(self.delivered, self.order.pop(later))
+
+    def _ready(self, attempt: _Attempt, upto: float) -> bool:
+        return attempt.completed_at + self.timing.queue_delay_s <= upto
+
+    def _ready_in_tie(self, upto: float) -> int | None:
+        """The position of an attempt of the next one's tie that completed by ``upto``."""
+        tie = self.tie[self.order[self.delivered].attempt_id]
+        for position in range(self.delivered + 1, len(self.order)):
+            attempt = self.order[position]
+            if self.tie[attempt.attempt_id] != tie:
+                return None
+            if self._ready(attempt, upto):
+                return position
+        return None
 
     def _deliver_next_poll(self) -> bool:
-        """A later poll: the next completion, with any in the same worker tick."""
+        """A later poll: the next completion, with every completion less than one worker
+        tick from another of the poll (they share a tick; §12.2)."""
         if self.delivered >= len(self.order):
             return False
-        first = self.order[self.delivered].completed_at
+        poll = self.poll[self.order[self.delivered].attempt_id]
         self._queue_next()
         while (
             self.delivered < len(self.order)
-            and self.order[self.delivered].completed_at - first < self.timing.same_poll_s
+            and self.poll[self.order[self.delivered].attempt_id] == poll
         ):
             self._queue_next()
         return True
