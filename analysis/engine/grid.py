@@ -50,6 +50,19 @@ class SweepResult:
     rows: pl.DataFrame
     results: tuple[ReplayResult, ...]
 
+    def __repr__(self) -> str:
+        keep = sorted(set(self.rows["keep_versions"].to_list()))
+        limits = sorted({m for m in self.rows["max_preempts"].to_list() if m is not None})
+        off = ["none"] if self.rows["max_preempts"].null_count() else []
+        return (
+            f"SweepResult({self.rows.height:,} settings: K {keep}, "
+            f"M {off + limits}; .rows has one row per setting)"
+        )
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the table of settings."""
+        return str(self.rows._repr_html_())
+
 
 def parse_keep_versions(text: str) -> list[int]:
     """Parse ``0,1,2`` or ``0..6`` (inclusive) or a mix: ``0..2,4``.

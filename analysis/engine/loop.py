@@ -86,6 +86,19 @@ class LoopReplay:
 
     keep_versions: int = 0
 
+    def __repr__(self) -> str:
+        groups = self.to_dict()["groups"]
+        checks = self.to_dict()["checks"]
+        return (
+            f"LoopReplay(K={self.keep_versions}: {groups['kept']:,} of {groups['total']:,} "
+            f"attempts kept; agrees with the run's files on {checks['agree']:,} of "
+            f"{checks['total']:,} checks)"
+        )
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the attempts and their decisions."""
+        return str(self.attempts._repr_html_())
+
     @property
     def consistent(self) -> bool:
         """Whether every self-check agrees with the run's files."""

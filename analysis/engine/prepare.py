@@ -80,6 +80,12 @@ class PreparedLog:
     """Whether every record says Dressage returned it to the trainer
     (``metadata.dressage_partial_rollout_returned``): a log Dressage had filtered already."""
 
+    def __repr__(self) -> str:
+        return (
+            f"PreparedLog({self.n_groups:,} groups, {self.n_trajectories:,} trajectories, "
+            f"inferred batch groups {self.inferred_batch_groups})"
+        )
+
     @functools.cached_property
     def trajectories(self) -> pl.DataFrame:
         """One row per trajectory in order of its first record: ids, records, tokens,

@@ -40,6 +40,12 @@ class ReplayResult:
     _observation: Observation = field(repr=False, compare=False)
     _collection: Collection = field(repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        return f"ReplayResult({self.summary!r})"
+
+    def _repr_html_(self) -> str:
+        return self.summary._repr_html_()
+
     @functools.cached_property
     def decisions(self) -> pl.DataFrame:
         """One row per group in arrival order: decision, stage, batch, version index and gap."""

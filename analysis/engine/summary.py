@@ -63,6 +63,34 @@ class ReplaySummary:
             "staleness/cutoff_version_index": self.cutoff_version_index,
         }
 
+    def __repr__(self) -> str:
+        groups = self.counts["groups"]
+        return (
+            f"ReplaySummary({self.config.describe()}: {groups['kept']:,} of "
+            f"{groups['total']:,} groups kept, {groups['dropped_stale']:,} dropped stale, "
+            f"{groups['rejected_span']:,} rejected, {groups['failed']:,} failed)"
+        )
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the outcome table, as ``replay`` prints it."""
+        import html
+
+        units = list(self.counts)
+        rows = "".join(
+            f"<tr><td>{html.escape(outcome)}</td>"
+            + "".join(
+                f"<td>{'n/a' if self.counts[u][outcome] is None else format(self.counts[u][outcome], ',')}</td>"
+                for u in units
+            )
+            + "</tr>"
+            for outcome in ("total", "kept", "dropped_stale", "rejected_span", "failed")
+        )
+        head = "".join(f"<th>{html.escape(u)}</th>" for u in units)
+        return (
+            f"<p>Replay {html.escape(self.config.describe())}</p>"
+            f"<table><tr><th>outcome</th>{head}</tr>{rows}</table>"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"config": self.config.to_dict()}
         for unit, counts in self.counts.items():

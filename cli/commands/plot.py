@@ -78,4 +78,19 @@ def plot(
         )  # fmt: skip
     save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
+    if (note := _unused_settings(kind.value, ks, ms)) is not None:
+        typer.echo(f"note: {note}", err=True)
     warn(report)
+
+
+def _unused_settings(kind: str, ks: list[int], ms: list[int | None]) -> str | None:
+    """Say so when a figure of one setting (or of one M) was given more than it draws."""
+    limit = "none" if ms[0] is None else ms[0]
+    if kind in ("spans", "timeline") and (len(ks) > 1 or len(ms) > 1):
+        return (
+            f"a {kind} figure draws one setting: K={ks[0]}, M={limit}, the first of those "
+            "given (pass one -k and one -m to choose)"
+        )
+    if kind == "gaps" and len(ms) > 1:
+        return f"a gaps figure draws one M: M={limit}, the first of those given"
+    return None

@@ -128,6 +128,7 @@ def replay_logs(
     result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)
+        typer.echo(f"wrote {decisions}", err=True)  # as every command that writes says
     if trajectories is not None:
         outcomes = analysis.trajectory_outcomes(prepared, result)
         columns = analysis.TRAJECTORY_TABLE_COLUMNS

@@ -68,6 +68,7 @@ def sweep(
         )
     if output is not None:
         analysis.write_frame_to(result.rows, output, inputs=inputs)
+        typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
         if json_output:
             typer.echo(json.dumps(result.rows.to_dicts()))

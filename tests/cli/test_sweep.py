@@ -210,3 +210,35 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     for part in parts:
         firsts = [line.split()[0] for line in part.splitlines() if line.strip()]
         assert all(firsts.count(outcome) == 1 for outcome in outcomes), part
+
+
+def test_every_file_written_is_said_on_stderr(small_logs: dict[str, Path], tmp_path: Path) -> None:
+    """sweep -o and replay --decisions wrote silently, unlike every other command."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    runner = CliRunner()
+    rows, decisions = tmp_path / "rows.csv", tmp_path / "decisions.csv"
+    swept = runner.invoke(app, ["sweep", str(small_logs["jsonl"]), "-k", "1", "-o", str(rows)])
+    replayed = runner.invoke(
+        app, ["replay", str(small_logs["jsonl"]), "--decisions", str(decisions)]
+    )
+    assert f"wrote {rows}" in swept.stderr and f"wrote {decisions}" in replayed.stderr
+
+
+def test_a_figure_of_one_setting_says_which_it_drew(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`plot spans -k 1,2 -m 1,2` silently used the first values."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    out = tmp_path / "spans.png"
+    args = ["plot", "spans", str(small_logs["jsonl"]), "-k", "1,2", "-m", "1,2", "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "draws one setting: K=1, M=1" in result.stderr
+    one = CliRunner().invoke(app, [*args[:3], "-k", "2", "-m", "1", "-o", str(out)])
+    assert "note:" not in one.stderr
