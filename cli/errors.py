@@ -99,8 +99,29 @@ def ended_outside_command(error: BaseException) -> int:
     if type(error).__name__ == "NoArgsIsHelpError":
         typer.echo(message)
         return ExitCode.OK
+    if type(error).__name__ == "NoSuchOption":
+        message = _with_likely_option(error, message)
     typer.echo(f"Error: {one_line(message)} (see --help)", err=True)
     return int(getattr(error, "exit_code"))  # noqa: B009
+
+
+def _with_likely_option(error: BaseException, message: str) -> str:
+    """click suggests by spelling alone (``--keep`` got "--help"): an option the given
+    name begins, or is part of, is the likelier meaning."""
+    given = str(getattr(error, "option_name", "") or "")
+    context = getattr(error, "ctx", None)
+    command = getattr(context, "command", None)
+    names = [
+        name
+        for param in getattr(command, "params", [])
+        for name in getattr(param, "opts", [])
+        if name.startswith("--")
+    ]
+    likely = [name for name in names if given and given in name and name != given]
+    if not likely:
+        return message
+    head = message.split(" (Possible options", 1)[0].split(" Did you mean", 1)[0]
+    return f"{head}; did you mean {' or '.join(likely[:3])}?"
 
 
 def ended(code: Any) -> int:

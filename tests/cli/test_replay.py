@@ -201,3 +201,15 @@ def test_order_by_a_canonical_column_the_replay_does_not_read(
         table, analysis.ReplayConfig(keep_versions=2, batch_groups=3), order_by="sample_index"
     )
     assert json.loads(out) == json.loads(json.dumps(expected.summary.to_dict()))
+
+
+def test_an_unknown_option_suggests_the_one_it_begins(small_logs: dict[str, Path]) -> None:
+    """`replay --keep 2` said "No such option: --keep (Possible options: --help)"."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "cli", "replay", str(small_logs["jsonl"]), "--keep", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "did you mean --keep-versions?" in done.stderr
+    assert "Possible options" not in done.stderr
