@@ -461,6 +461,14 @@ def _log_prob_drift(
         return None, None  # the common case, answered without building anything
     rollout = _int_list(rollout_raw, "rollout_log_probs", where)
     trainer = _int_list(trainer_raw, "log_probs", where)
+    return log_prob_drift(rollout, trainer, loss_mask, where=where)
+
+
+def log_prob_drift(
+    rollout: list[Any] | None, trainer: list[Any] | None, loss_mask: list[Any] | None, *, where: str
+) -> tuple[float | None, int | None]:
+    """Mean |rollout - trainer| log-prob over trainable tokens and their number
+    (docs/semantics.md §10.5): the mask applies when its length is theirs."""
     if rollout is None or trainer is None:
         return None, None
     if len(rollout) != len(trainer):
@@ -476,9 +484,7 @@ def _log_prob_drift(
         ]
     except (TypeError, ValueError) as exc:
         raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
-    if not diffs:
-        return None, 0
-    return sum(diffs) / len(diffs), len(diffs)
+    return (sum(diffs) / len(diffs) if diffs else None), len(diffs)
 
 
 @dataclass

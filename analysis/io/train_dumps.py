@@ -23,6 +23,7 @@ from typing import Any, Literal
 import polars as pl
 
 from analysis.errors import InputNotFoundError, LogFormatError, UnknownFormatError, counted
+from analysis.io.fields import log_prob_drift
 from analysis.io.pickles import load_pickled
 
 Layout = Literal["slime", "slime-pinned"]
@@ -196,26 +197,6 @@ def _values(value: Any) -> list[Any] | None:
         listed = value.tolist()
         return listed if isinstance(listed, list) else [listed]
     return None
-
-
-def log_prob_drift(
-    rollout: list[Any] | None, trainer: list[Any] | None, loss_mask: list[Any] | None, *, where: str
-) -> tuple[float | None, int | None]:
-    """Mean |rollout - trainer| log-prob over trainable tokens and their number, as for a
-    record (docs/semantics.md §10.5): the mask applies when its length is theirs."""
-    if rollout is None or trainer is None:
-        return None, None
-    if len(rollout) != len(trainer):
-        raise LogFormatError(
-            f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
-        )
-    mask = loss_mask if loss_mask is not None and len(loss_mask) == len(rollout) else None
-    diffs = [
-        abs(float(a) - float(b))
-        for i, (a, b) in enumerate(zip(rollout, trainer, strict=True))
-        if mask is None or mask[i]
-    ]
-    return (sum(diffs) / len(diffs) if diffs else None), len(diffs)
 
 
 def join_train_log_probs(
