@@ -43,6 +43,13 @@ PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
 
 FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
+# A timeline of more batches than this is binned into TIMELINE_BINS runs of batches.
+TIMELINE_MAX_BATCHES = 60
+TIMELINE_BINS = 50
+
+# A histogram whose smallest bar is below this share of its tallest gets a log count axis.
+LOG_COUNTS_RATIO = 0.05
+
 # Resolution of PNG output; vector formats ignore it.
 PNG_DPI = 150
 
@@ -94,6 +101,78 @@ def _max_preempts_values(rows: pl.DataFrame) -> list[int | None]:
     return list(rows["max_preempts"].unique(maintain_order=True).to_list())
 
 
+# K=0 (the control off) is a lone marker of its own shape, never joined to K=1.
+_K_OFF_MARKER = "X"
+
+
+class _SweepStyle:
+    """How one M's series is drawn; M=none (off) is hollow, dotted and on top.
+
+    M=none often coincides with the largest M swept; drawn like the others it would
+    hide under (or over) that line. Hollow, larger markers on top let both show.
+    """
+
+    def __init__(self, *, off: bool) -> None:
+        self.off = off
+        self.marker = "D" if off else "o"
+        self.linestyle = ":" if off else "-"
+        self.markersize = 9.0 if off else 6.0
+        self.zorder = 4.0 if off else 2.0
+
+    @classmethod
+    def of(cls, max_preempts: int | None) -> _SweepStyle:
+        return cls(off=max_preempts is None)
+
+    def facecolor(self, color: str) -> str:
+        return "none" if self.off else color
+
+
+def _plot_against_k(
+    ax: Axes,
+    series: pl.DataFrame,
+    column: str,
+    color: str,
+    style: _SweepStyle,
+    *,
+    label: str,
+    kind: str = "kept",
+) -> None:
+    """One M's values against K: a line over K >= 1 and, apart from it, a K=0 marker.
+
+    K=0 turns the control off: a different regime, not the first point of the K trend,
+    so joining it to K=1 would draw a V that is not a trend. ``kind`` "kept" is styled by
+    M alone; on the gap panel the line style tells "mean" (solid) from "max" (dashed,
+    squares), and M off keeps only its hollow markers drawn on top.
+    """
+    is_max = kind == "max"
+    shared = {
+        "color": color,
+        "markersize": style.markersize,
+        "markerfacecolor": style.facecolor(color),
+        "zorder": style.zorder,
+    }
+    trend = series.filter(pl.col("keep_versions") > 0)
+    if trend.height:
+        ax.plot(
+            trend["keep_versions"].to_list(),
+            _floats(trend[column].to_list()),
+            marker="s" if is_max else style.marker,
+            linestyle={"kept": style.linestyle, "mean": "-", "max": "--"}[kind],
+            label=label,
+            **shared,  # type: ignore[arg-type]
+        )
+    control_off = series.filter(pl.col("keep_versions") == 0)
+    if control_off.height:
+        ax.plot(
+            [0],
+            _floats(control_off[column].to_list()),
+            marker="s" if is_max else _K_OFF_MARKER,
+            linestyle="None",
+            label=f"_K off, {label}",
+            **shared,  # type: ignore[arg-type]
+        )
+
+
 def plot_sweep(sweep: SweepResult) -> Figure:
     """Kept share and version gap against K, one line per M, Pareto-efficient settings ringed."""
     from matplotlib.lines import Line2D
@@ -127,26 +206,20 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     pareto = rows.filter(pl.col("pareto"))
     for position, max_preempts in enumerate(_max_preempts_values(rows)):
         color = f"C{position % 10}"
+        style = _SweepStyle.of(max_preempts)
         series = rows.filter(pl.col("max_preempts").eq_missing(max_preempts)).sort("keep_versions")
-        keep = series["keep_versions"].to_list()
-        kept_ax.plot(
-            keep,
-            _floats(series[kept_column].to_list()),
-            marker="o",
-            color=color,
-            label=f"M={_m_label(max_preempts)}",
-        )
+        label = "M off (none)" if max_preempts is None else f"M={max_preempts}"
+        _plot_against_k(kept_ax, series, kept_column, color, style, label=label)
         if has_gaps:
-            gap_ax.plot(
-                keep, _floats(series["version_gap_mean"].to_list()), marker="o", color=color
+            _plot_against_k(
+                gap_ax, series, "version_gap_mean", color, style, label=label, kind="mean"
             )
-            gap_ax.plot(
-                keep,
-                _floats(series["version_gap_max"].to_list()),
-                marker="s",
-                linestyle="--",
-                color=color,
+            _plot_against_k(
+                gap_ax, series, "version_gap_max", color, style, label=label, kind="max"
             )
+    if 0 in keep_values and len(keep_values) > 1:
+        for ax in (kept_ax, gap_ax) if has_gaps else (kept_ax,):
+            ax.axvline(0.5, color="0.6", linewidth=0.8, linestyle=":", label="_divider")
     if pareto.height:
         ring = {"s": 160, "facecolors": "none", "edgecolors": "black", "linewidths": 1.5}
         kept_ax.scatter(
@@ -163,7 +236,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
                 zorder=3,
                 **ring,
             )
-    kept_ax.set_xticks(keep_values)
+    kept_ax.set_xticks(keep_values, ["off" if k == 0 else str(k) for k in keep_values])
     kept_ax.set_ylim(0, 105)
     if not (rows[kept_column].fill_null(0) > 0).any():
         kept_ax.text(
@@ -175,7 +248,15 @@ def plot_sweep(sweep: SweepResult) -> Figure:
             va="center",
             color="0.35",
         )
-    kept_ax.legend(title="max_preempts", loc="best")
+    handles, _ = kept_ax.get_legend_handles_labels()
+    if 0 in keep_values:
+        handles.append(
+            Line2D([], [], color="0.3", marker=_K_OFF_MARKER, linestyle="None", label="K off (K=0)")
+        )
+    # Outside the data: the lines of a sweep often run along the top of the panel.
+    kept_ax.legend(
+        handles=handles, title="max_preempts", loc="upper left", bbox_to_anchor=(1.01, 1)
+    )
     if has_gaps:
         gap_ax.set_ylim(bottom=0)
         gap_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -184,16 +265,37 @@ def plot_sweep(sweep: SweepResult) -> Figure:
                 Line2D([], [], color="0.3", marker="o", label="mean"),
                 Line2D([], [], color="0.3", marker="s", linestyle="--", label="max"),
             ],
-            title="colour = M (see left)",
-            loc="best",
+            title="colour = M",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
         )
     else:
         _show_empty(gap_ax, "no versioned trajectory kept:\nno version gap to show")
     return figure
 
 
+def wants_log_counts(counts: Sequence[int]) -> bool:
+    """Whether a histogram needs a log count axis: its smallest non-empty bar is < 5% of the tallest.
+
+    Below that the smallest bars are a pixel or two high on a linear axis.
+
+    Examples:
+        >>> wants_log_counts([100, 40, 10])
+        False
+        >>> wants_log_counts([15000, 4000, 90])
+        True
+    """
+    shown = [count for count in counts if count > 0]
+    return bool(shown) and min(shown) < LOG_COUNTS_RATIO * max(shown)
+
+
 def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
-    """Histogram of version spans per trajectory, all vs kept, with the M+1 limit marked."""
+    """Histogram of version spans per trajectory, all vs kept, with the M+1 limit marked.
+
+    The count axis is logarithmic when the tail is small next to the head (see
+    :func:`wants_log_counts`), as it is in real runs: thousands of one-version
+    trajectories and a few dozen long ones, which a linear axis draws as nothing.
+    """
     from matplotlib.ticker import MaxNLocator
 
     outcomes = trajectory_outcomes(prepared, result).filter(pl.col("span").is_not_null())
@@ -237,7 +339,23 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
             label=f"limit M+1 = {max_preempts + 1} versions",
         )
     ax.set_xticks(spans)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if wants_log_counts(list(all_spans.values())):
+        ax.set_yscale("log")
+        # Room below a count of 1 so the smallest bar shows; above for the legend.
+        ax.set_ylim(0.5, max(all_spans.values()) * 3)
+        ax.set_ylabel("trajectories (log scale)")
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for bars in ax.containers:
+        # Counts over the bars: a log axis is hard to read off exactly.
+        heights = [bar.get_height() for bar in bars]
+        ax.bar_label(
+            bars,  # type: ignore[arg-type]
+            labels=[f"{h:.0f}" if h else "" for h in heights],
+            fontsize=7,
+            color="0.3",
+            padding=1,
+        )
     legend_title = (
         f"{unchecked} trajectories without token versions not shown" if unchecked else None
     )
@@ -288,19 +406,68 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     return figure
 
 
+def _bin_batches(batches: pl.DataFrame, bins: int) -> pl.DataFrame:
+    """Consecutive batches in ``bins`` equal runs: means and spread of the gap, summed drops.
+
+    ``batch`` becomes the run's middle batch; the version indexes are those at its end.
+    """
+    return (
+        batches.with_row_index("position")
+        .with_columns((pl.col("position") * bins // batches.height).alias("bin"))
+        .group_by("bin", maintain_order=True)
+        .agg(
+            pl.col("batch").mean(),
+            pl.col("batch").min().alias("first_batch"),
+            pl.col("batch").max().alias("last_batch"),
+            pl.col("version_gap_mean").mean(),
+            pl.col("version_gap_mean").min().alias("version_gap_mean_low"),
+            pl.col("version_gap_mean").max().alias("version_gap_mean_high"),
+            pl.col("version_gap_max").max(),
+            pl.col("dropped_arrival").sum(),
+            pl.col("dropped_pending").sum(),
+            pl.col("current_version_index").last(),
+            pl.col("cutoff_version_index").last(),
+        )
+    )
+
+
+def _legend_outside(ax: Axes) -> None:
+    """A legend right of the panel, so it never covers the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+
+
 def plot_timeline(result: ReplayResult) -> Figure:
-    """Per emitted batch: version gap, groups dropped while collecting it, version index."""
+    """Per emitted batch: version gap, groups dropped while collecting it, version index.
+
+    Beyond :data:`TIMELINE_MAX_BATCHES` batches a per-batch line is a zigzag that hides the
+    trend, so consecutive batches are binned into :data:`TIMELINE_BINS` runs: the mean gap
+    with its min-max band, the largest gap, the drops summed per run.
+    """
     from matplotlib.ticker import MaxNLocator
 
     batches = result.batches
-    figure = _new_figure(10, 8)
+    binned = batches.height > TIMELINE_MAX_BATCHES
+    figure = _new_figure(11, 8)
     gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
-    figure.suptitle(f"Replay timeline per emitted batch ({result.config.describe()})")
-    gap_ax.set_title("Version gap of the batch's trajectories")
+    per, size = "per emitted batch", 1
+    if binned:
+        shown = _bin_batches(batches, TIMELINE_BINS)
+        size = math.ceil(batches.height / TIMELINE_BINS)
+        per = f"{batches.height} batches in {shown.height} runs of ~{size}"
+    else:
+        shown = batches
+    figure.suptitle(f"Replay timeline, {per} ({result.config.describe()})")
+    gap_ax.set_title(
+        "Version gap of the batches' trajectories (line = mean, band = min-max of batch means)"
+        if binned
+        else "Version gap of the batch's trajectories"
+    )
     gap_ax.set_ylabel("version gap (versions)")
-    drop_ax.set_title("Groups dropped as stale while collecting the batch")
-    drop_ax.set_ylabel("dropped (groups)")
-    index_ax.set_title("Observed weight versions")
+    drop_ax.set_title(
+        "Groups dropped as stale while collecting the batch" + ("es" if binned else "")
+    )
+    drop_ax.set_ylabel(f"dropped (groups per ~{size} batches)" if binned else "dropped (groups)")
+    index_ax.set_title("Observed weight versions" + (" (at the end of each run)" if binned else ""))
     index_ax.set_ylabel("version index (versions)")
     index_ax.set_xlabel("emitted batch (trainer step)")
     for ax in (gap_ax, drop_ax, index_ax):
@@ -310,36 +477,53 @@ def plot_timeline(result: ReplayResult) -> Figure:
             _show_empty(ax, "no batch emitted: nothing kept")
         return figure
 
-    batch = batches["batch"].to_list()
+    batch = shown["batch"].to_list()
+    marker = "" if binned else "."
     if batches["version_gap_max"].null_count() < batches.height:
-        gap_ax.plot(batch, _floats(batches["version_gap_mean"].to_list()), marker=".", label="mean")
+        gap_ax.plot(
+            batch, _floats(shown["version_gap_mean"].to_list()), marker=marker, label="mean"
+        )
+        if binned:
+            gap_ax.fill_between(
+                batch,
+                _floats(shown["version_gap_mean_low"].to_list()),
+                _floats(shown["version_gap_mean_high"].to_list()),
+                color="C0",
+                alpha=0.15,
+                linewidth=0,
+                label="min-max of batch means",
+            )
         gap_ax.plot(
             batch,
-            _floats(batches["version_gap_max"].to_list()),
-            marker=".",
+            _floats(shown["version_gap_max"].to_list()),
+            marker=marker,
             linestyle="--",
             label="max",
         )
         gap_ax.set_ylim(bottom=0)
         gap_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        gap_ax.legend(loc="upper left")
+        _legend_outside(gap_ax)
     else:
         _show_empty(gap_ax, "no versioned group kept: no version gap")
 
-    arrival = batches["dropped_arrival"].to_list()
-    drop_ax.bar(batch, arrival, width=0.8, color="C1", label="on arrival")
+    arrival = shown["dropped_arrival"].to_list()
+    pending = shown["dropped_pending"].to_list()
+    if binned:
+        # Each bar spans its run of batches.
+        width: float | list[float] = [
+            0.9 * (last - first + 1)
+            for first, last in zip(shown["first_batch"], shown["last_batch"], strict=True)
+        ]
+    else:
+        width = 0.8
+    drop_ax.bar(batch, arrival, width=width, color="C1", label="on arrival")
     drop_ax.bar(
-        batch,
-        batches["dropped_pending"].to_list(),
-        width=0.8,
-        bottom=arrival,
-        color="C3",
-        label="pending in the batch",
+        batch, pending, width=width, bottom=arrival, color="C3", label="pending in the batch"
     )
-    totals = [a + b for a, b in zip(arrival, batches["dropped_pending"].to_list(), strict=True)]
+    totals = [a + b for a, b in zip(arrival, pending, strict=True)]
     drop_ax.set_ylim(0, max(1, *totals) * 1.15)
     drop_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    drop_ax.legend(loc="upper left")
+    _legend_outside(drop_ax)
     if not any(totals):
         off = " (K=0: the control is off)" if not result.config.keep_versions else ""
         drop_ax.text(
@@ -353,23 +537,25 @@ def plot_timeline(result: ReplayResult) -> Figure:
         )
 
     if batches["current_version_index"].null_count() < batches.height:
+        # Binned, each run is drawn at its last batch, where its indexes were read.
+        index_batch = shown["last_batch"].to_list() if binned else batch
         index_ax.plot(
-            batch,
-            _floats(batches["current_version_index"].to_list()),
+            index_batch,
+            _floats(shown["current_version_index"].to_list()),
             drawstyle="steps-mid",
             label="current",
         )
         if result.config.keep_versions:
             index_ax.plot(
-                batch,
-                _floats(batches["cutoff_version_index"].to_list()),
+                index_batch,
+                _floats(shown["cutoff_version_index"].to_list()),
                 drawstyle="steps-mid",
                 linestyle="--",
                 label=f"cutoff (K={result.config.keep_versions})",
             )
         index_ax.set_ylim(bottom=0)
         index_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        index_ax.legend(loc="upper left")
+        _legend_outside(index_ax)
     else:
         _show_empty(index_ax, "no version observed")
     index_ax.xaxis.set_major_locator(MaxNLocator(integer=True))

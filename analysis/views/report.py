@@ -1,7 +1,9 @@
-"""One self-contained HTML report: what the log holds, the sweep, the plots, who gets dropped.
+"""One self-contained HTML report: what it describes, what the log holds, the sweep, the
+plots, who gets dropped.
 
 Everything is inline (figures as base64 PNG, styles in the page), so the file opens
-anywhere without a network.
+anywhere without a network. Outcome names and numbers read as the command line prints
+them (``cli/render.py``), so a figure in the report can be found again in a terminal.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import base64
 import html
 import io
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +25,30 @@ from analysis.views.bias import who_gets_dropped
 from analysis.views.inspection import LogInspection
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
-h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
+       padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: 0.5rem; }
+h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+h3 { font-size: 1rem; margin: 1rem 0 0.25rem; }
 table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0; }
-th, td { padding: 0.2rem 0.6rem; border-bottom: 1px solid #eee; text-align: right; }
+caption { text-align: left; font-weight: 600; padding: 0.2rem 0; }
+th, td { padding: 0.2rem 0.6rem; border-bottom: 1px solid #eee; text-align: right;
+         font-variant-numeric: tabular-nums; }
 th:first-child, td:first-child { text-align: left; }
 tr.pareto td { font-weight: 600; background: #f3f8ff; }
-figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+table.about { font-size: 0.9rem; }
+table.about th { text-align: left; font-weight: 600; white-space: nowrap; max-width: none;
+                 vertical-align: top; color: #555; }
+table.about td { text-align: left; }
+code { font-size: 0.85rem; background: #f6f6f6; padding: 0.1rem 0.3rem; border-radius: 3px;
+       overflow-wrap: anywhere; }
+nav { font-size: 0.9rem; margin: 1rem 0; }
+nav ol { margin: 0.25rem 0; padding-left: 1.5rem; } nav ol ol { font-size: 0.85rem; }
+figure { margin: 1.5rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85rem; color: #555; margin-top: 0.25rem; }
 .note { color: #555; font-size: 0.85rem; }
-.wide { overflow-x: auto; } th { white-space: normal; max-width: 5.5rem; vertical-align: bottom; }
+.side { display: flex; flex-wrap: wrap; gap: 0 3rem; align-items: flex-start; }
+.wide { overflow-x: auto; } .wide th { white-space: normal; max-width: 5.5rem; vertical-align: bottom; }
 """
 
 # Records, for a browser test, how many figures loaded and whether any script failed.
@@ -43,6 +61,31 @@ window.addEventListener('load', () => {
     String(images.filter((i) => i.complete && i.naturalWidth > 0).length);
 });
 """
+
+NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
+"""Data-quality counts the report leaves out, as ``inspect`` does (the same set as
+``cli/render.py``'s ``_NOT_PROBLEMS``; the library may not import the CLI): versions are
+ordered by first observation, not by sorting, so these are not defects."""
+
+_OUTCOMES = {
+    "kept": "kept",
+    "dropped_stale": "stale (arrival or pending)",
+    "rejected_span": "span rejected",
+    "failed": "failed",
+}
+"""The bias table's outcomes in the words ``replay`` prints (``cli/render.py``'s
+``_COLUMNS``); its one stale row counts both of replay's stale rows."""
+
+
+def tool_version() -> str:
+    """The installed dressage-replay version, or "unknown" (run from a source tree that
+    was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dressage-replay")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def focus_setting(result: SweepResult) -> ReplayResult:
@@ -88,9 +131,18 @@ def build_report(
     title: str = "dressage-replay report",
     progress: Callable[[int, int], None] | None = None,
     say: Callable[[str, str | None], str] | None = None,
+    inputs: Sequence[str | Path] = (),
+    command: str | None = None,
+    version: str | None = None,
+    written_at: datetime | None = None,
 ) -> str:
     """Return the report as one HTML document; ``say`` words the settings its notes name
-    (the command line passes its flags; by default the library's keywords)."""
+    (the command line passes its flags; by default the library's keywords).
+
+    The header says what the report describes: ``inputs`` (as given), the settings grid,
+    ``version`` (default: the installed one), ``written_at`` (default: now; shown in UTC)
+    and ``command``, the command line that writes it again (left out when not given).
+    """
     from analysis.views import plots
 
     swept = sweep(
@@ -112,132 +164,247 @@ def build_report(
     # The sweep already replayed every K under the focus setting's M: reuse those results.
     per_k = [r for r in swept.results if r.config.max_preempts == config.max_preempts]
     figures = [
-        ("Tokens kept and version gap against K", plots.plot_sweep(swept)),
-        ("Tokens kept over the K x M grid", plots.plot_heatmap(swept)),
-        ("Trajectory version spans, all vs kept", plots.plot_spans(prepared, focus)),
-        ("Version gaps of kept trajectories for each K", plots.plot_gaps(prepared, per_k)),
-        ("Per emitted batch", plots.plot_timeline(focus)),
-    ]
+        ("fig-sweep", "Tokens kept and version gap against K", plots.plot_sweep(swept)),
+        ("fig-heatmap", "Tokens kept over the K x M grid", plots.plot_heatmap(swept)),
+        ("fig-spans", "Trajectory version spans, all vs kept", plots.plot_spans(prepared, focus)),
+        ("fig-gaps", "Version gaps of kept trajectories for each K",
+         plots.plot_gaps(prepared, per_k)),
+        ("fig-timeline", "Per emitted batch", plots.plot_timeline(focus)),
+    ]  # fmt: skip
     bias = who_gets_dropped(prepared, focus, table=table)
     limit = "none" if config.max_preempts is None else config.max_preempts
     setting = f"K={config.keep_versions}, M={limit}, B={config.batch_groups}"
+    batch = (
+        f"{batch_groups:,}" if batch_groups is not None else f"inferred: {config.batch_groups:,}"
+    )
+    about = _about_table(
+        inputs=[str(path) for path in inputs],
+        grid=[
+            ("K (keep versions)", ", ".join(map(str, keep_versions))),
+            ("M (max preempts)", ", ".join("none" if m is None else str(m) for m in max_preempts)),
+            ("B (batch groups)", batch),
+        ],
+        version=tool_version() if version is None else version,
+        written_at=written_at or datetime.now(UTC),
+        command=command,
+    )
+    notes = [note if say is None else render(note, say) for note in focus.summary.notes]
+    sections = [
+        ("log", "The log", [_facts_tables(inspection)]),
+        ("settings", "Settings compared", [
+            _sweep_table(swept.rows), f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
+        ]),
+        ("figures", "Figures", [
+            f"<p class='note'>Single-setting figures use {html.escape(setting)}: "
+            f"{html.escape(chosen)}.</p>",
+            *(_figure(anchor, caption, figure) for anchor, caption, figure in figures),
+        ]),
+        ("bias", f"Who gets dropped ({setting})", [
+            _bias_table(bias.table), _never_batched(bias.never_batched),
+        ]),
+        *([("notes", f"Notes ({setting})", [
+            "".join(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
+        ])] if notes else []),
+    ]  # fmt: skip
+    contents = _contents(
+        [(anchor, heading) for anchor, heading, _ in sections],
+        {"figures": [(anchor, caption) for anchor, caption, _ in figures]},
+    )
+    names = ", ".join(Path(path).name for path in inputs)
+    page_title = f"{title}: {names}" if names else title
     parts = [
-        f"<h1>{html.escape(title)}</h1>",
-        "<h2>The log</h2>",
-        _facts_table(inspection),
-        "<h2>Settings compared</h2>",
-        _frame_table(_sweep_display(swept.rows), row_classes=_pareto_classes(swept.rows)),
-        f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
-        "<h2>Figures</h2>",
-        f"<p class='note'>Single-setting figures use {html.escape(setting)}: "
-        f"{html.escape(chosen)}.</p>",
-        *(_figure(caption, figure) for caption, figure in figures),
-        f"<h2>Who gets dropped ({html.escape(setting)})</h2>",
-        _frame_table(bias.table.rename(_BIAS_HEADERS)),
-        f"<p class='note'>Groups that never reached a batch ({len(bias.never_batched)}): "
-        f"{html.escape(', '.join(bias.never_batched[:200]))}"
-        f"{' ...' if len(bias.never_batched) > 200 else ''}</p>",
-    ]
-    for note in focus.summary.notes:
-        text = note if say is None else render(note, say)
-        parts.append(f"<p class='note'>{html.escape(text)}</p>")
+        f"<header id='about'><h1>{html.escape(title)}</h1>{about}</header>",
+        contents,
+        *(
+            f"<section id='{anchor}'><h2>{html.escape(heading)}</h2>\n" + "\n".join(body)
+            + "</section>"
+            for anchor, heading, body in sections
+        ),
+    ]  # fmt: skip
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"
+        f"<title>{html.escape(page_title)}</title><style>{_STYLE}</style>"
         f"<script>{_CHECK_SCRIPT}</script></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
 
 
-def _figure(caption: str, figure: Any) -> str:
+def _about_table(
+    *,
+    inputs: Sequence[str],
+    grid: Sequence[tuple[str, str]],
+    version: str,
+    written_at: datetime,
+    command: str | None,
+) -> str:
+    """What the report describes: inputs, settings grid, version, date, how to write it again."""
+    stamp = written_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rows = [
+        ("inputs" if len(inputs) != 1 else "input",
+         "<br>".join(f"<code>{html.escape(path)}</code>" for path in inputs) or "-"),
+        *((name, html.escape(values)) for name, values in grid),
+        ("dressage-replay version", html.escape(version)),
+        ("written (UTC)", f"<time datetime='{stamp}'>{stamp}</time>"),
+        *([("to reproduce", f"<code>{html.escape(command)}</code>")] if command else []),
+    ]  # fmt: skip
+    body = "".join(f"<tr><th>{html.escape(name)}</th><td>{cell}</td></tr>" for name, cell in rows)
+    return f"<table class='about'>{body}</table>"
+
+
+def _contents(
+    sections: Sequence[tuple[str, str]], children: dict[str, Sequence[tuple[str, str]]]
+) -> str:
+    """The table of contents: a link to each section, and to the figures inside theirs."""
+
+    def link(anchor: str, text: str) -> str:
+        return f"<a href='#{anchor}'>{html.escape(text)}</a>"
+
+    items = []
+    for anchor, heading in sections:
+        inner = "".join(f"<li>{link(a, text)}</li>" for a, text in children.get(anchor, ()))
+        items.append(f"<li>{link(anchor, heading)}{f'<ol>{inner}</ol>' if inner else ''}</li>")
+    return f"<nav id='contents'><strong>Contents</strong><ol>{''.join(items)}</ol></nav>"
+
+
+def _figure(anchor: str, caption: str, figure: Any) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
     encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
     return (
-        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>"
+        f"<figure id='{anchor}'>"
+        f"<img alt='{html.escape(caption)}' src='data:image/png;base64,{encoded}'>"
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
     )
 
 
-def _facts_table(inspection: LogInspection) -> str:
-    facts = inspection.to_dict()
-    rows: list[tuple[str, Any]] = [
-        (key.replace("_", " "), facts[key])
-        for key in ("formats", "records", "groups", "trajectories", "segments", "trainer_steps",
-                    "inferred_batch_groups", "versions_observed")
+def _facts_tables(inspection: LogInspection) -> str:
+    """What the log holds and its data-quality counts, as ``inspect`` prints them."""
+    facts: list[tuple[str, str]] = [
+        (key.replace("_", " "), _fmt(getattr(inspection, key)))
+        for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps")
+    ]
+    if inspection.eval_records:
+        facts.append(("of them evaluation", f"{inspection.eval_groups:,} groups, "
+                      f"{inspection.eval_records:,} records"))  # fmt: skip
+    if inspection.attempt_groups:
+        facts.append(("of them Dressage attempts", _fmt(inspection.attempt_groups)))
+    facts += [
+        ("format", ", ".join(inspection.formats) or "-"),
+        ("inferred batch groups", _fmt(inspection.inferred_batch_groups, none="n/a")),
+        ("versions observed", _fmt(len(inspection.versions))),
+    ]
+    quality = [
+        (key.replace("_", " "), _fmt(value))
+        for key, value in inspection.quality.items()
+        if key not in NOT_PROBLEMS
+    ]
+    shown = ", ".join(inspection.versions[:20])
+    more = len(inspection.versions) - 20
+    versions = (
+        f"Versions in observation order ({len(inspection.versions):,}): {shown or 'none'}"
+        + (f", ... ({more:,} more)" if more > 0 else "")
+    )
+    warnings = "".join(
+        f"<p class='note'>warning: {html.escape(warning)}</p>" for warning in inspection.warnings
+    )
+    tables = _table([], facts, caption="Log") + _table([], quality, caption="Data quality")
+    return f"<div class='side'>{tables}</div><p class='note'>{html.escape(versions)}</p>{warnings}"
+
+
+def _sweep_table(rows: pl.DataFrame) -> str:
+    """The sweep as ``sweep`` prints it: Pareto star, K, M, shares in % to one decimal; the
+    failed column only when the log has failed groups."""
+    failed = bool(rows.height) and bool(rows["failed_pct"].max())
+    headers = [
+        "", "K", "M", "groups kept", "samples kept", "tokens kept", "stale, arrival",
+        "stale, pending", "span rejected", *(["groups failed"] if failed else []), "batches",
+        "gap mean", "gap max", "span mean", "span max",
     ]  # fmt: skip
-    rows += [(key.replace("_", " "), value) for key, value in facts["quality"].items()]
-    rows += [("warning", warning) for warning in facts["warnings"]]
-    body = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{html.escape(_text(value))}</td></tr>"
-        for name, value in rows
+    body = [
+        [
+            "*" if row["pareto"] else "",
+            str(row["keep_versions"]),
+            "none" if row["max_preempts"] is None else str(row["max_preempts"]),
+            _fmt(row["groups_kept_pct"]),
+            _fmt(row["samples_kept_pct"]),
+            _fmt(row["tokens_kept_pct"]),
+            _fmt(row["dropped_arrival_pct"]),
+            _fmt(row["dropped_pending_pct"]),
+            _fmt(row["rejected_span_pct"]),
+            *([_fmt(row["failed_pct"])] if failed else []),
+            _fmt(row["batches_emitted"]),
+            _fmt(row["version_gap_mean"], 2),
+            _fmt(row["version_gap_max"]),
+            _fmt(row["version_span_mean"], 2),
+            _fmt(row["version_span_max"]),
+        ]
+        for row in rows.iter_rows(named=True)
+    ]
+    classes = ["pareto" if efficient else "" for efficient in rows["pareto"].to_list()]
+    return _table(headers, body, caption="Sweep (shares in %)", row_classes=classes)
+
+
+def _bias_table(frame: pl.DataFrame) -> str:
+    """Who gets dropped in ``replay``'s outcome words, columns as ``print_bias`` orders them."""
+    headers = [
+        "outcome", "groups", "trajectories", "tokens per traj. mean", "tokens per traj. median",
+        "segments per traj.", "reward mean", "arrival delay (versions)",
+    ]  # fmt: skip
+    body = [
+        [
+            _OUTCOMES.get(row["outcome"], row["outcome"]),
+            _fmt(row["groups"]),
+            _fmt(row["trajectories"]),
+            _fmt(row["tokens_per_trajectory_mean"]),
+            _fmt(row["tokens_per_trajectory_median"]),
+            _fmt(row["segments_per_trajectory_mean"], 2),
+            _fmt(row["reward_mean"], 3),
+            _fmt(row["arrival_delay_mean"], 2),
+        ]
+        for row in frame.iter_rows(named=True)
+    ]
+    return _table(headers, body)
+
+
+def _never_batched(groups: Sequence[str], *, shown: int = 200) -> str:
+    listed = ", ".join(groups[:shown]) + (
+        f", ... ({len(groups) - shown:,} more)" if len(groups) > shown else ""
     )
-    return f"<table>{body}</table>"
-
-
-_BIAS_HEADERS = {
-    "outcome": "outcome",
-    "groups": "groups",
-    "reward_mean": "reward mean",
-    "arrival_delay_mean": "arrival delay (versions)",
-    "trajectories": "trajectories",
-    "tokens_per_trajectory_mean": "tokens per traj. mean",
-    "tokens_per_trajectory_median": "tokens per traj. median",
-    "segments_per_trajectory_mean": "segments per traj.",
-}
-
-_SWEEP_HEADERS = {
-    "pareto": "*",
-    "keep_versions": "K",
-    "max_preempts": "M",
-    "groups_kept_pct": "groups kept %",
-    "samples_kept_pct": "samples kept %",
-    "tokens_kept_pct": "tokens kept %",
-    "dropped_arrival_pct": "stale arrival %",
-    "dropped_pending_pct": "stale pending %",
-    "rejected_span_pct": "span rejected %",
-    "failed_pct": "failed %",
-    "batches_emitted": "batches",
-    "version_gap_mean": "gap mean",
-    "version_gap_max": "gap max",
-    "version_span_mean": "span mean",
-    "version_span_max": "span max",
-}
-
-
-def _sweep_display(rows: pl.DataFrame) -> pl.DataFrame:
-    """The sweep rows as the report shows them: Pareto star first, short headers."""
-    shown = rows.with_columns(
-        pl.col("max_preempts").cast(pl.String).fill_null("none"),
-        pl.when(pl.col("pareto")).then(pl.lit("*")).otherwise(pl.lit("")).alias("pareto"),
-    )
-    return shown.select(list(_SWEEP_HEADERS)).rename(_SWEEP_HEADERS)
-
-
-def _pareto_classes(rows: pl.DataFrame) -> list[str]:
-    return ["pareto" if efficient else "" for efficient in rows["pareto"].to_list()]
-
-
-def _frame_table(frame: pl.DataFrame, *, row_classes: Sequence[str] = ()) -> str:
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in frame.columns)
-    body = []
-    for position, row in enumerate(frame.iter_rows()):
-        css = row_classes[position] if position < len(row_classes) else ""
-        cells = "".join(f"<td>{html.escape(_text(value))}</td>" for value in row)
-        body.append(f"<tr class='{css}'>{cells}</tr>")
     return (
-        f"<div class='wide'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>"
+        f"<p class='note'>Groups that never reached a batch ({len(groups):,}): "
+        f"{html.escape(listed or 'none')}</p>"
     )
 
 
-def _text(value: Any) -> str:
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    caption: str = "",
+    row_classes: Sequence[str] = (),
+) -> str:
+    """An HTML table of cells already worded; no header row when ``headers`` is empty."""
+    head = (
+        "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>"
+        if headers
+        else ""
+    )
+    body = []
+    for position, row in enumerate(rows):
+        css = row_classes[position] if position < len(row_classes) else ""
+        cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in row)
+        body.append(f"<tr class='{css}'>{cells}</tr>" if css else f"<tr>{cells}</tr>")
+    title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<div class='wide'><table>{title}{head}<tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _fmt(value: Any, digits: int = 1, *, none: str = "-") -> str:
+    """A number as the command line prints it (``cli/render.py``'s ``_fmt``): whole numbers
+    with thousands separators, others to ``digits`` decimals."""
     if value is None:
-        return "-"
+        return none
     if isinstance(value, float):
-        return f"{value:.2f}"
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
-    return str(value)
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 REPORT_FORMATS = (".html", ".htm")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -52,12 +54,45 @@ def report(
         order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
+    command = _reproduce(
+        inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
+        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+    )  # fmt: skip
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(
             prepared, table, analysis.inspect_log(table, loaded),
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
-            say=say_setting,
+            say=say_setting, inputs=inputs, command=command,
         )  # fmt: skip
     write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
     warn(loaded)
+
+
+def _reproduce(
+    inputs: Sequence[Path],
+    output: Path,
+    keep_versions: str,
+    max_preempts: str,
+    batch_groups: int | None,
+    order_by: str | None,
+    fields: Sequence[str] | None,
+    on_bad_record: BadRecordPolicy,
+    *,
+    trust_pickle: bool,
+    include_eval: bool,
+) -> str:
+    """The command line that writes this report again: the grid always (a later default
+    may differ), other options only when given; --quiet and --traceback change no figure."""
+    words = [
+        "dressage-replay", "report", *map(str, inputs), "-o", str(output),
+        "-k", keep_versions, "-m", max_preempts,
+        *(["-b", str(batch_groups)] if batch_groups is not None else []),
+        *(["--order-by", order_by] if order_by is not None else []),
+        *(word for field in fields or () for word in ("--field", field)),
+        *(["--on-bad-record", on_bad_record.value]
+          if on_bad_record is not BadRecordPolicy.fail else []),
+        *(["--trust-pickle"] if trust_pickle else []),
+        *(["--eval"] if include_eval else []),
+    ]  # fmt: skip
+    return shlex.join(words)

@@ -83,6 +83,15 @@ def test_importing_plots_leaves_matplotlib_out() -> None:
     assert out.stdout.strip() == "False"
 
 
+def trend_lines(ax: Any) -> dict[str, Any]:
+    """The sweep's lines over K >= 1, by legend label (K=0 markers have "_K off" labels)."""
+    return {line.get_label(): line for line in ax.get_lines() if line.get_label().startswith("M")}
+
+
+def k_off_markers(ax: Any) -> list[Any]:
+    return [line for line in ax.get_lines() if line.get_label().startswith("_K off")]
+
+
 def test_sweep_has_one_kept_line_and_two_gap_lines_per_max_preempts(
     prepared: analysis.PreparedLog,
 ) -> None:
@@ -95,21 +104,60 @@ def test_sweep_has_one_kept_line_and_two_gap_lines_per_max_preempts(
     assert "% of response tokens" in kept_ax.get_ylabel()
     assert "versions" in gap_ax.get_ylabel()
 
-    assert len(kept_ax.get_lines()) == 2
-    assert len(gap_ax.get_lines()) == 4
-    assert legend_texts(kept_ax)[:2] == ["M=none", "M=1"]
-    for line, m in zip(kept_ax.get_lines(), [None, 1], strict=True):
+    lines = trend_lines(kept_ax)
+    assert list(lines) == ["M off (none)", "M=1"]
+    assert legend_texts(kept_ax)[:2] == ["M off (none)", "M=1"]
+    for line, m in zip(lines.values(), [None, 1], strict=True):
         rows = result.rows.filter(pl.col("max_preempts").eq_missing(m)).sort("keep_versions")
-        assert list(line.get_xdata()) == rows["keep_versions"].to_list()
-        assert same(list(line.get_ydata()), rows["tokens_kept_pct"].to_list())
-    mean_line, max_line = gap_ax.get_lines()[:2]
+        assert list(line.get_xdata()) == [1, 2, 3]
+        assert same(list(line.get_ydata()), rows["tokens_kept_pct"].to_list()[1:])
+    # K=0 is one unjoined marker per M, at the K=0 row's value.
+    off = k_off_markers(kept_ax)
+    assert len(off) == 2 and all(list(marker.get_xdata()) == [0] for marker in off)
+    k_off_rows = result.rows.filter(pl.col("keep_versions") == 0)
+    assert same([marker.get_ydata()[0] for marker in off], k_off_rows["tokens_kept_pct"].to_list())
+
+    gap_lines = [line for line in gap_ax.get_lines() if line.get_label().startswith("M")]
+    assert len(gap_lines) == 4 and len(k_off_markers(gap_ax)) == 4
+    mean_line, max_line = gap_lines[:2]
     assert mean_line.get_linestyle() == "-" and max_line.get_linestyle() == "--"
     none_rows = result.rows.filter(pl.col("max_preempts").is_null()).sort("keep_versions")
-    assert same(list(max_line.get_ydata()), none_rows["version_gap_max"].to_list())
+    assert same(list(max_line.get_ydata()), none_rows["version_gap_max"].to_list()[1:])
 
     # Pareto-efficient settings are ringed, one marker per efficient row.
     (rings,) = kept_ax.collections
     assert len(rings.get_offsets()) == result.rows["pareto"].sum()
+
+
+def test_sweep_draws_k_off_apart_from_the_k_trend(prepared: analysis.PreparedLog) -> None:
+    """K=0 was joined to K=1 by a line, drawing a V that is not a trend."""
+    result = analysis.sweep(prepared, keep_versions=[0, 1, 2, 3], max_preempts=[None, 0, 1])
+    kept_ax, gap_ax = plots.plot_sweep(result).axes
+    for ax in (kept_ax, gap_ax):
+        for line in ax.get_lines():
+            joined = line.get_linestyle() not in ("None", "", " ")
+            assert not (joined and {0, 1} <= set(line.get_xdata())), line.get_label()
+        assert len(k_off_markers(ax)) >= 3
+    assert any("K off" in text for text in legend_texts(kept_ax))
+    assert [t.get_text() for t in kept_ax.get_xticklabels()] == ["off", "1", "2", "3"]
+
+
+def test_sweep_m_off_stays_visible_where_it_coincides(prepared: analysis.PreparedLog) -> None:
+    """M=none hid under the M=3 line it coincides with."""
+    result = analysis.sweep(prepared, keep_versions=[1, 2, 3], max_preempts=[2, None, 3])
+    kept_ax, gap_ax = plots.plot_sweep(result).axes
+    lines = trend_lines(kept_ax)
+    m_off, others = lines.pop("M off (none)"), list(lines.values())
+    assert m_off.get_marker() not in {line.get_marker() for line in others}
+    assert m_off.get_linestyle() not in {line.get_linestyle() for line in others}
+    assert m_off.get_zorder() > max(line.get_zorder() for line in others)
+    assert "M off (none)" in legend_texts(kept_ax)
+    # On the gap panel its hollow markers are drawn on top too.
+    gap_lines = gap_ax.get_lines()
+    m_off_gap = gap_lines[2:4]  # mean and max of the second M in the given order
+    assert all(line.get_markerfacecolor() == "none" for line in m_off_gap)
+    rest = gap_lines[:2] + gap_lines[4:]
+    assert min(line.get_zorder() for line in m_off_gap) > max(line.get_zorder() for line in rest)
 
 
 def test_sweep_with_a_single_setting(prepared: analysis.PreparedLog) -> None:
@@ -117,6 +165,7 @@ def test_sweep_with_a_single_setting(prepared: analysis.PreparedLog) -> None:
     kept_ax, gap_ax = figure.axes
     assert [len(line.get_xdata()) for line in kept_ax.get_lines()] == [1]
     assert len(gap_ax.get_lines()) == 2
+    assert not k_off_markers(kept_ax)
 
 
 def test_sweep_falls_back_to_samples_when_tokens_are_unknown(table: pl.DataFrame) -> None:
@@ -127,7 +176,9 @@ def test_sweep_falls_back_to_samples_when_tokens_are_unknown(table: pl.DataFrame
     result = analysis.sweep(analysis.prepare(no_tokens), keep_versions=[0, 1], max_preempts=[None])
     kept_ax = plots.plot_sweep(result).axes[0]
     assert "% of samples" in kept_ax.get_ylabel()
-    assert same(list(kept_ax.get_lines()[0].get_ydata()), result.rows["samples_kept_pct"].to_list())
+    (off,) = k_off_markers(kept_ax)
+    shown = [off.get_ydata()[0], *trend_lines(kept_ax)["M off (none)"].get_ydata()]
+    assert same(shown, result.rows["samples_kept_pct"].to_list())
 
 
 @pytest.mark.parametrize("max_preempts", [None, 0, 2])
@@ -144,7 +195,7 @@ def test_spans_bars_match_trajectory_outcomes(
 
     (ax,) = plots.plot_spans(prepared, result).axes
     labels_have_text(ax)
-    assert "versions" in ax.get_xlabel() and ax.get_ylabel() == "trajectories"
+    assert "versions" in ax.get_xlabel() and ax.get_ylabel().startswith("trajectories")
     assert len(ax.patches) == 2 * len(spans)
     heights = [bar.get_height() for bar in ax.patches]
     assert heights == [everything[s] for s in spans] + [kept[s] for s in spans]
@@ -203,6 +254,77 @@ def test_timeline_panels_follow_the_batches(
     assert same(
         list(index_ax.get_lines()[0].get_ydata()), batches["current_version_index"].to_list()
     )
+
+
+@pytest.fixture(scope="module")
+def long_run() -> tuple[analysis.PreparedLog, analysis.ReplayResult]:
+    """A simulated run of about 300 batches, the size at which per-batch plots zigzag."""
+    records = analysis.simulate(analysis.SimulationConfig(n_groups=1200, seed=1))
+    prepared = analysis.prepare(analysis.records_to_table(list(records)))
+    result = analysis.replay(prepared, analysis.ReplayConfig(keep_versions=2, max_preempts=1))
+    assert result.batches.height >= 250
+    return prepared, result
+
+
+def legends_clear_of_data(figure: Any) -> None:
+    """Every legend lies outside every axes' data area."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure).draw()
+    legends = [ax.get_legend() for ax in figure.axes if ax.get_legend() is not None]
+    assert legends
+    for legend in legends:
+        box = legend.get_window_extent()
+        for ax in figure.axes:
+            assert not box.overlaps(ax.get_window_extent()), legend.get_texts()[0].get_text()
+
+
+def test_timeline_legends_stay_off_the_data(prepared: analysis.PreparedLog) -> None:
+    result = analysis.replay(prepared, analysis.ReplayConfig(keep_versions=2, batch_groups=2))
+    legends_clear_of_data(plots.plot_timeline(result))
+
+
+def test_timeline_of_a_long_run_is_binned_not_a_zigzag(
+    long_run: tuple[analysis.PreparedLog, analysis.ReplayResult],
+) -> None:
+    _, result = long_run
+    batches = result.batches
+    figure = plots.plot_timeline(result)
+    gap_ax, drop_ax, index_ax = figure.axes
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            assert len(line.get_xdata()) <= plots.TIMELINE_BINS, line.get_label()
+    assert gap_ax.collections, "the spread within each bin is shown as a band"
+    assert "batches" in gap_ax.get_title() and "batches" in drop_ax.get_ylabel()
+    # Binning keeps the totals and the extremes.
+    mean_line, max_line = gap_ax.get_lines()
+    assert max(max_line.get_ydata()) == batches["version_gap_max"].max()
+    assert min(mean_line.get_ydata()) >= batches["version_gap_mean"].min()
+    assert max(mean_line.get_ydata()) <= batches["version_gap_mean"].max()
+    assert len(drop_ax.patches) <= 2 * plots.TIMELINE_BINS
+    dropped = batches["dropped_arrival"].sum() + batches["dropped_pending"].sum()
+    assert sum(bar.get_height() for bar in drop_ax.patches) == dropped
+    current = index_ax.get_lines()[0]
+    assert current.get_ydata()[-1] == batches["current_version_index"].max()
+    legends_clear_of_data(figure)
+
+
+def test_spans_of_a_long_run_use_a_log_count_axis(
+    long_run: tuple[analysis.PreparedLog, analysis.ReplayResult],
+) -> None:
+    """On a linear axis the tail (a few dozen of 20,000 trajectories) was invisible."""
+    prepared, result = long_run
+    (ax,) = plots.plot_spans(prepared, result).axes
+    assert ax.get_yscale() == "log" and "log" in ax.get_ylabel()
+    smallest = min(bar.get_height() for bar in ax.patches if bar.get_height() > 0)
+    assert ax.get_ylim()[0] < smallest
+
+
+@pytest.mark.parametrize(
+    ("counts", "log"), [([100, 90, 80], False), ([100, 40, 10], False), ([15000, 4000, 90], True)]
+)
+def test_spans_choose_log_scale_when_the_tail_is_small(counts: list[int], log: bool) -> None:
+    assert plots.wants_log_counts(counts) is log
 
 
 def test_heatmap_grid_and_annotations_match_the_sweep(prepared: analysis.PreparedLog) -> None:
@@ -314,7 +436,7 @@ def test_log_without_versions_shows_explanations_instead_of_data(tmp_path: Path)
     figures = {kind: plots.make_plot(kind, prepared, **settings) for kind in plots.PLOT_KINDS}
 
     kept_ax, gap_ax = figures["sweep"].axes
-    assert len(kept_ax.get_lines()) == 2
+    assert len(trend_lines(kept_ax)) == 2 and len(k_off_markers(kept_ax)) == 2
     assert len(gap_ax.get_lines()) == 0 and "no version gap" in shown_texts(gap_ax)
     (spans_ax,) = figures["spans"].axes
     assert len(spans_ax.patches) == 0 and "no token versions" in shown_texts(spans_ax)

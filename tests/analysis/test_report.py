@@ -1,0 +1,50 @@
+"""The report built from the library: what its header says without the command line."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import analysis
+from analysis.views.report import build_report
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "rollouts.jsonl"
+
+
+@pytest.fixture(scope="module")
+def table() -> pl.DataFrame:
+    return analysis.load_logs([SAMPLE])
+
+
+def _build(table: pl.DataFrame, **header: Any) -> str:
+    return build_report(
+        analysis.prepare(table), table, analysis.inspect_log(table),
+        keep_versions=[0, 2], max_preempts=[None], **header,
+    )  # fmt: skip
+
+
+def test_library_callers_need_no_header_arguments(table: pl.DataFrame) -> None:
+    """Callers from before the header still work; the header has no command to reproduce."""
+    document = _build(table)
+    assert "<th>inputs</th><td>-</td>" in document
+    assert "<th>B (batch groups)</th><td>inferred: 4</td>" in document
+    assert "to reproduce" not in document
+
+
+def test_header_shows_what_it_is_given(table: pl.DataFrame) -> None:
+    written = datetime(2025, 3, 4, 6, 7, 8, tzinfo=timezone(timedelta(hours=1)))
+    document = _build(
+        table, inputs=["a.jsonl", Path("runs/b.jsonl")], version="9.9", written_at=written,
+        command="dressage-replay report a.jsonl runs/b.jsonl -o r.html",
+    )  # fmt: skip
+    assert "<code>a.jsonl</code><br><code>runs/b.jsonl</code>" in document
+    assert "<title>dressage-replay report: a.jsonl, b.jsonl</title>" in document
+    assert "<th>K (keep versions)</th><td>0, 2</td>" in document
+    assert "<th>M (max preempts)</th><td>none</td>" in document
+    assert "<th>dressage-replay version</th><td>9.9</td>" in document
+    assert "datetime='2025-03-04T05:07:08Z'" in document  # said in UTC
+    assert "<code>dressage-replay report a.jsonl runs/b.jsonl -o r.html</code>" in document
