@@ -29,7 +29,6 @@ from analysis.engine import (
     replay_run,
     sweep,
     trajectory_outcomes,
-    write_run_tables,
 )
 from analysis.errors import (
     ConfigError,
@@ -63,6 +62,7 @@ from analysis.io.tables import (
     write_decisions,
     write_frame,
     write_frame_to,
+    write_run_tables,
 )
 from analysis.io.train_dumps import TrainDumps, read_train_dumps
 from analysis.labels import derive_end_version, real_label, run_length_spans

@@ -19,10 +19,9 @@ from analysis.engine.loop import (
     LOOP_DECISIONS,
     TRAJECTORY_TABLE_COLUMNS,
     LoopReplay,
-    keep_versions_reproducing,
     replay_run,
-    write_run_tables,
 )
+from analysis.engine.loop_inference import keep_versions_reproducing
 from analysis.engine.prepare import REPLAY_COLUMNS, PreparedLog, prepare, real_token_labels
 from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
 from analysis.engine.summary import ReplaySummary
@@ -54,5 +53,4 @@ __all__ = [
     "replay_run",
     "sweep",
     "trajectory_outcomes",
-    "write_run_tables",
 ]

@@ -22,7 +22,7 @@ from analysis.io.options import ReadOptions
 from analysis.schema import CANONICAL_SCHEMA
 
 if TYPE_CHECKING:
-    from analysis.engine import ReplayResult
+    from analysis.engine import LoopReplay, ReplayResult
 
 
 def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
@@ -243,3 +243,23 @@ def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = 
     """Write a result frame by extension, refusing to overwrite an input."""
     refuse_overwriting_inputs(Path(path), inputs)
     write_frame(frame, path)
+
+
+def write_run_tables(
+    result: LoopReplay,
+    *,
+    decisions: Path | None = None,
+    trajectories: Path | None = None,
+    inputs: Iterable[Path] = (),
+) -> list[Path]:
+    """Write ``replay RUN``'s tables: one row per attempt to ``decisions``, one per
+    trajectory to ``trajectories`` (format by extension); the paths written."""
+    written = []
+    for frame, path in (
+        (result.decision_table, decisions),
+        (result.trajectory_table, trajectories),
+    ):
+        if path is not None:
+            write_frame_to(frame(), path, inputs=inputs)
+            written.append(path)
+    return written

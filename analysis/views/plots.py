@@ -14,7 +14,6 @@ state), so they work headless and in threads. Save them with :func:`save_figure`
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +33,12 @@ from analysis.engine import (
 )
 from analysis.errors import ConfigError, setting
 from analysis.io.tables import atomic_path, check_output
+from analysis.views._figures import floats, m_label, new_figure, show_empty
+
+# Re-exported: plots is where callers find every figure.
+from analysis.views.timeline import TIMELINE_BINS as TIMELINE_BINS
+from analysis.views.timeline import TIMELINE_MAX_BATCHES as TIMELINE_MAX_BATCHES
+from analysis.views.timeline import plot_timeline as plot_timeline
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -43,50 +48,12 @@ PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
 
 FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
-# A timeline of more batches than this is binned into TIMELINE_BINS runs of batches.
-TIMELINE_MAX_BATCHES = 60
-TIMELINE_BINS = 50
 
 # A histogram whose smallest bar is below this share of its tallest gets a log count axis.
 LOG_COUNTS_RATIO = 0.05
 
 # Resolution of PNG output; vector formats ignore it.
 PNG_DPI = 150
-
-
-def _new_figure(width: float, height: float) -> Figure:
-    """A figure with constrained layout, independent of pyplot."""
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _m_label(max_preempts: int | None) -> str:
-    """How a max_preempts value reads in legends and ticks."""
-    return "none" if max_preempts is None else str(max_preempts)
-
-
-def _show_empty(ax: Axes, message: str) -> None:
-    """Leave an axis blank except for a centred message saying why."""
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        fontsize=11,
-        color="0.35",
-    )
-    ax.set_yticks([])
-    # A shared x axis still carries the other panels' data; leave its ticks alone.
-    if len(ax.get_shared_x_axes().get_siblings(ax)) == 1:
-        ax.set_xticks([])
-
-
-def _floats(values: Sequence[float | int | None]) -> list[float]:
-    """Nulls become NaN so matplotlib leaves a gap instead of failing."""
-    return [math.nan if value is None else float(value) for value in values]
 
 
 def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
@@ -155,7 +122,7 @@ def _plot_against_k(
     if trend.height:
         ax.plot(
             trend["keep_versions"].to_list(),
-            _floats(trend[column].to_list()),
+            floats(trend[column].to_list()),
             marker="s" if is_max else style.marker,
             linestyle={"kept": style.linestyle, "mean": "-", "max": "--"}[kind],
             label=label,
@@ -165,7 +132,7 @@ def _plot_against_k(
     if control_off.height:
         ax.plot(
             [0],
-            _floats(control_off[column].to_list()),
+            floats(control_off[column].to_list()),
             marker="s" if is_max else _K_OFF_MARKER,
             linestyle="None",
             label=f"_K off, {label}",
@@ -180,7 +147,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
 
     rows = sweep.rows
     kept_column, kept_unit = _kept_column(rows)
-    figure = _new_figure(12, 4.8)
+    figure = new_figure(12, 4.8)
     kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
     batch = rows["batch_groups"].unique().to_list()
     figure.suptitle(
@@ -197,8 +164,8 @@ def plot_sweep(sweep: SweepResult) -> Figure:
         ax.grid(True, alpha=0.3)
 
     if rows.height == 0:
-        _show_empty(kept_ax, "no settings swept")
-        _show_empty(gap_ax, "no settings swept")
+        show_empty(kept_ax, "no settings swept")
+        show_empty(gap_ax, "no settings swept")
         return figure
 
     keep_values = sorted(rows["keep_versions"].unique().to_list())
@@ -224,7 +191,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
         ring = {"s": 160, "facecolors": "none", "edgecolors": "black", "linewidths": 1.5}
         kept_ax.scatter(
             pareto["keep_versions"].to_list(),
-            _floats(pareto[kept_column].to_list()),
+            floats(pareto[kept_column].to_list()),
             zorder=3,
             label="Pareto-efficient",
             **ring,
@@ -232,7 +199,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
         if has_gaps:
             gap_ax.scatter(
                 pareto["keep_versions"].to_list(),
-                _floats(pareto["version_gap_mean"].to_list()),
+                floats(pareto["version_gap_mean"].to_list()),
                 zorder=3,
                 **ring,
             )
@@ -270,7 +237,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
             bbox_to_anchor=(1.01, 1),
         )
     else:
-        _show_empty(gap_ax, "no versioned trajectory kept:\nno version gap to show")
+        show_empty(gap_ax, "no versioned trajectory kept:\nno version gap to show")
     return figure
 
 
@@ -303,14 +270,14 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
     kept_spans = Counter(outcomes.filter(pl.col("decision") == "kept")["span"].to_list())
     unchecked = prepared.n_trajectories - outcomes.height
 
-    figure = _new_figure(8, 4.8)
+    figure = new_figure(8, 4.8)
     ax = figure.subplots()
     ax.set_title(f"Version span per trajectory ({result.config.describe()})")
     ax.set_xlabel("version span (distinct versions in one trajectory)")
     ax.set_ylabel("trajectories")
     ax.grid(True, axis="y", alpha=0.3)
     if not all_spans:
-        _show_empty(ax, "no token versions in the log:\nspans are unknown")
+        show_empty(ax, "no token versions in the log:\nspans are unknown")
         return figure
 
     spans = list(range(min(all_spans), max(all_spans) + 1))
@@ -371,22 +338,22 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
         gaps = trajectory_outcomes(prepared, result)["version_gap"].drop_nulls().to_list()
         label = f"K={result.config.keep_versions}"
         if not shared_m:
-            label += f", M={_m_label(result.config.max_preempts)}"
+            label += f", M={m_label(result.config.max_preempts)}"
         series.append((f"{label} (n={len(gaps)})", Counter(gaps), len(gaps)))
 
-    figure = _new_figure(8, 4.8)
+    figure = new_figure(8, 4.8)
     ax = figure.subplots()
     title = "Version gap of kept trajectories"
     if results and shared_m:
         config = results[0].config
-        title += f" (M={_m_label(config.max_preempts)}, B={config.batch_groups})"
+        title += f" (M={m_label(config.max_preempts)}, B={config.batch_groups})"
     ax.set_title(title)
     ax.set_xlabel("version gap (versions behind the current one)")
     ax.set_ylabel("% of kept trajectories")
     ax.grid(True, axis="y", alpha=0.3)
     all_gaps = [gap for _, counts, _ in series for gap in counts]
     if not all_gaps:
-        _show_empty(ax, "nothing kept with a version:\nno version gap to show")
+        show_empty(ax, "nothing kept with a version:\nno version gap to show")
         return figure
 
     gap_values = list(range(min(all_gaps), max(all_gaps) + 1))
@@ -406,169 +373,13 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     return figure
 
 
-def _bin_batches(batches: pl.DataFrame, bins: int) -> pl.DataFrame:
-    """Consecutive batches in ``bins`` equal runs: means and spread of the gap, summed drops.
-
-    ``batch`` becomes the run's middle batch; the version indexes are those at its end.
-    """
-    return (
-        batches.with_row_index("position")
-        .with_columns((pl.col("position") * bins // batches.height).alias("bin"))
-        .group_by("bin", maintain_order=True)
-        .agg(
-            pl.col("batch").mean(),
-            pl.col("batch").min().alias("first_batch"),
-            pl.col("batch").max().alias("last_batch"),
-            pl.col("version_gap_mean").mean(),
-            pl.col("version_gap_mean").min().alias("version_gap_mean_low"),
-            pl.col("version_gap_mean").max().alias("version_gap_mean_high"),
-            pl.col("version_gap_max").max(),
-            pl.col("dropped_arrival").sum(),
-            pl.col("dropped_pending").sum(),
-            pl.col("current_version_index").last(),
-            pl.col("cutoff_version_index").last(),
-        )
-    )
-
-
-def _legend_outside(ax: Axes) -> None:
-    """A legend right of the panel, so it never covers the data."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
-
-
-def plot_timeline(result: ReplayResult) -> Figure:
-    """Per emitted batch: version gap, groups dropped while collecting it, version index.
-
-    Beyond :data:`TIMELINE_MAX_BATCHES` batches a per-batch line is a zigzag that hides the
-    trend, so consecutive batches are binned into :data:`TIMELINE_BINS` runs: the mean gap
-    with its min-max band, the largest gap, the drops summed per run.
-    """
-    from matplotlib.ticker import MaxNLocator
-
-    batches = result.batches
-    binned = batches.height > TIMELINE_MAX_BATCHES
-    figure = _new_figure(11, 8)
-    gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
-    per, size = "per emitted batch", 1
-    if binned:
-        shown = _bin_batches(batches, TIMELINE_BINS)
-        size = math.ceil(batches.height / TIMELINE_BINS)
-        per = f"{batches.height} batches in {shown.height} runs of ~{size}"
-    else:
-        shown = batches
-    figure.suptitle(f"Replay timeline, {per} ({result.config.describe()})")
-    gap_ax.set_title(
-        "Version gap of the batches' trajectories (line = mean, band = min-max of batch means)"
-        if binned
-        else "Version gap of the batch's trajectories"
-    )
-    gap_ax.set_ylabel("version gap (versions)")
-    drop_ax.set_title(
-        "Groups dropped as stale while collecting the batch" + ("es" if binned else "")
-    )
-    drop_ax.set_ylabel(f"dropped (groups per ~{size} batches)" if binned else "dropped (groups)")
-    index_ax.set_title("Observed weight versions" + (" (at the end of each run)" if binned else ""))
-    index_ax.set_ylabel("version index (versions)")
-    index_ax.set_xlabel("emitted batch (trainer step)")
-    for ax in (gap_ax, drop_ax, index_ax):
-        ax.grid(True, alpha=0.3)
-    if batches.height == 0:
-        for ax in (gap_ax, drop_ax, index_ax):
-            _show_empty(ax, "no batch emitted: nothing kept")
-        return figure
-
-    batch = shown["batch"].to_list()
-    marker = "" if binned else "."
-    if batches["version_gap_max"].null_count() < batches.height:
-        gap_ax.plot(
-            batch, _floats(shown["version_gap_mean"].to_list()), marker=marker, label="mean"
-        )
-        if binned:
-            gap_ax.fill_between(
-                batch,
-                _floats(shown["version_gap_mean_low"].to_list()),
-                _floats(shown["version_gap_mean_high"].to_list()),
-                color="C0",
-                alpha=0.15,
-                linewidth=0,
-                label="min-max of batch means",
-            )
-        gap_ax.plot(
-            batch,
-            _floats(shown["version_gap_max"].to_list()),
-            marker=marker,
-            linestyle="--",
-            label="max",
-        )
-        gap_ax.set_ylim(bottom=0)
-        gap_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        _legend_outside(gap_ax)
-    else:
-        _show_empty(gap_ax, "no versioned group kept: no version gap")
-
-    arrival = shown["dropped_arrival"].to_list()
-    pending = shown["dropped_pending"].to_list()
-    if binned:
-        # Each bar spans its run of batches.
-        width: float | list[float] = [
-            0.9 * (last - first + 1)
-            for first, last in zip(shown["first_batch"], shown["last_batch"], strict=True)
-        ]
-    else:
-        width = 0.8
-    drop_ax.bar(batch, arrival, width=width, color="C1", label="on arrival")
-    drop_ax.bar(
-        batch, pending, width=width, bottom=arrival, color="C3", label="pending in the batch"
-    )
-    totals = [a + b for a, b in zip(arrival, pending, strict=True)]
-    drop_ax.set_ylim(0, max(1, *totals) * 1.15)
-    drop_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    _legend_outside(drop_ax)
-    if not any(totals):
-        off = " (K=0: the control is off)" if not result.config.keep_versions else ""
-        drop_ax.text(
-            0.5,
-            0.5,
-            f"no group dropped{off}",
-            transform=drop_ax.transAxes,
-            ha="center",
-            va="center",
-            color="0.35",
-        )
-
-    if batches["current_version_index"].null_count() < batches.height:
-        # Binned, each run is drawn at its last batch, where its indexes were read.
-        index_batch = shown["last_batch"].to_list() if binned else batch
-        index_ax.plot(
-            index_batch,
-            _floats(shown["current_version_index"].to_list()),
-            drawstyle="steps-mid",
-            label="current",
-        )
-        if result.config.keep_versions:
-            index_ax.plot(
-                index_batch,
-                _floats(shown["cutoff_version_index"].to_list()),
-                drawstyle="steps-mid",
-                linestyle="--",
-                label=f"cutoff (K={result.config.keep_versions})",
-            )
-        index_ax.set_ylim(bottom=0)
-        index_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        _legend_outside(index_ax)
-    else:
-        _show_empty(index_ax, "no version observed")
-    index_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    return figure
-
-
 def plot_heatmap(sweep: SweepResult) -> Figure:
     """K x M grid of the kept share, each cell annotated; bold cells are Pareto-efficient."""
     rows = sweep.rows
     kept_column, kept_unit = _kept_column(rows)
     keep_values = sorted(rows["keep_versions"].unique().to_list()) if rows.height else []
     preempt_values = _max_preempts_values(rows) if rows.height else []
-    figure = _new_figure(
+    figure = new_figure(
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
@@ -576,7 +387,7 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
     if rows.height == 0:
-        _show_empty(ax, "no settings swept")
+        show_empty(ax, "no settings swept")
         return figure
 
     cells = {
@@ -584,10 +395,10 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         for row in rows.iter_rows(named=True)
     }
     if all(value is None for value, _ in cells.values()):
-        _show_empty(ax, "no records: no kept share to show")
+        show_empty(ax, "no records: no kept share to show")
         return figure
     grid = [
-        [_floats([cells.get((m, k), (None, False))[0]])[0] for k in keep_values]
+        [floats([cells.get((m, k), (None, False))[0]])[0] for k in keep_values]
         for m in preempt_values
     ]
     image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
@@ -606,7 +417,7 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
                 fontweight="bold" if efficient else "normal",
             )
     ax.set_xticks(range(len(keep_values)), [str(k) for k in keep_values])
-    ax.set_yticks(range(len(preempt_values)), [_m_label(m) for m in preempt_values])
+    ax.set_yticks(range(len(preempt_values)), [m_label(m) for m in preempt_values])
     colorbar = figure.colorbar(image, ax=ax)
     colorbar.set_label(f"kept ({kept_unit})")
     return figure
