@@ -19,6 +19,7 @@ from analysis import (
     SweepResult,
 )
 from analysis.engine.grid import PARETO_NOTE
+from analysis.views.tables import SWEEP_CAPTION, sweep_table
 from cli.flags import flagged
 
 _COLUMNS = (
@@ -240,36 +241,13 @@ def print_sweep(result: SweepResult, console: Console) -> None:
     Failed groups (docs/semantics.md §3.2 and §9: an aborted sample) are shown only when
     the log has some; with them the groups' shares add up to 100: kept, stale,
     span-rejected, failed."""
-    failed = bool(result.rows.height) and bool(result.rows["failed_pct"].max())
+    names, rows = sweep_table(result.rows)
+    # Two-line headers in the terminal ("stale, arrival" over "stale" and "arrival").
     headers = [
-        ("", "left"), ("K", "right"), ("M", "right"), ("groups\nkept", "right"),
-        ("samples\nkept", "right"), ("tokens\nkept", "right"), ("stale\narrival", "right"),
-        ("stale\npending", "right"), ("span\nrejected", "right"),
-        *([("groups\nfailed", "right")] if failed else []), ("batches", "right"),
-        ("gap\nmean", "right"), ("gap\nmax", "right"), ("span\nmean", "right"),
-        ("span\nmax", "right"),
-    ]  # fmt: skip
-    rows = [
-        [
-            "*" if row["pareto"] else "",
-            str(row["keep_versions"]),
-            "none" if row["max_preempts"] is None else str(row["max_preempts"]),
-            _fmt(row["groups_kept_pct"]),
-            _fmt(row["samples_kept_pct"]),
-            _fmt(row["tokens_kept_pct"]),
-            _fmt(row["dropped_arrival_pct"]),
-            _fmt(row["dropped_pending_pct"]),
-            _fmt(row["rejected_span_pct"]),
-            *([_fmt(row["failed_pct"])] if failed else []),
-            _fmt(row["batches_emitted"]),
-            _fmt(row["version_gap_mean"], 2),
-            _fmt(row["version_gap_max"]),
-            _fmt(row["version_span_mean"], 2),
-            _fmt(row["version_span_max"]),
-        ]
-        for row in result.rows.iter_rows(named=True)
+        (name.replace(", ", "\n").replace(" ", "\n"), "left" if not name else "right")
+        for name in names
     ]
-    _print_fitted(console, "Sweep (shares in %)", headers, rows, keys=3)
+    _print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
 

@@ -23,6 +23,7 @@ from analysis.errors import render
 from analysis.io.tables import atomic_path, check_output
 from analysis.views.bias import who_gets_dropped
 from analysis.views.inspection import LogInspection
+from analysis.views.tables import SWEEP_CAPTION, number, sweep_table
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
@@ -279,21 +280,21 @@ def _figure(anchor: str, caption: str, figure: Any) -> str:
 def _facts_tables(inspection: LogInspection) -> str:
     """What the log holds and its data-quality counts, as ``inspect`` prints them."""
     facts: list[tuple[str, str]] = [
-        (key.replace("_", " "), _fmt(getattr(inspection, key)))
+        (key.replace("_", " "), number(getattr(inspection, key)))
         for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps")
     ]
     if inspection.eval_records:
         facts.append(("of them evaluation", f"{inspection.eval_groups:,} groups, "
                       f"{inspection.eval_records:,} records"))  # fmt: skip
     if inspection.attempt_groups:
-        facts.append(("of them Dressage attempts", _fmt(inspection.attempt_groups)))
+        facts.append(("of them Dressage attempts", number(inspection.attempt_groups)))
     facts += [
         ("format", ", ".join(inspection.formats) or "-"),
-        ("inferred batch groups", _fmt(inspection.inferred_batch_groups, none="n/a")),
-        ("versions observed", _fmt(len(inspection.versions))),
+        ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
+        ("versions observed", number(len(inspection.versions))),
     ]
     quality = [
-        (key.replace("_", " "), _fmt(value))
+        (key.replace("_", " "), number(value))
         for key, value in inspection.quality.items()
         if key not in NOT_PROBLEMS
     ]
@@ -311,36 +312,10 @@ def _facts_tables(inspection: LogInspection) -> str:
 
 
 def _sweep_table(rows: pl.DataFrame) -> str:
-    """The sweep as ``sweep`` prints it: Pareto star, K, M, shares in % to one decimal; the
-    failed column only when the log has failed groups."""
-    failed = bool(rows.height) and bool(rows["failed_pct"].max())
-    headers = [
-        "", "K", "M", "groups kept", "samples kept", "tokens kept", "stale, arrival",
-        "stale, pending", "span rejected", *(["groups failed"] if failed else []), "batches",
-        "gap mean", "gap max", "span mean", "span max",
-    ]  # fmt: skip
-    body = [
-        [
-            "*" if row["pareto"] else "",
-            str(row["keep_versions"]),
-            "none" if row["max_preempts"] is None else str(row["max_preempts"]),
-            _fmt(row["groups_kept_pct"]),
-            _fmt(row["samples_kept_pct"]),
-            _fmt(row["tokens_kept_pct"]),
-            _fmt(row["dropped_arrival_pct"]),
-            _fmt(row["dropped_pending_pct"]),
-            _fmt(row["rejected_span_pct"]),
-            *([_fmt(row["failed_pct"])] if failed else []),
-            _fmt(row["batches_emitted"]),
-            _fmt(row["version_gap_mean"], 2),
-            _fmt(row["version_gap_max"]),
-            _fmt(row["version_span_mean"], 2),
-            _fmt(row["version_span_max"]),
-        ]
-        for row in rows.iter_rows(named=True)
-    ]
+    """The sweep as ``sweep`` prints it (:func:`analysis.views.tables.sweep_table`)."""
+    headers, body = sweep_table(rows)
     classes = ["pareto" if efficient else "" for efficient in rows["pareto"].to_list()]
-    return _table(headers, body, caption="Sweep (shares in %)", row_classes=classes)
+    return _table(headers, body, caption=SWEEP_CAPTION, row_classes=classes)
 
 
 def _bias_table(frame: pl.DataFrame) -> str:
@@ -352,13 +327,13 @@ def _bias_table(frame: pl.DataFrame) -> str:
     body = [
         [
             _OUTCOMES.get(row["outcome"], row["outcome"]),
-            _fmt(row["groups"]),
-            _fmt(row["trajectories"]),
-            _fmt(row["tokens_per_trajectory_mean"]),
-            _fmt(row["tokens_per_trajectory_median"]),
-            _fmt(row["segments_per_trajectory_mean"], 2),
-            _fmt(row["reward_mean"], 3),
-            _fmt(row["arrival_delay_mean"], 2),
+            number(row["groups"]),
+            number(row["trajectories"]),
+            number(row["tokens_per_trajectory_mean"]),
+            number(row["tokens_per_trajectory_median"]),
+            number(row["segments_per_trajectory_mean"], 2),
+            number(row["reward_mean"], 3),
+            number(row["arrival_delay_mean"], 2),
         ]
         for row in frame.iter_rows(named=True)
     ]
@@ -395,16 +370,6 @@ def _table(
         body.append(f"<tr class='{css}'>{cells}</tr>" if css else f"<tr>{cells}</tr>")
     title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f"<div class='wide'><table>{title}{head}<tbody>{''.join(body)}</tbody></table></div>"
-
-
-def _fmt(value: Any, digits: int = 1, *, none: str = "-") -> str:
-    """A number as the command line prints it (``cli/render.py``'s ``_fmt``): whole numbers
-    with thousands separators, others to ``digits`` decimals."""
-    if value is None:
-        return none
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 REPORT_FORMATS = (".html", ".htm")
