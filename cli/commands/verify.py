@@ -78,7 +78,13 @@ def verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> di
 def say_verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> None:
     """The total, on stderr: whether the replay can be trusted for this run."""
     agree, total = int(result.checks["agrees"].sum()), result.checks.height
-    how = "as given" if given else "found" if found else "none of 0.. reproduces the run"
+    how = (
+        "as given"
+        if given
+        else "found"
+        if found
+        else "no K reproduces the run: each from 0 to its versions + 1 was tried; shown at 0"
+    )
     typer.echo(
         f"keep_versions={result.keep_versions} ({how}): the replay agrees with the run's own "
         f"files on {agree:,} of {total:,} checks"
