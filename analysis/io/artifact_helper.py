@@ -20,11 +20,11 @@ from analysis.io.fields import (
 )
 
 HELPER_MIN_INSTANCES = 128
-"""Below this many instance folders the helper's start-up costs more than it saves."""
+"""Below this many session folders the helper's start-up costs more than it saves."""
 
 
 HELPER_BATCH = (4, 64)
-"""The fewest and most instance folders handed to the helper at a time: an eighth of
+"""The fewest and most session folders handed to the helper at a time: an eighth of
 those left, within these bounds, so that the two processes finish close together."""
 
 
@@ -65,7 +65,7 @@ _MAGIC = b"DRh\x01"
 
 _HEADER = 20
 """Bytes of a helper frame's header: the magic (4), payload length (8), batches read (4),
-instance folders read (4)."""
+session folders read (4)."""
 
 
 def _frame(payload: bytes) -> bytes:
@@ -97,7 +97,7 @@ def helper_main() -> None:
     with artifacts.collector_paused():
         while (batch := _read_frame(stdin)) is not None:
             for instance in batch:
-                artifacts.read_instance(instance, fields, extra, results)
+                artifacts.read_session(instance, fields, extra, results)
                 if os.getppid() != parent:
                     raise SystemExit(1)
             batches, instances = batches + 1, instances + len(batch)
@@ -111,7 +111,7 @@ def helper_main() -> None:
 
 
 class HelperProcess:
-    """One helper process that reads batches of instance folders taken from the back of
+    """One helper process that reads batches of session folders taken from the back of
     ``pending``; its chunks are taken as they come."""
 
     def __init__(
@@ -132,7 +132,7 @@ class HelperProcess:
         self.covered = 0
         """How many of those batches the chunks taken so far cover."""
         self.instances_done = 0
-        """How many instance folders it has read (for progress)."""
+        """How many session folders it has read (for progress)."""
         self.stderr = b""
         self.chunks: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self.requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
@@ -274,7 +274,7 @@ class HelperProcess:
             self.problem = f"exit {returncode}: {lines[-1] if lines else 'no message'}"
 
     def unfinished(self) -> list[str]:
-        """The instance folders handed to it whose results did not come back."""
+        """The session folders handed to it whose results did not come back."""
         return [instance for batch in self.assigned[self.covered :] for instance in batch]
 
     def kill(self) -> None:

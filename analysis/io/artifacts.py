@@ -4,7 +4,7 @@ A run writes one small JSON file per segment, so a folder holds tens of thousand
 them, and reading it is bound by opening, parsing and mapping files one at a time in
 Python. Two things make it faster than a plain loop:
 
-- the instance folders are shared with one helper process, which uses the second
+- the session folders are shared with one helper process, which uses the second
   core. The helper is a fresh interpreter started with ``-c`` that imports only the
   record mapping (:mod:`analysis.io.fields`, no polars): it never runs the caller's
   script, so a script without a ``__main__`` guard is safe, and it starts in well
@@ -159,10 +159,16 @@ def read_artifact_folder(
     time, then path) once all are read, since the last file read may be the first to
     arrive. Folders that
     cannot be listed and files that cannot be read come as entries with an error, in
-    place of rows. ``progress(done, total)`` counts instance folders.
+    place of rows. ``progress(done, total)`` counts session folders.
     """
     problems: list[FileResult] = []
-    instances = sorted(instance_folders(root, problems))
+    # The unit of work is a session folder: a run has few instance folders (prompts), each
+    # of many sessions, so instance folders would leave the helper nothing to share.
+    instances = sorted(
+        session
+        for instance in instance_folders(root, problems)
+        for session in _directories(instance, problems)
+    )
     warnings: list[str] = []
     stamps = array.array("q")
 
@@ -231,9 +237,9 @@ def _finish_helper(
     return [
         f"{root}: the helper process failed ({helper.problem}); "
         + (
-            f"this process read the {counted(len(left), 'instance folder')} it left"
+            f"this process read the {counted(len(left), 'session folder')} it left"
             if left
-            else "this process read every instance folder"
+            else "this process read every session folder"
             if not helper.assigned
             else "all its results had come"
         )
@@ -265,14 +271,14 @@ def read_shard(
     on_chunk: Callable[[list[FileResult]], None],
     tick: Callable[[int], None] | None = None,
 ) -> None:
-    """Read every segment file below the given instance folders, in no particular order.
+    """Read every file of the given session folders, in no particular order.
 
-    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files or so, at the end of an
-    instance folder. ``tick(n)`` is called after the n-th instance folder.
+    Results go to ``on_chunk`` every :data:`CHUNK_FILES` files or so, at the end of a
+    session folder. ``tick(n)`` is called after the n-th session folder.
     """
     results: list[FileResult] = []
     for done, instance in enumerate(instances, start=1):
-        read_instance(instance, fields, extra, results)
+        read_session(instance, fields, extra, results)
         if len(results) >= CHUNK_FILES:
             on_chunk(results)
             results = []
@@ -282,14 +288,12 @@ def read_shard(
         on_chunk(results)
 
 
-def read_instance(
-    instance: str, fields: FieldMap, extra: Sequence[str], results: list[FileResult]
+def read_session(
+    session: str, fields: FieldMap, extra: Sequence[str], results: list[FileResult]
 ) -> None:
-    """Add the results of every segment file below one instance folder to ``results``."""
-    for session in _directories(instance, results):
-        results += [
-            read_segment_file(path, fields, extra) for path in _session_files(session, results)
-        ]
+    """Add the results of one session folder's files (its segments, or its error) to
+    ``results``."""
+    results += [read_segment_file(path, fields, extra) for path in _session_files(session, results)]
 
 
 def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:

@@ -19,14 +19,14 @@ from analysis.io.raw_writers import write_artifacts
 
 @pytest.fixture
 def folder(small_records: list[dict[str, Any]], tmp_path: Path) -> Path:
-    """The small run as an artifact folder, one file made bad in each half of the instances."""
+    """The small run as an artifact folder, one file made bad in each half of the sessions."""
     root = tmp_path / "artifacts"
     write_artifacts(small_records, root)
-    instances = sorted(p for p in root.iterdir() if p.is_dir())
-    assert len(instances) > 8
-    # The first folder this process reads and the first the helper reads.
-    for instance in (instances[0], instances[-1]):
-        segment = next(instance.glob("*/samples/*.json"))
+    sessions = sorted(p for p in root.glob("*/*") if p.is_dir())
+    assert len(sessions) > 8
+    # The first session folder this process reads and the first the helper reads.
+    for session in (sessions[0], sessions[-1]):
+        segment = next(session.glob("samples/*.json"))
         segment.write_text('{"group_index": 1, "metadata": ')
     # Distinct modification times, so arrival order does not fall back to paths.
     for number, path in enumerate(sorted(root.rglob("samples/*.json"))):
@@ -43,16 +43,16 @@ def load(
     on_bad_record: Any = "skip",
 ) -> Any:
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
-    instance folder, so that the helper, which starts in about 50 ms, gets a share."""
+    session folder, so that the helper, which starts in about 50 ms, gets a share."""
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
     monkeypatch.setattr(artifacts, "CHUNK_FILES", 7)  # many chunks, from both processes
-    real_read_instance = artifacts.read_instance
+    real_read_session = artifacts.read_session
 
-    def read_instance(*args: Any) -> None:
+    def read_session(*args: Any) -> None:
         time.sleep(slow_here)
-        real_read_instance(*args)
+        real_read_session(*args)
 
-    monkeypatch.setattr(artifacts, "read_instance", read_instance)  # this process only
+    monkeypatch.setattr(artifacts, "read_session", read_session)  # this process only
     report = analysis.LoadReport()
     table = analysis.load_logs([folder], on_bad_record=on_bad_record, report=report)
     return table, report
@@ -119,8 +119,9 @@ def reads_as_one_process(
     return report
 
 
-def instance_count(folder: Path) -> int:
-    return sum(1 for path in folder.iterdir() if path.is_dir())
+def session_count(folder: Path) -> int:
+    """The units of work shared with the helper: session folders."""
+    return sum(1 for path in folder.glob("*/*") if path.is_dir())
 
 
 def test_a_slow_helper_leaves_the_folders_to_this_process(
@@ -132,13 +133,13 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
         monkeypatch,
         "import time\n"
         "from analysis.io import artifacts\n"
-        "real = artifacts.read_instance\n"
-        "artifacts.read_instance = lambda *a: (time.sleep(0.1), real(*a))",
+        "real = artifacts.read_session\n"
+        "artifacts.read_session = lambda *a: (time.sleep(0.1), real(*a))",
     )
     reads_as_one_process(folder, monkeypatch, slow_here=0)
     (helper,) = helpers
     assert len(helper.assigned) == artifact_helper.HELPER_BATCHES_AHEAD  # never ready for more
-    assert helper.instances_done == sum(map(len, helper.assigned)) < instance_count(folder) / 2
+    assert helper.instances_done == sum(map(len, helper.assigned)) < session_count(folder) / 2
 
 
 def test_a_slow_parent_leaves_most_folders_to_the_helper(
@@ -147,7 +148,7 @@ def test_a_slow_parent_leaves_most_folders_to_the_helper(
     reads_as_one_process(folder, monkeypatch, slow_here=0.05)
     (helper,) = helpers
     assert len(helper.assigned) > artifact_helper.HELPER_BATCHES_AHEAD  # it asked for more
-    assert helper.instances_done > instance_count(folder) / 2
+    assert helper.instances_done > session_count(folder) / 2
     # Every folder was read once: by one process or the other.
     taken = [instance for batch in helper.assigned for instance in batch]
     assert len(taken) == len(set(taken)) == helper.instances_done
@@ -156,18 +157,18 @@ def test_a_slow_parent_leaves_most_folders_to_the_helper(
 def test_bad_file_in_the_helpers_share_fails_with_its_location(
     folder: Path, monkeypatch: pytest.MonkeyPatch, helpers: list[artifact_helper.HelperProcess]
 ) -> None:
-    """Only the last instance folder, the helper's first, keeps its bad file."""
-    instances = sorted(path for path in folder.iterdir() if path.is_dir())
-    good = next(instances[1].glob("*/samples/*.json")).read_text()
-    next(instances[0].glob("*/samples/*.json")).write_text(good)
-    bad = next(instances[-1].glob("*/samples/*.json"))
+    """Only the last session folder, the helper's first, keeps its bad file."""
+    sessions = sorted(path for path in folder.glob("*/*") if path.is_dir())
+    good = next(sessions[1].glob("samples/*.json")).read_text()
+    next(sessions[0].glob("samples/*.json")).write_text(good)
+    bad = next(sessions[-1].glob("samples/*.json"))
     with pytest.raises(
         analysis.LogFormatError, match=rf"{bad.name}:1: not valid JSON \(.*, column \d+\)"
     ) as caught:
         load(folder, monkeypatch, helpers=True, on_bad_record="fail")
     assert str(bad) in str(caught.value)
     (helper,) = helpers
-    assert str(instances[-1]) in helper.assigned[0]  # the helper read it
+    assert str(sessions[-1]) in helper.assigned[0]  # the helper read it
 
 
 def test_a_helper_that_cannot_start_leaves_the_work_to_this_process(
