@@ -63,6 +63,7 @@ from analysis.io.tables import (
     write_frame,
     write_frame_to,
     write_run_tables,
+    write_trajectories,
 )
 from analysis.io.train_dumps import TrainDumps, read_train_dumps
 from analysis.labels import derive_end_version, real_label, run_length_spans
@@ -136,4 +137,5 @@ __all__ = [
     "write_frame_to",
     "write_log",
     "write_run_tables",
+    "write_trajectories",
 ]

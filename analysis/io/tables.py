@@ -22,7 +22,7 @@ from analysis.io.options import ReadOptions
 from analysis.schema import CANONICAL_SCHEMA
 
 if TYPE_CHECKING:
-    from analysis.engine import LoopReplay, ReplayResult
+    from analysis.engine import LoopReplay, PreparedLog, ReplayResult
 
 
 def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
@@ -156,6 +156,17 @@ def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] 
     refuse_overwriting_inputs(Path(path), inputs)
     frame = result.decisions
     write_frame(frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS)), path)
+
+
+def write_trajectories(
+    prepared: PreparedLog, result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()
+) -> None:
+    """Write one row per trajectory of a replayed log, in the columns a run folder's replay
+    writes too (:data:`analysis.engine.loop.TRAJECTORY_TABLE_COLUMNS`)."""
+    from analysis.engine import TRAJECTORY_TABLE_COLUMNS, trajectory_outcomes
+
+    outcomes = trajectory_outcomes(prepared, result)
+    write_frame_to(outcomes.select(TRAJECTORY_TABLE_COLUMNS), path, inputs=inputs)
 
 
 def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:

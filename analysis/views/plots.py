@@ -423,6 +423,23 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
     return figure
 
 
+def settings_note(
+    kind: str, keep_versions: Sequence[int], max_preempts: Sequence[int | None]
+) -> str | None:
+    """What a figure leaves out of the settings it was given, for a note: a figure of one
+    setting draws the first K and M, a gaps figure the first M (None when all are drawn)."""
+    limit = "none" if max_preempts[0] is None else max_preempts[0]
+    if kind in ("spans", "timeline") and (len(keep_versions) > 1 or len(max_preempts) > 1):
+        return (
+            f"a {kind} figure draws one setting: K={keep_versions[0]}, M={limit}, the first of "
+            f"those given (pass one {setting('keep_versions')} and one "
+            f"{setting('max_preempts')} to choose)"
+        )
+    if kind == "gaps" and len(max_preempts) > 1:
+        return f"a gaps figure draws one M: M={limit}, the first of those given"
+    return None
+
+
 def save_figure(figure: Figure, path: str | Path) -> None:
     """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
     path = Path(path)

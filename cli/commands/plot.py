@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.flags import flagged
 from cli.options import (
     BadRecordPolicy,
     BatchGroups,
@@ -62,7 +63,7 @@ def plot(
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
-    from analysis.views.plots import FIGURE_FORMATS, make_plot, save_figure
+    from analysis.views.plots import FIGURE_FORMATS, make_plot, save_figure, settings_note
 
     ks, ms = parse_grid(keep_versions, max_preempts)
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
@@ -78,19 +79,6 @@ def plot(
         )  # fmt: skip
     save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
-    if (note := _unused_settings(kind.value, ks, ms)) is not None:
-        typer.echo(f"note: {note}", err=True)
+    if (note := settings_note(kind.value, ks, ms)) is not None:
+        typer.echo(f"note: {flagged(note)}", err=True)
     warn(report)
-
-
-def _unused_settings(kind: str, ks: list[int], ms: list[int | None]) -> str | None:
-    """Say so when a figure of one setting (or of one M) was given more than it draws."""
-    limit = "none" if ms[0] is None else ms[0]
-    if kind in ("spans", "timeline") and (len(ks) > 1 or len(ms) > 1):
-        return (
-            f"a {kind} figure draws one setting: K={ks[0]}, M={limit}, the first of those "
-            "given (pass one -k and one -m to choose)"
-        )
-    if kind == "gaps" and len(ms) > 1:
-        return f"a gaps figure draws one M: M={limit}, the first of those given"
-    return None

@@ -130,9 +130,7 @@ def replay_logs(
         analysis.write_decisions(result, decisions, inputs=inputs)
         typer.echo(f"wrote {decisions}", err=True)  # as every command that writes says
     if trajectories is not None:
-        outcomes = analysis.trajectory_outcomes(prepared, result)
-        columns = analysis.TRAJECTORY_TABLE_COLUMNS
-        analysis.write_frame_to(outcomes.select(columns), trajectories, inputs=inputs)
+        analysis.write_trajectories(prepared, result, trajectories, inputs=inputs)
         typer.echo(f"wrote {trajectories}", err=True)
     dropped = analysis.who_gets_dropped(prepared, result, table=table) if bias else None
     with results_out():
