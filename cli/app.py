@@ -27,9 +27,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: rich's boxed tables cut long option names at 80 columns
+    # (`--samples-per-…`); click's layout never cuts a name.
+    rich_markup_mode=None,
 )
-for command in (replay, sweep, plot, inspect, convert, simulate, compare, report, verify):
-    app.command(cls=ReportingCommand)(command)
+# One line each in `dressage-replay --help`, short enough for 80 columns (click cuts a
+# longer first sentence with "..."); each command's own --help says the rest.
+_SUMMARIES = {
+    replay: "Replay one K, M setting: what is kept, dropped, how stale.",
+    sweep: "Replay every K, M combination at once; mark the Pareto front.",
+    plot: "Draw a figure: sweep, spans, gaps, timeline or heatmap.",
+    inspect: "Show what a log holds: format, counts, versions, quality.",
+    convert: "Write the canonical table so big logs load fast next time.",
+    simulate: "Simulate an async RL pipeline and write its log.",
+    compare: "Two logs side by side: versions, gaps, spans, losses.",
+    report: "Write one self-contained HTML report of a log.",
+    verify: "Check that the replay reproduces a run's own decisions.",
+}
+for command, summary in _SUMMARIES.items():
+    app.command(cls=ReportingCommand, short_help=summary)(command)
 
 
 def _print_version(wanted: bool) -> None:

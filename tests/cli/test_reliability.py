@@ -674,7 +674,10 @@ def test_a_reader_that_goes_early_ends_the_command_quietly(tmp_path: Path, args:
     process.stdout.read(20)  # like `| head -c 20`
     process.stdout.close()
     err = process.stderr.read().decode()
-    assert process.wait(timeout=120) == 141, err  # 128 + SIGPIPE, not 1 ("internal error")
+    # 128 + SIGPIPE, not 1 ("internal error"); the help (2 KB) may fit the pipe whole
+    # before the reader goes, and then it ends as usual
+    ends = (0, 141) if args == ["--help"] else (141,)
+    assert process.wait(timeout=120) in ends, err
     assert err == ""
 
 

@@ -1,0 +1,41 @@
+"""`--help` at 80 columns: every option's name whole, every command's summary whole."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cli.app import app
+
+runner = CliRunner()
+COMMANDS: typer.core.TyperGroup = typer.main.get_command(app)  # type: ignore[assignment]
+
+
+def _help(*args: str, width: int) -> str:
+    result = runner.invoke(app, [*args, "--help"], terminal_width=width)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS.commands))
+@pytest.mark.parametrize("width", [80, 100])
+def test_every_option_name_is_shown_whole(name: str, width: int) -> None:
+    """At 80 columns rich's boxed help cut nine of simulate's names (`--samples-per-…`)."""
+    text = _help(name, width=width)
+    assert "…" not in text
+    command = COMMANDS.commands[name]
+    for param in command.params:
+        if param.param_type_name == "option" and not getattr(param, "hidden", False):
+            for flag in [*param.opts, *param.secondary_opts]:
+                assert flag in text.split() or f"{flag}," in text.split(), (name, flag)
+    assert "<bool>" not in text  # --help and on/off options take no value
+
+
+def test_the_command_list_gives_each_summary_whole_at_80_columns() -> None:
+    text = _help(width=80)
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ")}
+    for name in COMMANDS.commands:
+        assert name in lines, name
+        assert not lines[name].rstrip().endswith("..."), lines[name]
+        assert len(lines[name]) <= 80
