@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -33,7 +34,7 @@ app = typer.Typer(
 )
 # One line each in `dressage-replay --help`, short enough for 80 columns (click cuts a
 # longer first sentence with "..."); each command's own --help says the rest.
-_SUMMARIES = {
+_SUMMARIES: dict[Callable[..., Any], str] = {
     replay: "Replay one K, M setting: what is kept, dropped, how stale.",
     sweep: "Replay every K, M combination at once; mark the Pareto front.",
     plot: "Draw a figure: sweep, spans, gaps, timeline or heatmap.",
