@@ -33,7 +33,7 @@ from analysis.engine import (
 )
 from analysis.errors import ConfigError, setting
 from analysis.io.tables import atomic_path, check_output
-from analysis.views._figures import floats, m_label, new_figure, show_empty
+from analysis.views._figures import floats, k_label, m_label, new_figure, show_empty
 
 # Re-exported: plots is where callers find every figure.
 from analysis.views.timeline import TIMELINE_BINS as TIMELINE_BINS
@@ -203,7 +203,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
                 zorder=3,
                 **ring,
             )
-    kept_ax.set_xticks(keep_values, ["off" if k == 0 else str(k) for k in keep_values])
+    kept_ax.set_xticks(keep_values, [k_label(k) for k in keep_values])
     kept_ax.set_ylim(0, 105)
     if not (rows[kept_column].fill_null(0) > 0).any():
         kept_ax.text(
@@ -336,7 +336,7 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     series: list[tuple[str, Counter[int], int]] = []
     for result in results:
         gaps = trajectory_outcomes(prepared, result)["version_gap"].drop_nulls().to_list()
-        label = f"K={result.config.keep_versions}"
+        label = f"K={k_label(result.config.keep_versions)}"
         if not shared_m:
             label += f", M={m_label(result.config.max_preempts)}"
         series.append((f"{label} (n={len(gaps)})", Counter(gaps), len(gaps)))
@@ -416,7 +416,7 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
                 color="black" if value is None or value >= 55 else "white",
                 fontweight="bold" if efficient else "normal",
             )
-    ax.set_xticks(range(len(keep_values)), [str(k) for k in keep_values])
+    ax.set_xticks(range(len(keep_values)), [k_label(k) for k in keep_values])
     ax.set_yticks(range(len(preempt_values)), [m_label(m) for m in preempt_values])
     colorbar = figure.colorbar(image, ax=ax)
     colorbar.set_label(f"kept ({kept_unit})")

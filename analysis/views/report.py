@@ -90,13 +90,20 @@ def tool_version() -> str:
 
 
 def focus_setting(result: SweepResult) -> ReplayResult:
-    """The setting the report looks at closely: the Pareto-efficient one with a control on
-    that keeps the most tokens (samples when tokens are unknown), else the first setting."""
+    """The setting the report looks at closely: of the Pareto-efficient settings with a
+    control on, one with both controls on (as Dressage runs) before one with a single
+    control, then the one that keeps the most tokens (samples when tokens are unknown);
+    else the first setting. With K off the per-batch drops would be an empty panel."""
     rows = result.rows.with_row_index("position")
     kept = "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
-    candidates = rows.filter(
-        pl.col("pareto") & ((pl.col("keep_versions") > 0) | pl.col("max_preempts").is_not_null())
-    ).sort(kept, descending=True, maintain_order=True)
+    controls = (pl.col("keep_versions") > 0).cast(pl.Int8) + pl.col(
+        "max_preempts"
+    ).is_not_null().cast(pl.Int8)
+    candidates = (
+        rows.with_columns(controls.alias("controls"))
+        .filter(pl.col("pareto") & (pl.col("controls") > 0))
+        .sort(["controls", kept], descending=True, maintain_order=True)
+    )
     position = int(candidates["position"][0]) if candidates.height else 0
     return result.results[position]
 
@@ -156,7 +163,8 @@ def build_report(
     focus = focus_setting(swept)
     config = focus.config
     chosen = (
-        "the Pareto-efficient setting with a control on that keeps the most tokens"
+        "the Pareto-efficient setting with a control on that keeps the most tokens, "
+        "both controls on before one"
         if _is_chosen(swept, focus)
         else "the first setting (no setting with a control on is Pareto-efficient)"
         if _has_control(swept)

@@ -221,7 +221,8 @@ def test_gaps_has_one_bar_series_per_keep_versions(prepared: analysis.PreparedLo
     labels_have_text(ax)
     assert "versions" in ax.get_xlabel() and "% of kept trajectories" in ax.get_ylabel()
     assert len(ax.patches) == 3 * len(values)
-    assert [text.split(" ")[0] for text in legend_texts(ax)] == ["K=0", "K=1", "K=2"]
+    # K=0 reads "off", as on the sweep plot's axis
+    assert [text.split(" ")[0] for text in legend_texts(ax)] == ["K=off", "K=1", "K=2"]
     for position, series in enumerate(gaps):
         bars = ax.patches[position * len(values) : (position + 1) * len(values)]
         counts = Counter(series)
@@ -336,7 +337,7 @@ def test_heatmap_grid_and_annotations_match_the_sweep(prepared: analysis.Prepare
     assert "versions" in ax.get_xlabel() and "% of response tokens" in colorbar.get_ylabel()
     (image,) = ax.images
     assert image.get_array().shape == (len(preempts), len(keep))
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["off", "1", "2", "3"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["none", "0", "1"]
     expected = [
         f"{result.rows.filter(pl.col('max_preempts').eq_missing(m), pl.col('keep_versions') == k)['tokens_kept_pct'].item():.1f}"
@@ -384,7 +385,7 @@ def test_make_plot_gaps_replays_each_keep_versions_with_the_first_max_preempts(
     )
     (ax,) = figure.axes
     assert "M=1" in ax.get_title()
-    assert [text.split(" ")[0] for text in legend_texts(ax)] == ["K=0", "K=1", "K=3"]
+    assert [text.split(" ")[0] for text in legend_texts(ax)] == ["K=off", "K=1", "K=3"]
 
 
 def test_save_figure_extension_is_case_insensitive(

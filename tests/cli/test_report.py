@@ -42,7 +42,10 @@ def test_report_is_self_contained(report_file: Path) -> None:
         assert f">{section}" in text
     assert len(Page.of(report_file).table("Sweep (shares in %)").rows) == 4 * 4  # per (K, M)
     assert "Pareto-efficient" in text
-    assert "the Pareto-efficient setting with a control on that keeps the most tokens" in text
+    assert (
+        "the Pareto-efficient setting with a control on that keeps the most tokens, "
+        "both controls on before one" in text
+    )
 
 
 def test_report_says_when_it_falls_back_to_the_first_setting(tmp_path: Path) -> None:
