@@ -107,11 +107,13 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
     lines = [
         f"batches emitted     {batches['emitted']}"
         + ("  (last one partial)" if batches["last_partial"] else ""),
+        # the replay's own count (a span-rejected group is never observed, semantics §4);
+        # `inspect` counts every version in the log
         f"versions observed   {len(summary.versions)}"
-        f"  (current index {_number(summary.current_version_index)},"
+        f"  (by this replay; current index {_number(summary.current_version_index)},"
         f" cutoff index {_number(summary.cutoff_version_index)})",
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
-        f"  max {_number(gap['max'])}",
+        f"  max {_number(gap['max'])}  (per trajectory)",
         f"version span, kept  min {_number(span['kept']['min'])}  mean"
         f" {_number(span['kept']['mean'])}  max {_number(span['kept']['max'])}",
         f"version span, all   min {_number(span['all']['min'])}  mean"
@@ -148,7 +150,7 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         f"batches emitted     {figures['batches']['emitted']}",
         f"versions observed   {figures['versions_observed']}",
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
-        f"  max {_number(gap['max'])}",
+        f"  max {_number(gap['max'])}  (per trajectory)",
         f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
     ):
         console.print(line, highlight=False)

@@ -28,6 +28,25 @@ def test_readme_starts_with_the_two_setup_commands() -> None:
     assert "make demo" in head and "make test" in head
 
 
+def test_make_demo_ends_with_the_next_steps_the_readme_gives() -> None:
+    """A new user ran the README's first example after `make demo` and got `command not
+    found`: the demo now prints how to put the command on PATH and the first example, and
+    that example is the README's first console command."""
+    demo = subprocess.run(
+        ["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    echoed = [
+        line.removeprefix("echo ").strip().strip('"')
+        for line in demo.splitlines()
+        if line.startswith("echo ")
+    ]
+    readme = (ROOT / "README.md").read_text()
+    assert "  source .venv/bin/activate" in echoed
+    assert "`source .venv/bin/activate`" in readme.split("## ")[0]
+    first_example = next(line for line in readme.splitlines() if line.startswith("$ "))
+    assert f"  {first_example.removeprefix('$ ')}" in echoed
+
+
 def test_import_analysis_leaves_cli_and_plotting_libraries_out() -> None:
     code = (
         "import sys, analysis; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -71,6 +72,10 @@ def test_table_output_names_the_setting(small_logs: dict[str, Path]) -> None:
     assert code == 0
     assert "keep_versions=1" in out and "max_preempts=none" in out
     assert "stale, pending" in out and "version gap, kept" in out
+    # Said where the numbers are shown: this replay's version count (inspect counts the
+    # whole log), and a mean over trajectories (the decisions file's is per group)
+    assert "versions observed" in out and "(by this replay; current index" in out
+    assert re.search(r"version gap, kept +min \d+ +mean [\d.]+ +max \d+  \(per trajectory\)", out)
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
