@@ -75,12 +75,22 @@ class SimulationConfig:
     """Spread of the deviation for a token of the trainer's own version (numerical noise)."""
     n_prompts: int = 16
     """Prompts in the dataset the groups are drawn from, round-robin (see above)."""
+    output_queue_size: int = 1000
+    """Completed groups the worker may hold for the trainer, as Dressage's
+    ``DRESSAGE_ASYNC_OUTPUT_QUEUE_SIZE`` (default 1000): no new group starts while the
+    queue holds 80% of it (Dressage's high watermark), so a slow trainer does not let
+    completed groups pile up without bound."""
+    response_lengths: tuple[int, ...] = ()
+    """When given, each trajectory's generated tokens are drawn uniformly from these
+    (an empirical distribution, e.g. a real run's, see ``analysis.fit``) instead of the
+    log-normal of ``median_response_tokens`` and ``tail_sigma``."""
     seed: int = 0
 
     def __post_init__(self) -> None:
         rules: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
             (("n_groups", "n_samples_per_prompt", "max_active_groups", "batch_groups",
-              "median_response_tokens", "max_response_tokens", "max_turns", "n_prompts"),
+              "median_response_tokens", "max_response_tokens", "max_turns", "n_prompts",
+              "output_queue_size"),
              lambda v: v >= 1, ">= 1"),
             # As K, M and B: far beyond any run (a million groups is a 60 GB log already),
             # so that a slip of the keyboard does not start filling the disk.
@@ -101,6 +111,16 @@ class SimulationConfig:
                 if not ok(value):
                     found = f"{value:,}" if type(value) is int else repr(value)
                     raise ConfigError(f"require {setting(name)} {rule} (found {found})")
+        if any(type(n) is not int or not 1 <= n <= MAX_SETTING for n in self.response_lengths):
+            raise ConfigError(
+                f"require every one of {setting('response_lengths', '...')} to be a whole "
+                f"number from 1 to {MAX_SETTING:,}"
+            )
+
+    @property
+    def queue_watermark(self) -> int:
+        """Completed groups at which no new group starts (80% of the queue, at least 1)."""
+        return max(1, int(self.output_queue_size * 0.8))
 
 
 @dataclass
@@ -130,8 +150,11 @@ def _duration(trajectory: _Trajectory, config: SimulationConfig) -> float:
 def _draw_trajectory(
     rng: random.Random, group: int, member: int, config: SimulationConfig
 ) -> _Trajectory:
-    total = rng.lognormvariate(math.log(config.median_response_tokens), config.tail_sigma)
-    total = int(max(1, min(config.max_response_tokens, max(8, total))))
+    if config.response_lengths:
+        total = min(config.max_response_tokens, rng.choice(config.response_lengths))
+    else:
+        drawn = rng.lognormvariate(math.log(config.median_response_tokens), config.tail_sigma)
+        total = int(max(1, min(config.max_response_tokens, max(8, drawn))))
     turns = 1
     if rng.random() < config.multi_turn_fraction:
         turns = rng.randint(2, max(2, config.max_turns))
@@ -140,7 +163,9 @@ def _draw_trajectory(
     return _Trajectory(group, member, [b - a for a, b in itertools.pairwise(bounds)])
 
 
-def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
+def simulate(
+    config: SimulationConfig, *, update_times: list[float] | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield slime-style sample dicts in group completion order, deterministic for a seed.
 
     Each carries its group (``group_index``, the draw ordinal) and Dressage's identity
@@ -148,8 +173,11 @@ def simulate(config: SimulationConfig) -> Iterator[dict[str, Any]]:
     ``metadata.parent_traj_id``, a ``bbs-<uuid>``-like id derived from seed, group and
     member) and ``metadata.dressage_start_rollout_id`` (the trainer step in which the
     group was submitted); ``analysis.io.raw_writers`` writes them in Dressage's shapes.
+    ``update_times``, when given, receives the simulated time of each weight update.
     """
     pipeline = _Pipeline(config)
+    if update_times is not None:  # the caller reads the trainer's clock (analysis.fit)
+        pipeline.update_times = update_times
     while pipeline.started < min(config.max_active_groups, config.n_groups):
         pipeline.start_group(0.0)
     while pipeline.events:
@@ -240,6 +268,7 @@ class _Pipeline:
             del self.completed[:batch_groups]
             self.trainer_busy = True
             self.push(now + self.config.train_step_time, "trained", batch)
+            self.fill(now)  # the queue shrank: a worker held back by it starts again
 
     def on_done(self, now: float, payload: tuple[int, int, int]) -> Iterator[dict[str, Any]]:
         """A trajectory finished; when it was its group's last, the group's records."""
@@ -265,9 +294,19 @@ class _Pipeline:
             rng=self.rng, log_prob_rng=self.log_prob_rng,
         )  # fmt: skip
         self.n_completed += 1
-        if self.started < self.config.n_groups:
-            self.start_group(now)
+        self.fill(now)
         self.maybe_train(now)
+
+    def fill(self, now: float) -> None:
+        """Start groups while fewer than max_active_groups are in flight, groups remain
+        and the queue of completed groups is under the watermark."""
+        config = self.config
+        while (
+            self.started < config.n_groups
+            and len(self.active) < config.max_active_groups
+            and len(self.completed) < config.queue_watermark
+        ):
+            self.start_group(now)
 
     def on_trained(self, now: float) -> None:
         """A trainer step ended: a new version; without partial rollout, running

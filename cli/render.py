@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -19,6 +20,7 @@ from analysis import (
     SweepResult,
 )
 from analysis.engine.grid import PARETO_NOTE
+from analysis.fit import Fit
 from analysis.views.tables import SWEEP_CAPTION, sweep_table
 from cli.flags import flagged
 
@@ -308,3 +310,35 @@ def print_compare(result: CompareResult, console: Console) -> None:
         console.print(shown)
     for note in result.notes:
         console.print(f"note: {flagged(note)}", style="dim", highlight=False)
+
+
+def print_fit(fit: Fit, like: Path, console: Console) -> None:
+    """``simulate --like``: what was fitted, and the run's figures beside a simulated run's."""
+    headers = [("parameter", "left"), ("value", "right"), ("from", "left")]
+    rows = [list(row) for row in fit.fitted]
+    _print_fitted(console, f"Fitted to {like}", headers, rows, keys=1)
+    simulated = fit.simulated.groups
+    headers = [
+        ("figure", "left"),
+        ("the run", "right"),
+        (f"simulated ({simulated:,} groups)", "right"),
+        ("difference", "right"),
+    ]
+    rows = []
+    for (label, real), (_, sim) in zip(fit.log.rows(), fit.simulated.rows(), strict=True):
+        if label == "groups" or label == "trajectories":
+            difference = ""
+        elif real is None or sim is None:
+            difference = "not in the run" if real is None else ""
+        else:
+            difference = f"{100 * (sim - real) / real:+.0f}%" if real else ""
+        rows.append([label, _figure(real), _figure(sim), difference])
+    _print_fitted(console, "The run's figures and the fitted simulation's", headers, rows, keys=1)
+
+
+def _figure(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"

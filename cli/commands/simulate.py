@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -19,7 +20,21 @@ class LogFormatChoice(StrEnum):
     pt = "pt"
 
 
+# Options that name a SimulationConfig field: when given with --like, they win over the fit.
+_CONFIG_NAMES = {
+    "groups": "n_groups", "samples_per_prompt": "n_samples_per_prompt",
+    "max_active_groups": "max_active_groups", "batch_groups": "batch_groups",
+    "train_step_time": "train_step_time", "token_time": "token_time",
+    "median_tokens": "median_response_tokens", "tail_sigma": "tail_sigma",
+    "max_tokens": "max_response_tokens", "multi_turn_fraction": "multi_turn_fraction",
+    "multi_segment_fraction": "multi_segment_fraction", "partial_rollout": "partial_rollout",
+    "abort_fraction": "abort_fraction", "log_prob_drift": "log_prob_drift",
+    "log_prob_noise": "log_prob_noise", "seed": "seed",
+}  # fmt: skip
+
+
 def simulate(
+    ctx: typer.Context,
     output: Annotated[
         Path,
         typer.Option(
@@ -91,6 +106,16 @@ def simulate(
         float,
         number_option("Fraction of groups with an aborted sample."),
     ] = 0.0,
+    like: Annotated[
+        Path | None,
+        typer.Option(
+            "--like",
+            help="Fit the pipeline to this run (a log or a Dressage run folder): print the "
+            "fit beside the run's figures, then simulate it; options given win over the fit.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ] = None,
     traceback_: Traceback = False,
 ) -> None:
     """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
@@ -105,5 +130,34 @@ def simulate(
         log_prob_noise=log_prob_noise, seed=seed,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    if like is not None:
+        given = {
+            _CONFIG_NAMES[name]: getattr(config, _CONFIG_NAMES[name])
+            for name in _CONFIG_NAMES
+            if ctx.get_parameter_source(name).name != "DEFAULT"  # type: ignore[union-attr]
+        }
+        config = _fitted(like, given)
     count = analysis.write_log(analysis.simulate(config), output, chosen)
-    typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
+    sys.stdout.flush()  # the fit's tables before the line on stderr
+    typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {output}", err=True)
+
+
+def _fitted(like: Path, given: dict[str, object]) -> analysis.SimulationConfig:
+    """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
+    from analysis.fit import fit_simulation
+    from cli.output import stdout_console
+    from cli.render import print_fit
+
+    calls: list[float] = []
+    per_group = step_groups = None
+    if analysis.is_run_folder(like):
+        run = analysis.read_run(like)
+        calls = [t for t in run.calls["started_at"].to_list() if t is not None]
+        per_group, step_groups = run.samples_per_prompt, run.target_groups
+    table = analysis.load_logs([like])
+    fit = fit_simulation(
+        table, call_starts=calls, samples_per_prompt=per_group, groups_per_step=step_groups,
+        given=given,
+    )  # fmt: skip
+    print_fit(fit, like, stdout_console())
+    return fit.config

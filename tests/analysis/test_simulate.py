@@ -137,6 +137,9 @@ def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> Non
         {"n_groups": 1_000_001},  # `simulate --groups 1000000000` started filling the disk
         {"max_response_tokens": 10**9},
         {"n_prompts": 0},
+        {"output_queue_size": 0},
+        {"response_lengths": (10, 0)},
+        {"response_lengths": (10, 2.5)},
     ],
 )
 def test_invalid_parameters_are_refused(change: dict) -> None:
@@ -360,3 +363,35 @@ def test_an_upper_case_gz_name_is_written_compressed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert target.read_bytes()[:2] == b"\x1f\x8b"
     assert analysis.load_logs([target])["group_id"].n_unique() == 3
+
+
+def _lags(config: SimulationConfig) -> list[int]:
+    """Per record: trainer step that consumed it minus the step in which it started."""
+    return [
+        r["metadata"]["dressage_return_rollout_id"] - r["metadata"]["dressage_start_rollout_id"]
+        for r in simulate(config)
+    ]
+
+
+@pytest.mark.parametrize("queue", [5, 10, 40])
+def test_a_slow_trainer_meets_a_bounded_queue(queue: int) -> None:
+    """With the trainer the bottleneck, the worker stops starting groups once the queue
+    of completed groups reaches Dressage's high watermark (80%): a group then waits at most
+    (watermark + groups in flight) / B trainer steps, where an unbounded queue let the wait
+    grow with the run (a tester's drift figures were all queue)."""
+    slow = dataclasses.replace(BASE, n_groups=300, train_step_time=50.0, output_queue_size=queue)
+    bound = -(-(slow.queue_watermark + slow.max_active_groups) // slow.batch_groups) + 1
+    assert max(_lags(slow)) <= bound
+    unbounded = dataclasses.replace(slow, output_queue_size=100_000)
+    assert max(_lags(unbounded)) > 3 * bound
+
+
+def test_a_queue_that_never_fills_changes_nothing() -> None:
+    assert list(simulate(BASE)) == list(simulate(dataclasses.replace(BASE, output_queue_size=10**6)))
+
+
+def test_response_lengths_are_drawn_from_the_given_ones() -> None:
+    lengths = (7, 50, 333)
+    config = dataclasses.replace(BASE, response_lengths=lengths, multi_turn_fraction=0.0)
+    drawn = {r["response_length"] for r in simulate(config) if r["status"] == "completed"}
+    assert drawn == set(lengths)

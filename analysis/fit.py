@@ -1,0 +1,275 @@
+"""Fit the simulator to a real run (``simulate --like RUN``), and the figures that judge the fit.
+
+The figures are computed the same way on the user's log and on a simulated one, so the
+two columns of ``simulate --like`` compare like with like (README: Fitted to your run):
+
+- response tokens per trajectory (10%, 50%, 90% quantiles and the largest), over
+  trajectories with at least one response token;
+- trajectories per group (median) and groups per trainer step (the inferred batch size,
+  or the rollout call's target in a run folder);
+- step time: the median time between consecutive trainer steps. In a log whose records
+  name their trainer step, step s is complete when its last record completed
+  (``completed_at``); in a Dressage run folder, a step starts with its rollout call
+  (``dressage_log.txt``);
+- tokens per second: all response tokens over the time from the first completion to the
+  last;
+- the share of groups with a failed trajectory, and of trajectories written as more than
+  one segment record.
+
+What is fitted: the length distribution is the log's own (``response_lengths``: the
+simulator draws from the log's lengths, so any quantile matches up to sampling), with
+tool tokens 0 since the log's response tokens already hold them; trajectories per
+group; groups per step; failure and multi-segment shares; and the two clocks, step time
+and time per token, calibrated by simulating: each round scales them by how far the
+simulated step time and tokens per second are from the log's. Groups in flight are not in
+a log: the fit keeps the value given, else guesses twice the groups per step, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from analysis.simulator import SimulationConfig, simulate
+
+CALIBRATION_ROUNDS = 8
+CALIBRATION_GROUPS = 400
+"""Groups simulated in each calibration round (at least the log's own count)."""
+MAX_LENGTHS = 1000
+"""Lengths kept of the log's distribution (evenly spaced quantiles beyond this many)."""
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What a log says about its pipeline; ``None`` where the log does not carry it."""
+
+    groups: int
+    trajectories: int
+    samples_per_prompt: float | None
+    groups_per_step: int | None
+    length_q10: float | None
+    length_q50: float | None
+    length_q90: float | None
+    length_max: int | None
+    step_time: float | None
+    tokens_per_second: float | None
+    failed_groups_pct: float | None
+    multi_segment_pct: float | None
+
+    def rows(self) -> list[tuple[str, float | int | None]]:
+        """(label, value) in display order."""
+        return [
+            ("groups", self.groups),
+            ("trajectories", self.trajectories),
+            ("trajectories per group (median)", self.samples_per_prompt),
+            ("groups per trainer step", self.groups_per_step),
+            ("response tokens, 10% quantile", self.length_q10),
+            ("response tokens, median", self.length_q50),
+            ("response tokens, 90% quantile", self.length_q90),
+            ("response tokens, largest", self.length_max),
+            ("step time (s, median)", self.step_time),
+            ("response tokens per second", self.tokens_per_second),
+            ("groups with a failed trajectory (%)", self.failed_groups_pct),
+            ("trajectories in several segments (%)", self.multi_segment_pct),
+        ]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted simulation: its configuration, what was fitted from what, and the log's
+    figures beside those of a run simulated with it."""
+
+    config: SimulationConfig
+    fitted: tuple[tuple[str, str, str], ...]
+    """(parameter, value, where it comes from) for each parameter the fit set."""
+    log: RunFigures
+    simulated: RunFigures
+
+    def __repr__(self) -> str:
+        return f"Fit({len(self.fitted)} parameters, {self.log.groups:,} groups in the log)"
+
+
+def _median_step(times: Iterable[float | None]) -> float | None:
+    ordered = sorted(t for t in times if t is not None and math.isfinite(t))
+    gaps = [b - a for a, b in itertools.pairwise(ordered) if b > a]
+    return statistics.median(gaps) if gaps else None
+
+
+def log_figures(table: pl.DataFrame, *, call_starts: Iterable[float] = ()) -> RunFigures:
+    """The figures of a canonical table (``call_starts``: a run folder's rollout calls)."""
+    from analysis.engine import prepare
+
+    prepared = prepare(table)
+    trajectories = prepared.trajectories
+    lengths: list[int] = (
+        trajectories.filter(pl.col("tokens") > 0)["tokens"].to_list()
+        if prepared.tokens_known
+        else []
+    )
+    per_group: list[int] = prepared.groups["trajectories"].to_list()
+    failed: list[bool] = prepared.groups["failed"].to_list()
+    records: list[int] = trajectories["records"].to_list()
+    calls = list(call_starts)
+    if calls:
+        step_time = _median_step(calls)
+    else:
+        stepped = table.filter(pl.col("trainer_step").is_not_null())
+        ends = stepped.group_by("trainer_step").agg(pl.col("completed_at").max())
+        step_time = _median_step(ends["completed_at"].to_list())
+    times: list[float] = table["completed_at"].drop_nulls().to_list()
+    wall = max(times) - min(times) if len(times) > 1 else 0.0
+    return RunFigures(
+        groups=prepared.n_groups,
+        trajectories=prepared.n_trajectories,
+        samples_per_prompt=float(statistics.median(per_group)) if per_group else None,
+        groups_per_step=prepared.inferred_batch_groups,
+        length_q10=_quantile(lengths, 0.1),
+        length_q50=_quantile(lengths, 0.5),
+        length_q90=_quantile(lengths, 0.9),
+        length_max=max(lengths) if lengths else None,
+        step_time=step_time,
+        tokens_per_second=sum(lengths) / wall if wall > 0 and lengths else None,
+        failed_groups_pct=100 * sum(failed) / len(failed) if failed else None,
+        multi_segment_pct=100 * sum(r > 1 for r in records) / len(records) if records else None,
+    )
+
+
+def _quantile(values: list[int], q: float) -> float | None:
+    """The q quantile, interpolated linearly between the two nearest values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _lengths(table: pl.DataFrame) -> tuple[int, ...]:
+    from analysis.engine import prepare
+
+    prepared = prepare(table)
+    if not prepared.tokens_known:
+        return ()
+    values = sorted(prepared.trajectories.filter(pl.col("tokens") > 0)["tokens"].to_list())
+    if len(values) > MAX_LENGTHS:
+        last = len(values) - 1
+        values = [values[round(i * last / (MAX_LENGTHS - 1))] for i in range(MAX_LENGTHS)]
+    return tuple(int(v) for v in values)
+
+
+def simulated_figures(config: SimulationConfig) -> RunFigures:
+    """The figures of the log ``config`` simulates, its step time read off the simulated
+    trainer's own clock (a simulated log has no rollout calls to time)."""
+    from analysis.io.load import records_to_table
+
+    updates: list[float] = []
+    table = records_to_table(list(simulate(config, update_times=updates)), source="<simulated>")
+    figures = log_figures(table)
+    return dataclasses.replace(figures, step_time=_median_step(updates))
+
+
+def _probe(config: SimulationConfig) -> SimulationConfig:
+    """The configuration simulated to judge a fit: at least CALIBRATION_GROUPS groups, so
+    that sampling noise does not hide how close the fit is."""
+    return dataclasses.replace(config, n_groups=max(config.n_groups, CALIBRATION_GROUPS))
+
+
+def fit_simulation(
+    table: pl.DataFrame,
+    *,
+    call_starts: Iterable[float] = (),
+    samples_per_prompt: int | None = None,
+    groups_per_step: int | None = None,
+    given: Mapping[str, Any] | None = None,
+) -> Fit:
+    """Fit :class:`SimulationConfig` to a log. ``given`` holds parameters the user set
+    (they win over the fit and are not calibrated); ``samples_per_prompt`` and
+    ``groups_per_step`` are a run folder's own settings when known."""
+    given = dict(given or {})
+    calls = list(call_starts)
+    log = log_figures(table, call_starts=calls)
+    if groups_per_step:  # a run folder's own setting, where the table alone cannot tell
+        log = dataclasses.replace(log, groups_per_step=groups_per_step)
+    fitted: dict[str, tuple[Any, str]] = {}
+    per_group = samples_per_prompt or (round(log.samples_per_prompt or 0) or None)
+    if per_group:
+        fitted["n_samples_per_prompt"] = (per_group, "trajectories per group")
+    step_groups = groups_per_step or log.groups_per_step
+    if step_groups:
+        fitted["batch_groups"] = (step_groups, "groups per trainer step")
+    lengths = _lengths(table)
+    if lengths:
+        fitted["response_lengths"] = (lengths, "the log's response tokens per trajectory")
+        fitted["max_response_tokens"] = (max(lengths), "the log's longest response")
+        fitted["tool_tokens"] = (0, "the log's response tokens hold its tool tokens")
+    if log.multi_segment_pct is not None:
+        fitted["multi_turn_fraction"] = (log.multi_segment_pct / 100, "trajectories in segments")
+        fitted["multi_segment_fraction"] = (1.0, "every multi-turn trajectory in two segments")
+    if log.failed_groups_pct is not None:
+        fitted["abort_fraction"] = (log.failed_groups_pct / 100, "groups with a failure")
+    fitted["n_groups"] = (log.groups, "groups in the log")
+    if "max_active_groups" not in given:
+        guess = 2 * (step_groups or 4)
+        fitted["max_active_groups"] = (guess, "not in a log: a guess, 2 x groups per step")
+    values = {name: value for name, (value, _) in fitted.items()}
+    values.update(given)
+    config = _calibrate(SimulationConfig(**values), log, given, fitted)
+    rows = tuple(
+        (name, _shown(getattr(config, name)), source)
+        for name, (_, source) in fitted.items()
+        if name not in given
+    )
+    return Fit(config=config, fitted=rows, log=log, simulated=simulated_figures(_probe(config)))
+
+
+def _calibrate(
+    config: SimulationConfig,
+    log: RunFigures,
+    given: Mapping[str, Any],
+    fitted: dict[str, tuple[Any, str]],
+) -> SimulationConfig:
+    """Scale step time and time per token until the simulated clocks match the log's."""
+    tune_step = log.step_time is not None and "train_step_time" not in given
+    tune_token = log.tokens_per_second is not None and "token_time" not in given
+    if tune_step and log.step_time is not None:
+        config = dataclasses.replace(config, train_step_time=log.step_time)
+    if tune_token and log.tokens_per_second is not None:
+        in_flight = config.max_active_groups * config.n_samples_per_prompt
+        config = dataclasses.replace(config, token_time=in_flight / log.tokens_per_second)
+    if not (tune_step or tune_token):
+        return config
+    probe = _probe(config)
+    for _ in range(CALIBRATION_ROUNDS):
+        sim = simulated_figures(probe)
+        token_time, step_time = probe.token_time, probe.train_step_time
+        if tune_token and sim.tokens_per_second and log.tokens_per_second:
+            token_time *= sim.tokens_per_second / log.tokens_per_second
+        if tune_step and sim.step_time and log.step_time:
+            scaled = step_time * log.step_time / sim.step_time
+            # A step cannot be longer than the run's own step time (rollout-bound runs
+            # leave the trainer idle), nor vanish.
+            step_time = min(log.step_time, max(0.05 * log.step_time, scaled))
+        probe = dataclasses.replace(probe, token_time=token_time, train_step_time=step_time)
+    if tune_step:
+        fitted["train_step_time"] = (probe.train_step_time, "calibrated to the step time")
+    if tune_token:
+        fitted["token_time"] = (probe.token_time, "calibrated to tokens per second")
+    return dataclasses.replace(
+        config, train_step_time=probe.train_step_time, token_time=probe.token_time
+    )
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"{len(value):,} lengths, median {statistics.median(value):g}" if value else "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
