@@ -387,7 +387,9 @@ def test_a_slow_trainer_meets_a_bounded_queue(queue: int) -> None:
 
 
 def test_a_queue_that_never_fills_changes_nothing() -> None:
-    assert list(simulate(BASE)) == list(simulate(dataclasses.replace(BASE, output_queue_size=10**6)))
+    assert list(simulate(BASE)) == list(
+        simulate(dataclasses.replace(BASE, output_queue_size=10**6))
+    )
 
 
 def test_response_lengths_are_drawn_from_the_given_ones() -> None:
