@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from analysis.admission import Admission
 from analysis.engine import MAX_SETTING
 from analysis.errors import ConfigError, setting
 
@@ -80,6 +81,9 @@ class SimulationConfig:
     ``DRESSAGE_ASYNC_OUTPUT_QUEUE_SIZE`` (default 1000): no new group starts while the
     queue holds 80% of it (Dressage's high watermark), so a slow trainer does not let
     completed groups pile up without bound."""
+    admission: Admission | None = None
+    """An admission rule (AReaL, SkyRL, NeMo-RL gated, verl fully-async; see
+    ``analysis.admission``) that holds a group back before it starts; None: none."""
     response_lengths: tuple[int, ...] = ()
     """When given, each trajectory's generated tokens are drawn uniformly from these
     (an empirical distribution, e.g. a real run's, see ``analysis.fit``) instead of the
@@ -178,8 +182,7 @@ def simulate(
     pipeline = _Pipeline(config)
     if update_times is not None:  # the caller reads the trainer's clock (analysis.fit)
         pipeline.update_times = update_times
-    while pipeline.started < min(config.max_active_groups, config.n_groups):
-        pipeline.start_group(0.0)
+    pipeline.fill(0.0)
     while pipeline.events:
         now, _, kind, payload = heapq.heappop(pipeline.events)
         if kind == "done":
@@ -216,6 +219,7 @@ class _Pipeline:
         self.prompt_cursor = 0
         self.prompts_in_step: set[int] = set()
         self.last_stamp = -math.inf
+        self.started_in_step = 0  # groups started since the last weight update
 
     def push(self, time: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (time, self.order, kind, payload))
@@ -305,8 +309,19 @@ class _Pipeline:
             self.started < config.n_groups
             and len(self.active) < config.max_active_groups
             and len(self.completed) < config.queue_watermark
+            and self.admits()
         ):
             self.start_group(now)
+            self.started_in_step += 1
+
+    def admits(self) -> bool:
+        """Whether the admission rule, if any, lets the next group start now."""
+        admission = self.config.admission
+        return admission is None or admission.admits(
+            started=self.started, version=self.step, started_since_update=self.started_in_step,
+            batch_groups=self.config.batch_groups,
+            samples_per_group=self.config.n_samples_per_prompt,
+        )  # fmt: skip
 
     def on_trained(self, now: float) -> None:
         """A trainer step ended: a new version; without partial rollout, running
@@ -314,6 +329,7 @@ class _Pipeline:
         self.step += 1
         self.update_times.append(now)
         self.prompts_in_step.clear()
+        self.started_in_step = 0
         self.trainer_busy = False
         if not self.config.partial_rollout:
             for group, members in self.active.items():
@@ -321,6 +337,7 @@ class _Pipeline:
                     if _running(trajectory, now, self.config):
                         self._restart(group, trajectory, now)
         self.maybe_train(now)
+        self.fill(now)  # a new version may admit groups an admission rule held back
 
     def _restart(self, group: int, trajectory: _Trajectory, now: float) -> None:
         key = (group, trajectory.member)

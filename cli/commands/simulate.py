@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from analysis.admission import parse_admission
 from cli.options import FLAG, Traceback, choice_metavar, number_option, one_of, whole_option
 
 
@@ -29,7 +30,7 @@ _CONFIG_NAMES = {
     "max_tokens": "max_response_tokens", "multi_turn_fraction": "multi_turn_fraction",
     "multi_segment_fraction": "multi_segment_fraction", "partial_rollout": "partial_rollout",
     "abort_fraction": "abort_fraction", "log_prob_drift": "log_prob_drift",
-    "log_prob_noise": "log_prob_noise", "seed": "seed",
+    "log_prob_noise": "log_prob_noise", "seed": "seed", "admission": "admission",
 }  # fmt: skip
 
 
@@ -106,6 +107,17 @@ def simulate(
         float,
         number_option("Fraction of groups with an aborted sample."),
     ] = 0.0,
+    admission: Annotated[
+        str | None,
+        typer.Option(
+            "--admission",
+            help="Hold groups back before they start, as another system does: "
+            "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
+            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X.",
+            metavar="RULE:KNOB=VALUE",
+            show_default=False,
+        ),
+    ] = None,
     like: Annotated[
         Path | None,
         typer.Option(
@@ -128,6 +140,7 @@ def simulate(
         multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
         abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
         log_prob_noise=log_prob_noise, seed=seed,
+        admission=parse_admission(admission) if admission is not None else None,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
     if like is not None:
