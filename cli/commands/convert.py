@@ -18,6 +18,7 @@ from cli.options import (
     Traceback,
     TrustPickle,
     reading,
+    whole_option,
 )  # fmt: skip
 from cli.output import progress_bar, warn
 
@@ -41,16 +42,70 @@ def convert(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    workers: Annotated[
+        int | None,
+        whole_option(
+            "A folder output (no extension): parts written by this many local processes "
+            "(default: every core)."
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="A folder output: run its parts as Ray tasks on the cluster at this address "
+            "(auto: the one this machine is in; local: a Ray started here). Needs the ray "
+            "extra.",
+            metavar="ADDRESS",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Write the canonical table (one row per record) so big logs load fast next time."""
+    """Write the canonical table (one row per record) so big logs load fast next time.
+
+    With an output path without an extension, the table is written as a folder of Parquet
+    parts that every command reads as one log, by the local cores or, with --ray, a Ray
+    cluster (README: Performance)."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval,
     )  # fmt: skip
+    if not output.suffix:
+        _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)
+        return
+    if ray is not None or workers is not None:
+        flag = "--ray" if ray is not None else "--workers"
+        raise typer.BadParameter(
+            f"writes a folder of parts: give an output without an extension (not {output.name})",
+            param_hint=flag,
+        )
     report = analysis.LoadReport()
     with progress_bar("converting", quiet=quiet) as update:
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
+    warn(report)
+
+
+def _convert_partitioned(
+    inputs: list[Path], output: Path, options: analysis.ReadOptions, *, workers: int | None,
+    ray: str | None, quiet: bool,
+) -> None:  # fmt: skip
+    from analysis.io.partitioned import convert_partitioned, run_local
+
+    if ray is not None:
+        from analysis.io.ray_runner import run_ray
+
+        runner = run_ray(ray, num_cpus=workers)
+    else:
+        runner = run_local(workers)
+    with progress_bar("converting (parts)", quiet=quiet) as update:
+        done = convert_partitioned(inputs, output, options, runner=runner, progress=update)
+    typer.echo(
+        f"wrote {done.rows:,} records to {output}/ ({done.parts:,} parts, {done.workers})",
+        err=True,
+    )
+    report = analysis.LoadReport(warnings=list(done.warnings), skipped_where=done.skipped_where)
+    report.skipped.update(done.skipped)
     warn(report)

@@ -1,0 +1,274 @@
+"""Convert a run, or many runs, to a partitioned canonical dataset: a folder of Parquet
+parts that every command reads as one log, written by the local cores or a Ray cluster.
+
+The work is cut into units that read independently to the same rows as one load of
+every input would give: a JSONL, Parquet or Arrow file is a unit of its own; a folder
+whose order is decided across its files (slime dumps, put in rollout order; a Dressage
+artifact tree, in completion order) is one unit. Each unit is read by a worker (a local
+process, or a Ray task) and written as ``part-<unit>.parquet``; the parts, in name order,
+are the table a local ``convert`` writes. Parts are written into a hidden folder beside
+the output, renamed into place once every unit is done, so a failed or interrupted
+conversion leaves nothing at the output path.
+
+With ``on_bad_record="fail"``, the error raised is that of the first unit (in input
+order) that failed, as one process reading the inputs in order would raise it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from analysis.errors import ConfigError, OutputError, ReplayError, setting
+from analysis.io.options import ReadOptions
+
+PART_FORMAT = "part-{:05d}.parquet"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Inputs read together into one part (``index`` orders the parts)."""
+
+    index: int
+    inputs: tuple[str, ...]
+
+
+@dataclass
+class UnitResult:
+    """What a worker reports of one unit: rows written, or the error that stopped it."""
+
+    index: int
+    rows: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_where: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    formats: list[str] = field(default_factory=list)
+    error: ReplayError | None = None
+
+
+@dataclass
+class PartitionedReport:
+    """A partitioned conversion: parts, rows, skipped records and warnings, in unit order."""
+
+    parts: int
+    rows: int
+    skipped: dict[str, int]
+    skipped_where: list[str]
+    warnings: list[str]
+    formats: list[str]
+    workers: str
+    """Where the units ran: ``local (N processes)`` or ``ray (ADDRESS)``."""
+
+
+def plan_units(inputs: Sequence[str | Path], *, include_eval: bool = False) -> list[Unit]:
+    """The units of ``inputs``, in input order (see the module docstring)."""
+    from analysis.io.discover import detect_sources
+
+    units: list[Unit] = []
+    for raw in inputs:
+        sources, _ = detect_sources([raw], include_eval=include_eval)
+        if sources and all(s.format in ("jsonl", "parquet", "ipc") for s in sources):
+            units += [Unit(len(units) + i, (str(s.path),)) for i, s in enumerate(sources)]
+        else:
+            units.append(Unit(len(units), (str(raw),)))
+    return units
+
+
+def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
+    """Read one unit and write its part into ``folder`` (run by a worker)."""
+    from analysis.io.load import LoadReport, iter_log_chunks
+    from analysis.io.tables import write_canonical_chunks
+
+    report = LoadReport()
+    result = UnitResult(unit.index)
+    target = Path(folder) / PART_FORMAT.format(unit.index)
+    try:
+        chunks = iter_log_chunks(list(unit.inputs), options, report=report)
+        result.rows = write_canonical_chunks(chunks, target, inputs=[])
+    except ReplayError as error:
+        result.error = error
+    result.skipped = dict(report.skipped)
+    result.skipped_where = list(report.skipped_where)
+    result.warnings = list(report.warnings)
+    result.formats = report.formats
+    return result
+
+
+Runner = Callable[[list[Unit], ReadOptions, str], list[UnitResult]]
+
+
+def run_local(workers: int | None = None) -> Runner:
+    """Units on this machine's cores: ``workers`` worker processes (all cores when None),
+    each a fresh interpreter (``python -c ...worker_main()``) that takes one unit at
+    a time from this process, so a slow unit does not hold others back. No fork (polars'
+    threads do not survive one) and no multiprocessing (whose spawn re-runs a caller's
+    script that lacks a ``__main__`` guard)."""
+    count = os.cpu_count() or 1 if workers is None else workers
+    if count < 1:
+        raise ConfigError(f"require {setting('workers', count)} >= 1")
+
+    def run(units: list[Unit], options: ReadOptions, folder: str) -> list[UnitResult]:
+        if count == 1 or len(units) == 1:
+            return [convert_unit(unit, options, folder) for unit in units]
+        queue = list(reversed(units))
+        lock = threading.Lock()
+        results: list[UnitResult] = []
+        failures: list[BaseException] = []
+
+        def next_unit() -> Unit | None:
+            with lock:
+                return queue.pop() if queue and not failures else None
+
+        def work() -> None:
+            try:
+                with _Worker() as worker:
+                    while (unit := next_unit()) is not None:
+                        result = worker.convert(unit, options, folder)
+                        with lock:
+                            results.append(result)
+            except BaseException as error:  # said once every thread is done
+                with lock:
+                    failures.append(error)
+
+        threads = [threading.Thread(target=work) for _ in range(min(count, len(units)))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+        return results
+
+    run.__name__ = f"local ({count} processes)"
+    return run
+
+
+class _Worker:
+    """One worker process: a unit in (a length, then a pickle) on its stdin, its result
+    out the same way on its stdout. Only this package's own objects pass, between two
+    processes of the same user: nothing from a log is unpickled here."""
+
+    def __enter__(self) -> _Worker:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from analysis.io.partitioned import worker_main; worker_main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        return self
+
+    def convert(self, unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        _send(self.process.stdin, (unit, options, folder))
+        result = _receive(self.process.stdout)
+        if not isinstance(result, UnitResult):
+            raise RuntimeError(f"a conversion worker ended early (exit {self.process.wait()})")
+        return result
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _send(stream: IO[bytes], item: object) -> None:
+    data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> object:
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    return pickle.loads(stream.read(size))  # our own worker's reply
+
+
+def worker_main() -> None:
+    """The worker process's loop: units until its stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides; it kills us if it must
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while (job := _receive(source)) is not None:
+        unit, options, folder = job  # type: ignore[misc]
+        _send(sink, convert_unit(unit, options, folder))  # type: ignore[has-type]
+
+
+def convert_partitioned(
+    inputs: Sequence[str | Path],
+    output: Path,
+    options: ReadOptions | None = None,
+    *,
+    runner: Runner | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PartitionedReport:
+    """Convert ``inputs`` into the folder ``output`` of Parquet parts (module docstring).
+
+    ``runner`` runs the units: :func:`run_local` (the default) or
+    :func:`analysis.io.ray_runner.run_ray`."""
+    options = dataclasses.replace(options or ReadOptions(), progress=None)
+    runner = runner or run_local()
+    output = Path(output)
+    _check_output(output, inputs)
+    units = plan_units(inputs, include_eval=options.include_eval)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    try:
+        if progress is not None:
+            progress(0, len(units))
+        results = sorted(runner(units, options, str(staging)), key=lambda r: r.index)
+        if progress is not None:
+            progress(len(units), len(units))
+        failed = next((r.error for r in results if r.error is not None), None)
+        if failed is not None:
+            raise failed
+        staging.rename(output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return _report(results, getattr(runner, "__name__", "local"))
+
+
+def _check_output(output: Path, inputs: Sequence[str | Path]) -> None:
+    if output.exists():
+        raise OutputError(
+            f"{output}: already exists; a partitioned dataset is written as a new folder: "
+            "remove it or name another"
+        )
+    if not output.parent.is_dir():
+        raise OutputError(f"{output}: its folder {output.parent} does not exist; create it first")
+    resolved = output.resolve()
+    for raw in inputs:
+        given = Path(raw).resolve()
+        if resolved == given or given in resolved.parents:
+            raise OutputError(f"{output}: inside the input {raw}; write the dataset somewhere else")
+
+
+def _report(results: list[UnitResult], workers: str) -> PartitionedReport:
+    skipped: dict[str, int] = {}
+    where: list[str] = []
+    warnings: list[str] = []
+    formats: set[str] = set()
+    for result in results:
+        for reason, count in result.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + count
+        where += result.skipped_where
+        warnings += result.warnings
+        formats.update(result.formats)
+    return PartitionedReport(
+        parts=len(results), rows=sum(r.rows for r in results), skipped=skipped,
+        skipped_where=where[:5], warnings=warnings, formats=sorted(formats), workers=workers,
+    )  # fmt: skip
