@@ -220,6 +220,10 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
             quality.add_row(key.replace("_", " "), f"{value:,}")
     console.print(quality)
 
+    if inspection.limits:  # another system's log: what it carries and cannot tell
+        console.print("What this log can and cannot tell:", highlight=False)
+        for line in inspection.limits:
+            console.print(f"  - {line}", highlight=False, soft_wrap=False)
     shown = ", ".join(inspection.versions[:20])
     more = len(inspection.versions) - 20
     console.print(

@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LogFormatOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -41,13 +42,14 @@ def convert(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     report = analysis.LoadReport()
     with progress_bar("converting", quiet=quiet) as update:

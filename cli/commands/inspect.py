@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LogFormatOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -31,13 +32,15 @@ def inspect(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Show what a log holds: format, counts, versions in observation order, data quality."""
+    """Show what a log holds: format, counts, versions in observation order, data quality;
+    for another system's log (prime-rl, AReaL, verl, NeMo-RL), what it can and cannot tell."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval,
+        include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     table, report = logs.load()
     inspection = analysis.inspect_log(table, report)
