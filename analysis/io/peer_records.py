@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from analysis.errors import LogFormatError, MissingFieldError, ReplayError, short_repr
+from analysis.errors import LogFormatError, MissingFieldError, ReplayError, setting, short_repr
 from analysis.labels import Span
 from analysis.schema import CANONICAL_COLUMNS, MAX_TOKENS
 
@@ -55,7 +55,10 @@ def required(record: dict[str, Any], path: str, where: str, what: str) -> Any:
     """The value at ``path``, or a missing-field error naming the record and the field."""
     value = at(record, path)
     if value is None:
-        raise MissingFieldError(f"{where}: {what} has no {path} (found fields {_fields(record)})")
+        raise MissingFieldError(
+            f"{where}: {what} has no {path} (found fields {_fields(record)}); fix the record "
+            f"or pass {setting('on_bad_record', 'skip')} to leave such records out"
+        )
     return value
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import LogFormatError, MissingFieldError, ReplayError, short_repr
+from analysis.errors import LogFormatError, MissingFieldError, ReplayError, setting, short_repr
 from analysis.io.peer_records import (
     PeerItem,
     an_object,
@@ -77,7 +77,7 @@ def _row(record: Any, where: str, step: int | None) -> dict[str, Any]:
     if group is None:
         raise MissingFieldError(
             f"{where}: the prime-rl episode {ident} has no group.id (an episode outside any "
-            "rollout group); leave it out"
+            f"rollout group); pass {setting('on_bad_record', 'skip')} to leave it out"
         )
     if not isinstance(group, (str, int)) or isinstance(group, bool):
         raise LogFormatError(f"{where}: group.id must be text (found {short_repr(group)})")

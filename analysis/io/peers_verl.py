@@ -4,8 +4,9 @@
 verl's trainer (``verl/trainer/ppo/ray_trainer.py`` RayPPOTrainer._log_rollout_data and
 _dump_generations) writes ``{rollout_data_dir}/{global_steps}.jsonl`` once per step,
 one JSON line per sample of the batch trained at that step: ``input, output, gts, score,
-step`` plus the reward function's extra fields of the same length (``request_id``; the
-v1 trainer adds the group's ``uid``). Texts are decoded; no weight version, no token count.
+step`` plus the reward function's extra fields of the same length (``request_id``; a
+``uid``, when a record has one, is taken as its group id). Texts are decoded; no weight
+version, no token count.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ LIMITS = (
     "verl rollout_data_dir: no weight versions: staleness cannot be computed; steps only",
     "trainer step: the global step that trained each record (its step field); so the "
     "number of groups per step is known, not when or under which weights they were made",
-    "groups: by uid when the record has one (verl v1), else consecutive records with the "
+    "groups: by uid when a record has one, else consecutive records with the "
     "same input text; no token counts (texts only)",
 )
 
