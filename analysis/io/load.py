@@ -37,7 +37,7 @@ from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, w
 from analysis.io.jsonl import jsonl_records, read_json_file
 from analysis.io.options import ReadOptions
 from analysis.io.peer_records import at
-from analysis.io.peers import PEER_FORMATS, peer_rows
+from analysis.io.peers import PEER_FORMATS, peer_rows, peer_warnings
 from analysis.schema import (
     CANONICAL_SCHEMA,
 )
@@ -240,6 +240,7 @@ class _Reading:
         ]
         canonical = [s.path.name for s in sources if s.format in ("parquet", "ipc")]
         peers = [s.path.name for s in sources if s.format in PEER_FORMATS]
+        report.warnings += peer_warnings(s.format for s in sources)
         if peers and self.options.fields != FieldMap():
             report.warnings.append(
                 Message(

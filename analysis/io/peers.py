@@ -59,6 +59,17 @@ def peer_limits(formats: Iterable[str]) -> tuple[str, ...]:
     return tuple(line for name in formats if name in _READERS for line in _READERS[name].LIMITS)
 
 
+def peer_warnings(formats: Iterable[str]) -> list[str]:
+    """One warning per format of these whose logs carry no weight versions (verl,
+    NeMo-RL): a replay of them has nothing to act on, whatever its settings."""
+    seen = dict.fromkeys(formats)
+    return [
+        f"{name} log: {_READERS[name].NO_VERSIONS}"
+        for name in seen
+        if name in _READERS and _READERS[name].NO_VERSIONS
+    ]
+
+
 def ordered(log_format: str, paths: list[Path]) -> list[Path]:
     """Files of one system's log in arrival order: by the step or version their names
     give (numbers compared as numbers: step 10 after step 9), the others after them."""

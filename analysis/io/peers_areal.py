@@ -29,6 +29,8 @@ from analysis.io.peer_records import (
 
 NAME = "areal"
 KEYS = frozenset({"task_id", "sample_idx", "head_version", "tail_version"})
+NO_VERSIONS = ""
+"""(this log carries weight versions)"""
 LIMITS = (
     "AReaL rollout dump: one head and one tail version per group (min and max over all its "
     "tokens), not per trajectory: each trajectory is given its group's tail as end version",

@@ -31,6 +31,10 @@ from analysis.io.peer_records import (
 
 NAME = "nemo-rl"
 KEYS = frozenset({"content", "rewards", "token_ids", "idx"})
+NO_VERSIONS = (
+    "no weight versions: staleness cannot be computed; steps only (a replay keeps every "
+    "group whatever K; inspecting it says what the log can tell)"
+)
 LIMITS = (
     "NeMo-RL train dump: no weight versions: staleness cannot be computed; steps only",
     "trainer step: N of train_data_step{N}.jsonl (the step that trained each record, "

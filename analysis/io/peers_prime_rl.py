@@ -31,6 +31,8 @@ from analysis.io.peer_records import (
 NAME = "prime-rl"
 KEYS = frozenset({"id", "task", "traces", "ok"})
 """Keys every ``Episode.to_record()`` has (the rest may be left out as None)."""
+NO_VERSIONS = ""
+"""(this log carries weight versions)"""
 LIMITS = (
     "prime-rl episodes: one policy version at dispatch (start) and one at the end per "
     "episode, not per token; a span counts only those two",

@@ -27,6 +27,10 @@ from analysis.io.peer_records import (
 
 NAME = "verl"
 KEYS = frozenset({"input", "output", "score", "step"})
+NO_VERSIONS = (
+    "no weight versions: staleness cannot be computed; steps only (a replay keeps every "
+    "group whatever K; inspecting it says what the log can tell)"
+)
 LIMITS = (
     "verl rollout_data_dir: no weight versions: staleness cannot be computed; steps only",
     "trainer step: the global step that trained each record (its step field); so the "

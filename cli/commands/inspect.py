@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from analysis.io.peers import peer_warnings
 from cli.errors import usage_error
 from cli.options import (
     FLAG,
@@ -58,6 +59,9 @@ def inspect(
     )  # fmt: skip
     rules = _admission_rules(admission or [])
     table, report = logs.load()
+    # What another system's log cannot tell is listed by inspect itself, not warned about.
+    said = set(peer_warnings(report.formats))
+    report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
     bounds = [
         analysis.admission_violations(table, rule, formats=tuple(report.formats)) for rule in rules

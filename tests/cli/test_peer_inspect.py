@@ -148,3 +148,14 @@ def test_inspect_admission_refuses_a_bad_rule(
                            terminal_width=300)  # fmt: skip
     assert result.exit_code == code
     assert words in " ".join(result.stderr.replace("│", " ").split())
+
+
+@pytest.mark.parametrize("name", ["verl", "nemo-rl"])
+def test_replay_of_a_log_without_versions_says_so(name: str, peers: dict[str, Path]) -> None:
+    result = runner.invoke(app, ["replay", str(peers[name]), "-k", "1"], terminal_width=300)
+    assert result.exit_code == 0, result.stderr
+    assert f"{name} log: no weight versions: staleness cannot be computed" in result.stderr
+    # inspect lists it among what the log cannot tell instead of warning about it
+    inspected = runner.invoke(app, ["inspect", str(peers[name])], terminal_width=300)
+    assert "no weight versions" not in inspected.stderr
+    assert "no weight versions" in inspected.stdout
