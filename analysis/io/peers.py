@@ -14,7 +14,7 @@ from typing import Any
 from analysis.errors import ReplayError
 from analysis.io import peers_areal, peers_nemo_rl, peers_prime_rl, peers_verl
 from analysis.io.jsonl import jsonl_records
-from analysis.io.peer_records import PeerItem, numbered_files
+from analysis.io.peer_records import PeerItem, numbered_files, trailing_number
 
 _READERS: dict[str, ModuleType] = {
     module.NAME: module for module in (peers_prime_rl, peers_areal, peers_verl, peers_nemo_rl)
@@ -87,6 +87,16 @@ def peer_tree(root: Path, log_format: str | None = None) -> tuple[str, list[Path
     read as ``log_format`` areal): its format, the files read in arrival order, and a
     note of what was read (else None). Only names are listed: a Dressage folder of
     thousands of instance folders is not walked."""
+    one_step = root / "train/all/traces.jsonl"
+    if trailing_number(root.name, "step_") is not None and one_step.is_file():
+        return (
+            "prime-rl",
+            [one_step],
+            (
+                f"{root}: one step of prime-rl rollouts: read train/all/traces.jsonl; the "
+                "effective and eval subsets are not read (pass their files to read them instead)"
+            ),
+        )
     for base in (root, root / "rollouts"):
         found = sorted(base.glob("step_*/train/all/traces.jsonl"))
         if found:

@@ -115,7 +115,8 @@ def _tokens_and_reward(traces: list[Any], where: str) -> tuple[int | None, float
     for trace in traces:
         if not isinstance(trace, dict):
             raise LogFormatError(f"{where}: a trace must be an object (found {short_repr(trace)})")
-        for call in trace.get("calls") or ():
+        calls = trace.get("calls")
+        for call in calls if isinstance(calls, list) else ():
             made = count(at(call, "usage.completion_tokens"), where, "usage.completion_tokens")
             if made is not None:
                 tokens = (tokens or 0) + made

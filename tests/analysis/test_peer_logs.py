@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 import analysis
-from analysis.errors import ConfigError, LogFormatError, MissingFieldError
+from analysis.errors import ConfigError, LogFormatError, MissingFieldError, ReplayError
 from analysis.io.discover import detect_sources
+from analysis.io.peers import peer_rows
 from tests.fixtures import peer_logs
 
 Writer = Any
@@ -224,3 +225,65 @@ def test_the_readme_tarball_is_what_the_generator_writes(tmp_path: Path) -> None
         if path.is_file()
     }
     assert stored == written
+
+
+def test_one_step_folder_of_prime_rl(tmp_path: Path) -> None:
+    peer_logs.write_prime_rl(tmp_path)
+    rows, report = _read(tmp_path / "rollouts/step_2")
+    assert [row["trajectory_id"] for row in rows] == ["e4", "e5"]
+    assert any("one step of prime-rl rollouts" in warning for warning in report.warnings)
+
+
+ODD_VALUES: tuple[Any, ...] = (
+    None, 0, 3, -1, 2.5, float("nan"), True, "", "x", [], [1, "a"], {}, {"a": None}, 2**70,
+)  # fmt: skip
+"""What a damaged record may hold anywhere in place of a proper value."""
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON value, as the keys and indexes that lead to it."""
+    found = [path] if path else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*path, index))
+    return found
+
+
+def _with(record: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(record))
+    node = out
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return out
+
+
+GOOD = {
+    "prime-rl": peer_logs.prime_episode("e", "g", 0, 1, step=1),
+    "areal": peer_logs.areal_sample(1, 0, -1, 1, 1.0),
+    "verl": peer_logs.verl_sample(1, "q", 1.0),
+    "nemo-rl": peer_logs.nemo_sample(0, [1], [2, 3], 1.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_any_odd_value_anywhere_is_a_bad_record_never_a_crash(name: str) -> None:
+    """Every place of a good record, in turn, holds each odd value: the reader gives a row
+    or a one-line error naming the file and line, never another exception."""
+    good = GOOD[name]
+    records = [_with(good, path, value) for path in _paths(good) for value in ODD_VALUES]
+    records += [value for value in ODD_VALUES if not isinstance(value, dict)]
+    items = list(peer_rows(name, Path("log.jsonl"), enumerate(records, start=1)))
+    assert len(items) == len(records)
+    errors = 0
+    for number, record, row in items:
+        assert record is records[number - 1]
+        if isinstance(row, ReplayError):
+            errors += 1
+            assert str(row).startswith(f"log.jsonl:{number}: ") and "\n" not in str(row)
+        else:
+            assert isinstance(row["group_id"], str)
+    assert errors >= len(ODD_VALUES) - 2  # at least the records that are not objects
