@@ -19,7 +19,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import is_artifact_folder, is_run_tree
-from analysis.io.peers import PEER_FORMATS, ordered, peer_of_file, peer_tree
+from analysis.io.peers import PEER_FORMATS, peer_files, peer_of_file, peer_tree
 from analysis.io.pickles import ZIP_MAGIC
 
 Format = Literal[
@@ -190,8 +190,9 @@ def _dressage_or_slime_sources(
             # slime dumps are put in trainer-step order once read (order_dumps).
             chosen = [Source(path, file_format(path)) for path in paths]
             if kind == "JSONL":
-                chosen = _jsonl_sources(paths, _chosen(log_format))
-            what = f"the {kind} file" if len(paths) == 1 else f"the {len(paths)} {kind} files"
+                chosen, left = _jsonl_sources(paths, _chosen(log_format))
+                unread += [_named(left, "other JSONL file")] if left else []
+            what = f"the {kind} file" if len(chosen) == 1 else f"the {len(chosen)} {kind} files"
     if not chosen:
         raise UnknownFormatError(
             f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
@@ -212,14 +213,20 @@ def _dressage_or_slime_sources(
     return chosen, warnings
 
 
-def _jsonl_sources(paths: list[Path], log_format: Format | None) -> list[Source]:
-    """A folder's JSONL files: another system's log (by its first file, or as
-    ``log_format`` says) in that system's order (analysis.io.peers.ordered), else plain
-    JSONL in name order."""
-    peer = log_format if log_format is not None else peer_of_file(paths[0])
-    if peer in PEER_FORMATS:
-        return [Source(path, cast(Format, peer)) for path in ordered(peer, paths)]
-    return [Source(path, log_format or "jsonl") for path in paths]
+def _jsonl_sources(paths: list[Path], log_format: Format | None) -> tuple[list[Source], list[Path]]:
+    """A folder's JSONL files: another system's log (analysis.io.peers.peer_files) in that
+    system's order, with the files beside it that are not part of it; else plain JSONL in
+    name order."""
+    peer = None if log_format not in (None, *PEER_FORMATS) else peer_files(paths, log_format)
+    if peer is not None:
+        name, read, left = peer
+        return [Source(path, cast(Format, name)) for path in read], left
+    return [Source(path, log_format or "jsonl") for path in paths], []
+
+
+def _named(paths: list[Path], kind: str) -> str:
+    names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
+    return f"{counted(len(paths), kind)} ({names})"
 
 
 def is_eval_dump(path: Path) -> bool:

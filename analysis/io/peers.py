@@ -6,7 +6,7 @@ its files in arrival order, and its records as canonical rows (docs/semantics.md
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -80,6 +80,38 @@ def ordered(log_format: str, paths: list[Path]) -> list[Path]:
     if log_format == "verl":
         return numbered_files(paths, peers_verl.file_order)
     return numbered_files(paths, peers_nemo_rl.step_of)
+
+
+_NAMED: dict[str, Callable[[Path], Any]] = {
+    "verl": peers_verl.file_order,
+    "nemo-rl": peers_nemo_rl.step_of,
+}
+"""How the files of a flat folder of one system's log are named (the step in the name):
+others beside them (NeMo-RL's ``val_data_step{N}.jsonl``) are not that log."""
+
+
+def peer_files(
+    paths: list[Path], log_format: str | None
+) -> tuple[str, list[Path], list[Path]] | None:
+    """A folder's JSONL files as one system's log: the system (``log_format``, else the
+    one whose file names and first record fit), its files in arrival order, and the
+    files left out as not named as that system names them; None when they are no other
+    system's log."""
+    peer = log_format
+    if peer is None:
+        for name, step in _NAMED.items():
+            named = [path for path in paths if step(path) is not None]
+            if named and peer_of_file(named[0]) == name:
+                peer = name
+                break
+        else:
+            peer = peer_of_file(paths[0])
+    if peer not in _READERS:
+        return None
+    named = [path for path in paths if peer not in _NAMED or _NAMED[peer](path) is not None]
+    if not named:  # told the format, with files named otherwise: read them all
+        named = paths
+    return peer, ordered(peer, named), [path for path in paths if path not in named]
 
 
 def peer_tree(root: Path, log_format: str | None = None) -> tuple[str, list[Path], str] | None:

@@ -287,3 +287,21 @@ def test_any_odd_value_anywhere_is_a_bad_record_never_a_crash(name: str) -> None
         else:
             assert isinstance(row["group_id"], str)
     assert errors >= len(ODD_VALUES) - 2  # at least the records that are not objects
+
+
+def test_files_beside_a_peer_log_are_named_and_not_read(tmp_path: Path) -> None:
+    """NeMo-RL writes val_data_step{N}.jsonl (content and rewards only) beside its train
+    dumps; a folder of both is the train dumps, and the warning names the others."""
+    peer_logs.write_nemo_rl(tmp_path)
+    folder = tmp_path / "nemo"
+    (folder / "val_data_step0.jsonl").write_text(
+        json.dumps({"content": [[]], "rewards": [1.0], "idx": 0}) + "\n"
+    )
+    (folder / "a-notes.jsonl").write_text(json.dumps({"note": 1}) + "\n")
+    rows, report = _read(folder)
+    assert len(rows) == 5 and report.formats == ["nemo-rl"]
+    assert any(
+        "read the 2 JSONL files only" in w
+        and "2 other JSONL files (a-notes.jsonl, val_data_step0.jsonl)" in w
+        for w in report.warnings
+    ), report.warnings
