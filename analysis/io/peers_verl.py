@@ -35,8 +35,8 @@ LIMITS = (
     "verl rollout_data_dir: no weight versions: staleness cannot be computed; steps only",
     "trainer step: the global step that trained each record (its step field); so the "
     "number of groups per step is known, not when or under which weights they were made",
-    "groups: by uid when a record has one, else consecutive records with the "
-    "same input text; no token counts (texts only)",
+    "groups: by uid when a record has one, else the records of a step with the same input "
+    "text (verl reorders a batch before it dumps it); no token counts (texts only)",
 )
 
 
@@ -46,8 +46,7 @@ def file_order(path: Path) -> int | None:
 
 
 def rows(path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[PeerItem]:
-    previous: Any = None
-    groups = 0
+    groups: dict[tuple[int, str], int] = {}
     for line, record in records:
         where = f"{path}:{line}"
         try:
@@ -60,11 +59,10 @@ def rows(path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[PeerItem]:
             uid = sample.get("uid")
             if uid is not None and (isinstance(uid, (dict, list, bool))):
                 raise LogFormatError(f"{where}: uid must be text (found {short_repr(uid)})")
-            key = (step, prompt)
-            if uid is None and key != previous:
-                groups += 1
-                previous = key
-            row["group_id"] = str(uid) if uid is not None else f"{step}/{groups}"
+            # verl reorders a batch to balance sequence lengths before it is dumped, so a
+            # prompt's samples need not be next to each other: one group per prompt text.
+            k = groups.setdefault((step, prompt), len(groups) + 1)
+            row["group_id"] = str(uid) if uid is not None else f"{step}/{k}"
             row["trajectory_id"] = str(line)
             row["trainer_step"] = step
             row["reward"] = number(sample.get("score"))
