@@ -118,7 +118,15 @@ def peer_tree(root: Path, log_format: str | None = None) -> tuple[str, list[Path
     """A folder laid out as prime-rl's ``rollouts/`` or AReaL's ``rollout/`` (so named, or
     read as ``log_format`` areal): its format, the files read in arrival order, and a
     note of what was read (else None). Only names are listed: a Dressage folder of
-    thousands of instance folders is not walked."""
+    thousands of instance folders is not walked. A folder that may not be listed is
+    none of these here: the reader of our own folders says what is wrong with it."""
+    try:
+        return _peer_tree(root, log_format)
+    except OSError:
+        return None
+
+
+def _peer_tree(root: Path, log_format: str | None) -> tuple[str, list[Path], str] | None:
     one_step = root / "train/all/traces.jsonl"
     if trailing_number(root.name, "step_") is not None and one_step.is_file():
         return (

@@ -305,3 +305,21 @@ def test_files_beside_a_peer_log_are_named_and_not_read(tmp_path: Path) -> None:
         and "2 other JSONL files (a-notes.jsonl, val_data_step0.jsonl)" in w
         for w in report.warnings
     ), report.warnings
+
+
+def test_a_folder_that_cannot_be_listed_is_not_taken_for_a_peer_log(tmp_path: Path) -> None:
+    """peer_tree looks into the folder given; an error there is the folder reader's to
+    report (exit 3), not an internal error (found by the slow reliability test)."""
+    from analysis.io.peers import peer_tree
+
+    class Locked(type(tmp_path)):  # type: ignore[misc]
+        def glob(self, pattern: str) -> Any:
+            raise PermissionError(13, "Permission denied", str(self))
+
+        def __truediv__(self, other: Any) -> Any:
+            return Locked(str(self), other)
+
+        def is_file(self) -> bool:
+            raise PermissionError(13, "Permission denied", str(self))
+
+    assert peer_tree(Locked(str(tmp_path / "step_1"))) is None
