@@ -69,6 +69,12 @@ from analysis.io.train_dumps import TrainDumps, read_train_dumps
 from analysis.labels import derive_end_version, real_label, run_length_spans
 from analysis.schema import CANONICAL_SCHEMA
 from analysis.simulator import SimulationConfig, simulate
+from analysis.views.admission import (
+    AdmissionReport,
+    AdmissionRule,
+    admission_violations,
+    parse_admission,
+)
 from analysis.views.bias import BiasReport, who_gets_dropped
 from analysis.views.comparison import CompareResult, compare_logs
 from analysis.views.inspection import LogInspection, inspect_log
@@ -79,6 +85,8 @@ __all__ = [
     "LOOP_DECISIONS",
     "REPLAY_COLUMNS",
     "TRAJECTORY_TABLE_COLUMNS",
+    "AdmissionReport",
+    "AdmissionRule",
     "BiasReport",
     "CompareResult",
     "ConfigError",
@@ -105,6 +113,7 @@ __all__ = [
     "TrainDumps",
     "UnknownFormatError",
     "UnsafePickleError",
+    "admission_violations",
     "check_output",
     "compare_logs",
     "convert_logs",
@@ -115,6 +124,7 @@ __all__ = [
     "keep_versions_reproducing",
     "load_logs",
     "log_format_for",
+    "parse_admission",
     "parse_keep_versions",
     "parse_max_preempts",
     "prepare",

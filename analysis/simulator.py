@@ -17,11 +17,14 @@ import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from analysis.admission import Admission
+from analysis.admission import admits
 from analysis.engine import MAX_SETTING
 from analysis.errors import ConfigError, setting
+
+if TYPE_CHECKING:
+    from analysis.views.admission import AdmissionRule
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class SimulationConfig:
     ``DRESSAGE_ASYNC_OUTPUT_QUEUE_SIZE`` (default 1000): no new group starts while the
     queue holds 80% of it (Dressage's high watermark), so a slow trainer does not let
     completed groups pile up without bound."""
-    admission: Admission | None = None
+    admission: AdmissionRule | None = None
     """An admission rule (AReaL, SkyRL, NeMo-RL gated, verl fully-async; see
     ``analysis.admission``) that holds a group back before it starts; None: none."""
     response_lengths: tuple[int, ...] = ()
@@ -219,7 +222,7 @@ class _Pipeline:
         self.prompt_cursor = 0
         self.prompts_in_step: set[int] = set()
         self.last_stamp = -math.inf
-        self.started_in_step = 0  # groups started since the last weight update
+        self.verl_window = 0  # verl-async's count (analysis.admission)
 
     def push(self, time: float, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (time, self.order, kind, payload))
@@ -312,15 +315,14 @@ class _Pipeline:
             and self.admits()
         ):
             self.start_group(now)
-            self.started_in_step += 1
+            self.verl_window += 1
 
     def admits(self) -> bool:
         """Whether the admission rule, if any, lets the next group start now."""
         admission = self.config.admission
-        return admission is None or admission.admits(
-            started=self.started, version=self.step, started_since_update=self.started_in_step,
+        return admission is None or admits(
+            admission, started=self.started, version=self.step, window=self.verl_window,
             batch_groups=self.config.batch_groups,
-            samples_per_group=self.config.n_samples_per_prompt,
         )  # fmt: skip
 
     def on_trained(self, now: float) -> None:
@@ -329,7 +331,8 @@ class _Pipeline:
         self.step += 1
         self.update_times.append(now)
         self.prompts_in_step.clear()
-        self.started_in_step = 0
+        # verl's count restarts at the groups still running or waiting for the trainer
+        self.verl_window = len(self.active) + len(self.completed)
         self.trainer_busy = False
         if not self.config.partial_rollout:
             for group, members in self.active.items():

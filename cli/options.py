@@ -169,6 +169,33 @@ IncludeEval = Annotated[
         metavar=FLAG,
     ),
 ]
+
+
+class InputFormat(StrEnum):
+    jsonl = "jsonl"
+    artifacts = "artifacts"
+    pt = "pt"
+    parquet = "parquet"
+    ipc = "ipc"
+    prime_rl = "prime-rl"
+    areal = "areal"
+    verl = "verl"
+    nemo_rl = "nemo-rl"
+
+
+LogFormatOption = Annotated[
+    InputFormat | None,
+    typer.Option(
+        "--format",
+        help="Read every file given, and a folder's JSONL files, as this format instead of "
+        "the one found: prime-rl traces.jsonl, AReaL rollout dumps, verl rollout_data_dir, "
+        "NeMo-RL train_data_step dumps, or one of ours (default: found from names and the "
+        "first record).",
+        parser=one_of(InputFormat),
+        metavar=choice_metavar(InputFormat),
+        show_default=False,
+    ),
+]
 OrderBy = Annotated[
     str | None,
     typer.Option(
@@ -215,7 +242,7 @@ BatchGroups = Annotated[
 
 def read_options(
     *, field: list[str] | None, on_bad_record: BadRecordPolicy, trust_pickle: bool,
-    order_by: str | None = None, include_eval: bool = False,
+    order_by: str | None = None, include_eval: bool = False, log_format: str | None = None,
 ) -> analysis.ReadOptions:  # fmt: skip
     """The read options the shared flags give; a --field that does not parse is a usage error."""
     try:
@@ -225,6 +252,7 @@ def read_options(
     return analysis.ReadOptions(
         fields=fields, extra_fields=(order_by,) if order_by else (),
         on_bad_record=on_bad_record.value, trust_pickle=trust_pickle, include_eval=include_eval,
+        log_format=log_format,
     )  # fmt: skip
 
 
@@ -260,11 +288,11 @@ class Reading:
 def reading(
     inputs: Sequence[Path], *, field: list[str] | None, on_bad_record: BadRecordPolicy,
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,
-    include_eval: bool = False,
+    include_eval: bool = False, log_format: InputFormat | None = None,
 ) -> Reading:  # fmt: skip
     """What the shared options of a command that reads logs say."""
     options = read_options(
         field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by,
-        include_eval=include_eval,
+        include_eval=include_eval, log_format=None if log_format is None else log_format.value,
     )  # fmt: skip
     return Reading(inputs, options, order_by, quiet)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from analysis import (
+    AdmissionReport,
     BiasReport,
     CompareResult,
     LogInspection,
@@ -224,6 +227,12 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
             quality.add_row(key.replace("_", " "), f"{value:,}")
     console.print(quality)
 
+    if inspection.limits:  # another system's log: what it carries and cannot tell
+        console.print("What this log can and cannot tell:", highlight=False)
+        width = max(console.width - 1, 40)
+        for line in inspection.limits:
+            text = textwrap.fill(line, width, initial_indent="  - ", subsequent_indent="    ")
+            console.print(text, highlight=False, soft_wrap=True, markup=False)
     shown = ", ".join(inspection.versions[:20])
     more = len(inspection.versions) - 20
     console.print(
@@ -231,6 +240,36 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         + (f", ... ({more} more)" if more > 0 else ""),
         highlight=False,
     )
+
+
+def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None:
+    """Per admission rule: how many groups of the log started beyond its bound, and by how
+    much (docs/semantics.md, "Other systems' logs")."""
+    table = Table(title="Admission bounds: groups that would have been held back",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    for name in ("rule", "offset", "checked", "unknown", "broke it", "max over", "mean over"):
+        table.add_column(
+            name, justify="left" if name == "rule" else "right",
+            overflow="fold" if name == "rule" else "ellipsis",
+        )  # fmt: skip
+    for bound in bounds:
+        found = bound.to_dict()
+        share = found["violations"] / found["checked"] if found["checked"] else 0.0
+        table.add_row(
+            dataclasses.replace(bound.rule, step_offset=None).spec, f"{found['step_offset']}",
+            f"{found['checked']:,}", f"{found['unknown']:,}",
+            f"{found['violations']:,} {share:.1%}", _fmt(found["max_over"]),
+            _fmt(found["mean_over"], 2),
+        )  # fmt: skip
+    console.print(table)
+    for bound in bounds:
+        found = bound.to_dict()
+        if found["unknown"] and not found["checked"]:
+            console.print(
+                f"{found['rule']}: no group has both a start version and a trainer step, so "
+                "none could be checked (see what this log can and cannot tell)",
+                highlight=False,
+            )
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

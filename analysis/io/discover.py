@@ -8,9 +8,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast, get_args
 
 from analysis.errors import (
+    ConfigError,
     InputNotFoundError,
     Message,
     UnknownFormatError,
@@ -18,9 +19,13 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import is_artifact_folder, is_run_tree
+from analysis.io.peers import PEER_FORMATS, peer_files, peer_of_file, peer_tree
 from analysis.io.pickles import ZIP_MAGIC
 
-Format = Literal["jsonl", "artifacts", "pt", "parquet", "ipc"]
+Format = Literal[
+    "jsonl", "artifacts", "pt", "parquet", "ipc", "prime-rl", "areal", "verl", "nemo-rl"
+]
+"""How an input is read: the last four are other systems' logs (analysis.io.peers)."""
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,14 @@ class Source:
 
 
 def detect_sources(
-    inputs: Sequence[str | Path], *, include_eval: bool = False
+    inputs: Sequence[str | Path], *, include_eval: bool = False, log_format: str | None = None
 ) -> tuple[list[Source], list[str]]:
     """Expand inputs (files, directories, globs) into sources in arrival order, plus warnings.
 
     A folder's evaluation dumps (``eval_<N>.pt``) are left out unless ``include_eval``
-    (a warning names them); a file given by name is always read."""
+    (a warning names them); a file given by name is always read. ``log_format`` (one of
+    :data:`Format`) reads every file given, and every JSONL file of a folder, as that
+    format instead of the one found."""
     sources: list[Source] = []
     warnings: list[str] = []
     for raw in inputs:
@@ -59,17 +66,39 @@ def detect_sources(
             if not matches:
                 raise InputNotFoundError(f"{raw}: no such file or directory; check the path")
             for match in matches:
-                found, more = detect_sources([match], include_eval=include_eval)
+                found, more = detect_sources(
+                    [match], include_eval=include_eval, log_format=log_format
+                )
                 sources += found
                 warnings += more
             continue
         if is_dir:
-            found, more = _eval_apart(path, *_directory_sources(path), include_eval=include_eval)
+            found, more = _eval_apart(
+                path, *_directory_sources(path, log_format), include_eval=include_eval
+            )
             sources += found
             warnings += more
         else:
-            sources.append(Source(path, file_format(path)))
+            sources.append(Source(path, _chosen(log_format) or read_as(path)))
     return sources, warnings
+
+
+def _chosen(log_format: str | None) -> Format | None:
+    if log_format is not None and log_format not in get_args(Format):
+        raise ConfigError(
+            f"{setting('log_format')}: expected one of {', '.join(get_args(Format))} "
+            f"(found {log_format!r})"
+        )
+    return cast("Format | None", log_format)
+
+
+def read_as(path: Path) -> Format:
+    """The format a file is read as: by name and content, and a JSONL file whose first
+    record has the shape of another system's log as that system's (analysis.io.peers)."""
+    found = file_format(path)
+    if found == "jsonl":
+        return cast(Format, peer_of_file(path) or found)
+    return found
 
 
 _FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -114,7 +143,19 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
     return found, broken
 
 
-def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
+def _directory_sources(root: Path, log_format: str | None = None) -> tuple[list[Source], list[str]]:
+    """A folder's logs: another system's rollouts tree (analysis.io.peers.peer_tree), else
+    what :func:`_dressage_or_slime_sources` finds."""
+    if (tree := peer_tree(root, log_format)) is not None:
+        kind, paths, note = tree
+        chosen_format = _chosen(log_format) or cast(Format, kind)
+        return [Source(path, chosen_format) for path in paths], [note]
+    return _dressage_or_slime_sources(root, log_format)
+
+
+def _dressage_or_slime_sources(
+    root: Path, log_format: str | None
+) -> tuple[list[Source], list[str]]:
     """A folder's logs: a Dressage run folder's artifact trees, else its slime dumps, else
     its Dressage artifact tree, else its JSONL files, else its Parquet/Arrow files. Logs of
     a later kind beside them are not read (runs keep one kind of log), with a warning that
@@ -148,7 +189,10 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
         elif paths:
             # slime dumps are put in trainer-step order once read (order_dumps).
             chosen = [Source(path, file_format(path)) for path in paths]
-            what = f"the {kind} file" if len(paths) == 1 else f"the {len(paths)} {kind} files"
+            if kind == "JSONL":
+                chosen, left = _jsonl_sources(paths, _chosen(log_format))
+                unread += [_named(left, "other JSONL file")] if left else []
+            what = f"the {kind} file" if len(chosen) == 1 else f"the {len(chosen)} {kind} files"
     if not chosen:
         raise UnknownFormatError(
             f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
@@ -167,6 +211,22 @@ def _directory_sources(root: Path) -> tuple[list[Source], list[str]]:
             "(pass those files explicitly to read them too, unless they hold the same run)"
         )
     return chosen, warnings
+
+
+def _jsonl_sources(paths: list[Path], log_format: Format | None) -> tuple[list[Source], list[Path]]:
+    """A folder's JSONL files: another system's log (analysis.io.peers.peer_files) in that
+    system's order, with the files beside it that are not part of it; else plain JSONL in
+    name order."""
+    peer = None if log_format not in (None, *PEER_FORMATS) else peer_files(paths, log_format)
+    if peer is not None:
+        name, read, left = peer
+        return [Source(path, cast(Format, name)) for path in read], left
+    return [Source(path, log_format or "jsonl") for path in paths], []
+
+
+def _named(paths: list[Path], kind: str) -> str:
+    names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
+    return f"{counted(len(paths), kind)} ({names})"
 
 
 def is_eval_dump(path: Path) -> bool:

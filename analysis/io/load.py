@@ -36,6 +36,8 @@ from analysis.io.fields import (
 from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
 from analysis.io.jsonl import jsonl_records, read_json_file
 from analysis.io.options import ReadOptions
+from analysis.io.peer_records import at
+from analysis.io.peers import PEER_FORMATS, peer_rows, peer_warnings
 from analysis.schema import (
     CANONICAL_SCHEMA,
 )
@@ -204,6 +206,7 @@ class _Reading:
         sources = self._sources(inputs)
         progress = self.options.progress
         readers = {"parquet": self._canonical, "ipc": self._canonical}
+        readers.update(dict.fromkeys(PEER_FORMATS, self._peer))
         for done, source in enumerate(sources, start=1):
             if progress is not None:
                 progress(done - 1, len(sources))
@@ -223,7 +226,9 @@ class _Reading:
         """The sources in arrival order, with the warnings their list deserves; dumps are
         read first, since their order comes from inside them."""
         report = self.report
-        sources, warnings = detect_sources(inputs, include_eval=self.options.include_eval)
+        sources, warnings = detect_sources(
+            inputs, include_eval=self.options.include_eval, log_format=self.options.log_format
+        )
         report.sources += [source for source in sources if not source.folder]  # folders once read
         report.warnings += warnings
         times = Counter(source.path.resolve() for source in sources)
@@ -234,6 +239,16 @@ class _Reading:
             if count > 1
         ]
         canonical = [s.path.name for s in sources if s.format in ("parquet", "ipc")]
+        peers = [s.path.name for s in sources if s.format in PEER_FORMATS]
+        report.warnings += peer_warnings(s.format for s in sources)
+        if peers and self.options.fields != FieldMap():
+            report.warnings.append(
+                Message(
+                    f"{setting('fields')} does not apply to other systems' logs ({peers[0]}"
+                    + (", ..." if len(peers) > 1 else "")
+                    + "): their fields are mapped as docs/semantics.md says (Other systems' logs)"
+                )
+            )
         if canonical and self.options.fields != FieldMap():
             report.warnings.append(
                 Message(
@@ -317,6 +332,29 @@ class _Reading:
                 untimed = f"{folder.untimed:,} of {ordered.height:,} records"
                 self.report.warnings += [_by_modification_time(source.path, untimed), *ties]
             yield ordered
+
+    def _peer(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
+        """A file of another system's log (analysis.io.peers), line by line."""
+        path_text = str(source.path)
+        items = peer_rows(source.format, source.path, jsonl_records(source.path))
+        extra = [name for name in self.options.extra_fields if name not in CANONICAL_SCHEMA]
+        while True:
+            try:  # a file that breaks midway keeps the records read before
+                number, record, row = next(items)
+            except StopIteration:
+                break
+            except LogFormatError as error:
+                self.skip_or_raise(error)
+                break
+            if isinstance(row, ReplayError):
+                self.skip_or_raise(row)
+                continue
+            for name in extra:
+                row[name] = at(record, name)
+            row["source"], row["record"] = path_text, number
+            self.rows.append(row)
+            if len(self.rows) >= self.options.chunk_records:
+                yield from self._flush(path_text)
 
     def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
         """A file read record by record (JSONL, a JSON document, a dump)."""

@@ -41,6 +41,10 @@ class ReadOptions:
     """Called as ``progress(done, total)`` while reading."""
     chunk_records: int = 50_000
     """Largest number of raw records turned into one chunk of the table."""
+    log_format: str | None = None
+    """Read every file given, and a folder's JSONL files, as this format (``jsonl``,
+    ``prime-rl``, ``areal``, ``verl``, ``nemo-rl``, ...) instead of the one found
+    (docs/semantics.md, "Other systems' logs")."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_fields", tuple(self.extra_fields))

@@ -11,6 +11,7 @@ import polars as pl
 from analysis.engine import prepare
 from analysis.io.dumps import EVAL_GROUP_PREFIX
 from analysis.io.load import LoadReport
+from analysis.io.peers import peer_limits
 
 _NUMERIC = re.compile(r"-?\d+")
 _ATTEMPT = r"/s\d+/r\d+$"
@@ -38,6 +39,9 @@ class LogInspection:
     attempt_groups: int = 0
     """Groups formed as Dressage attempts (``<instance>/s<start>/r<retry>``): records that
     carried no group id of their own (Dressage artifacts, docs/semantics.md §1.3)."""
+    limits: tuple[str, ...] = field(default=())
+    """What another system's log carries and what it cannot tell, one line each
+    (docs/semantics.md, "Other systems' logs"); empty for Dressage and slime logs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,7 @@ class LogInspection:
             "versions": list(self.versions),
             "quality": dict(self.quality),
             "warnings": list(self.warnings),
+            "limits": list(self.limits),
         }
 
 
@@ -109,6 +114,7 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         attempt_groups=table.filter(pl.col("group_id").str.contains(_ATTEMPT))[
             "group_id"
         ].n_unique(),
+        limits=peer_limits(report.formats),
     )
 
 

@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LogFormatOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -60,6 +61,7 @@ def convert(
             show_default=False,
         ),
     ] = None,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -70,7 +72,7 @@ def convert(
     cluster (README: Performance)."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     if not output.suffix:
         _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)

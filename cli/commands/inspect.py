@@ -7,12 +7,15 @@ from typing import Annotated
 import typer
 
 import analysis
+from analysis.io.peers import peer_warnings
+from cli.errors import usage_error
 from cli.options import (
     FLAG,
     BadRecordPolicy,
     FieldOption,
     IncludeEval,
     Inputs,
+    LogFormatOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -31,21 +34,56 @@ def inspect(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
+    admission: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admission",
+            help="Also say which groups would have broken another system's admission bound, "
+            "and by how much (repeatable): areal:eta=N, skyrl:max_staleness_steps=N, "
+            "nemo-gated:max_staleness_versions=N, verl-async:staleness_threshold=X,"
+            "required_samples=R[,trigger_parameter_sync_step=T]; any of them takes "
+            "step_offset=N (a step trains version step - N; default 1 for prime-rl, else 0).",
+            metavar="RULE",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Show what a log holds: format, counts, versions in observation order, data quality."""
+    """Show what a log holds: format, counts, versions in observation order, data quality;
+    for another system's log (prime-rl, AReaL, verl, NeMo-RL), what it can and cannot tell."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval,
+        include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
+    rules = _admission_rules(admission or [])
     table, report = logs.load()
+    # What another system's log cannot tell is listed by inspect itself, not warned about.
+    said = set(peer_warnings(report.formats))
+    report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
+    bounds = [
+        analysis.admission_violations(table, rule, formats=tuple(report.formats)) for rule in rules
+    ]
     with results_out():
         if json_output:
-            print_json({**inspection.to_dict(), **report_dict(report)})
+            found = {**inspection.to_dict(), **report_dict(report)}
+            if bounds:
+                found["admission"] = [bound.to_dict() for bound in bounds]
+            print_json(found)
         else:
-            from cli.render import print_inspection
+            from cli.render import print_admission, print_inspection
 
             print_inspection(inspection, stdout_console())
+            if bounds:
+                print_admission(bounds, stdout_console())
     warn(report)
+
+
+def _admission_rules(specs: list[str]) -> list[analysis.AdmissionRule]:
+    """The --admission rules; one that does not parse is a usage error (exit 2)."""
+    try:
+        return [analysis.parse_admission(spec) for spec in specs]
+    except analysis.SettingSyntaxError as error:
+        raise usage_error(error) from None

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 import analysis
-from analysis.admission import parse_admission
+from analysis.admission import simulation_rule
 from cli.options import FLAG, Traceback, choice_metavar, number_option, one_of, whole_option
 
 
@@ -113,7 +113,7 @@ def simulate(
             "--admission",
             help="Hold groups back before they start, as another system does: "
             "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
-            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X.",
+            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
             metavar="RULE:KNOB=VALUE",
             show_default=False,
         ),
@@ -140,7 +140,7 @@ def simulate(
         multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
         abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
         log_prob_noise=log_prob_noise, seed=seed,
-        admission=parse_admission(admission) if admission is not None else None,
+        admission=simulation_rule(admission, batch_groups=batch_groups) if admission else None,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
     if like is not None:
