@@ -22,6 +22,7 @@ FLAGS = {
     "include_eval": "--eval",
     "train_dumps": "--train-dumps",
     "log_format": "--format",
+    "policy": "--policy",  # docs/semantics.md §13
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)
     "n_groups": "--groups",

@@ -167,7 +167,7 @@ def sweep_policies(
         if progress is not None:
             progress(done, len(policies))
     rows = pl.DataFrame(
-        [(r.policy.spec(), *_row(r.result)) for r in results],
+        [(r.policy.label(), *_row(r.result)) for r in results],
         schema=POLICY_SWEEP_SCHEMA,
         orient="row",
     )

@@ -35,8 +35,26 @@ class Policy:
         said = ",".join(f"{k}={'none' if v is None else v}" for k, v in self.knobs().items())
         return f"{self.name}:{said}"
 
+    def label(self) -> str:
+        """The spec without the knobs left at their defaults, for tables and legends:
+        ``prime-rl:max_off_policy_steps=1``; it parses back to the same policy."""
+        defaults = {f.name: f.default for f in fields(self)}
+        said = ",".join(
+            f"{k}={'none' if v is None else v}"
+            for k, v in self.knobs().items()
+            if v != defaults[k] or k in self.always_said
+        )
+        return f"{self.name}:{said}" if said else self.name
+
+    always_said: ClassVar[tuple[str, ...]] = ()
+
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "spec": self.spec(), "knobs": self.knobs()}
+        return {
+            "name": self.name,
+            "spec": self.spec(),
+            "label": self.label(),
+            "knobs": self.knobs(),
+        }
 
     def __str__(self) -> str:
         return self.spec()
@@ -56,6 +74,11 @@ class DressagePolicy(Policy):
 
     def __post_init__(self) -> None:
         ReplayConfig(keep_versions=self.keep_versions, max_preempts=self.max_preempts)
+
+    def label(self) -> str:
+        """``dressage:k=2,m=none``: both controls, by the short names of their spec."""
+        limit = "none" if self.max_preempts is None else self.max_preempts
+        return f"{self.name}:k={self.keep_versions},m={limit}"
 
     def config(self, batch_groups: int | None) -> ReplayConfig:
         return ReplayConfig(
@@ -107,6 +130,7 @@ class PrimeRLPolicy(PeerPolicy):
         "train_sink.py (_drop_stale), dispatcher.py (in-flight cancel)"
     )
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"clock": CLOCKS}
+    always_said: ClassVar[tuple[str, ...]] = ("max_off_policy_steps",)
     max_off_policy_steps: int = 8
     clock: str = "versions"
 
@@ -133,6 +157,7 @@ class VerlDropPolicy(PeerPolicy):
     checks_on_arrival: ClassVar[bool] = False
     sweeps_on_advance: ClassVar[bool] = False
     evicts_at_sample: ClassVar[bool] = True
+    always_said: ClassVar[tuple[str, ...]] = ("max_off_policy_threshold",)
     max_off_policy_threshold: int = 8
     clock: str = "versions"
 
@@ -160,6 +185,7 @@ class NemoWindowedPolicy(PeerPolicy):
         "select, should_abort_inflight; BaseSampler.evict)"
     )
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"order": ("fifo", "freshest"), "clock": CLOCKS}
+    always_said: ClassVar[tuple[str, ...]] = ("max_staleness_versions",)
     max_staleness_versions: int = -1
     order: str = "fifo"
     clock: str = "versions"
@@ -192,8 +218,8 @@ def known_policies() -> str:
     """Every policy and its knobs, for a hint: ``dressage:k=,m= | prime-rl:...``."""
     said = []
     for name, cls in POLICIES.items():
-        knobs = [f.name for f in fields(cls)]
-        said.append(f"{name}:{','.join(k + '=' for k in knobs)}")
+        knobs = [f"{f.name}={'|'.join(cls.choices.get(f.name, ()))}" for f in fields(cls)]
+        said.append(f"{name}:{','.join(knobs)}")
     return "; ".join(said)
 
 

@@ -337,6 +337,7 @@ def test_specs_name_their_knobs(text: str, knobs: dict[str, Any]) -> None:
     policy = parse_policy(text)
     assert policy.knobs() == knobs
     assert parse_policy(policy.spec()) == policy
+    assert parse_policy(policy.label()) == policy
 
 
 @pytest.mark.parametrize(
@@ -368,7 +369,7 @@ def test_sweep_of_policies_is_one_table(tmp_path: Path) -> None:
         "verl-drop:max_off_policy_threshold=2",
     ]
     result = sweep_policies(prepared, [parse_policy(s) for s in specs])
-    assert result.rows["policy"].to_list() == [parse_policy(s).spec() for s in specs]
+    assert result.rows["policy"].to_list() == specs  # labels: defaults left out
     assert result.rows["keep_versions"].to_list() == [2, None, None]
     single = replay_policy(prepared, parse_policy(specs[1]))
     assert result.rows["groups_kept_pct"][1] == pytest.approx(
