@@ -134,7 +134,7 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
 
 
 def _token_weighted_line(figures: dict[str, float | None]) -> str:
-    """The means above with each trajectory weighted by its response tokens (§10.3)."""
+    """The means above with each trajectory weighted by its response tokens (§10.6)."""
     return (
         f"by response tokens  gap mean, kept {_number(figures.get('version_gap_mean'))}"
         f"  span mean, kept {_number(figures.get('version_span_mean_kept'))}"

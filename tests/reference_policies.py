@@ -1,5 +1,5 @@
 """Slow, obviously-correct reference models of the other systems' batch-assembly rules,
-transcribed from docs/semantics.md §13, and of the token-weighted figures of §10.3.
+transcribed from docs/semantics.md §13, and of the token-weighted figures of §10.6.
 
 One plain loop per system over the groups of ``tests.reference`` (same record reading,
 same trajectory versions), so that ``analysis.policies`` can be checked against them in
@@ -252,7 +252,7 @@ def start_indices(records: list[Record]) -> list[int | None]:
 def token_weighted_reference(
     records: list[Record], decisions: list[dict[str, Any]], *, max_preempts: int | None = None
 ) -> dict[str, float | None]:
-    """§10.3 from a replay's decisions: each kept versioned trajectory's gap (current index at
+    """§10.6 from a replay's decisions: each kept versioned trajectory's gap (current index at
     its batch - index of its own version) and each checked trajectory's span, weighted by the
     response tokens of its records."""
     groups = group_records(records)

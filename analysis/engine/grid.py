@@ -32,7 +32,7 @@ SWEEP_SCHEMA: dict[str, Any] = {
     "version_span_mean": pl.Float64,
     "version_span_max": pl.Int64,
     "pareto": pl.Boolean,
-    # docs/semantics.md §10.3: the same means with each trajectory weighted by its tokens
+    # docs/semantics.md §10.6: the same means with each trajectory weighted by its tokens
     "version_gap_mean_tokens": pl.Float64,
     "version_span_mean_tokens": pl.Float64,
 }

@@ -36,7 +36,7 @@ class ReplaySummary:
     unchecked_trajectories: int
     notes: tuple[str, ...]
     token_weighted: dict[str, float | None] = field(default_factory=dict)
-    """Mean version gap and span weighted by response tokens (docs/semantics.md §10.3)."""
+    """Mean version gap and span weighted by response tokens (docs/semantics.md §10.6)."""
 
     @property
     def current_version_index(self) -> int | None:
@@ -228,7 +228,7 @@ def token_weighted(
 ) -> dict[str, float | None]:
     """Mean gap of the kept versioned trajectories and mean span of the kept (and of all)
     checked trajectories, each trajectory weighted by its response tokens
-    (docs/semantics.md §10.3); None when token counts are unknown or sum to zero."""
+    (docs/semantics.md §10.6); None when token counts are unknown or sum to zero."""
     if not prepared.tokens_known:
         return dict.fromkeys(TOKEN_WEIGHTED_KEYS)
     arrays, trajectories = prepared.arrays, prepared.per_trajectory

@@ -55,7 +55,7 @@ def sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 def policy_sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     """A sweep over policies (docs/semantics.md §13): the sweep's columns with the policy's
-    spec in place of K and M, and the token-weighted gap and span means (§10.3) after them."""
+    spec in place of K and M, and the token-weighted gap and span means (§10.6) after them."""
     headers, body = sweep_table(rows.drop("policy"))
     headers = ["", "policy", *headers[3:], "tok. gap mean", "tok. span mean"]
     weighted = zip(

@@ -132,7 +132,7 @@ def test_dressage_policy_is_the_engine_and_token_weights_agree(
     max_preempts: int | None,
     batch_groups: int,
 ) -> None:
-    """The Dressage policy is the engine unchanged; its token-weighted figures (§10.3)
+    """The Dressage policy is the engine unchanged; its token-weighted figures (§10.6)
     agree with the reference's."""
     table = analysis.load_logs([write_jsonl(records, tmp_path / "log.jsonl")])
     config = analysis.ReplayConfig(
@@ -154,14 +154,23 @@ def test_dressage_policy_is_the_engine_and_token_weights_agree(
 # ------------------------------------------------------------- modelling choices (§13)
 
 
-def _log(*groups: tuple[str, list[Any] | None, int]) -> Any:
-    """Groups of one trajectory: (end version, token versions or None, response tokens)."""
+def _log(*groups: tuple[str | None, list[Any] | None, int], aborted: tuple[int, ...] = ()) -> Any:
+    """Groups of one trajectory: (end version, token versions or None, response tokens);
+    the groups numbered in ``aborted`` have an aborted record (failed, §9)."""
     records = []
     for number, (end, tokens, length) in enumerate(groups):
         metadata: dict[str, Any] = {"parent_traj_id": "t", "dressage_end_token_version": end}
         if tokens is not None:
             metadata["full_versions"] = tokens
-        records.append({"group_index": number, "response_length": length, "metadata": metadata})
+        status = "aborted" if number in aborted else "completed"
+        records.append(
+            {
+                "group_index": number,
+                "response_length": length,
+                "status": status,
+                "metadata": metadata,
+            }
+        )
     return analysis.records_to_table(records)
 
 
@@ -190,6 +199,42 @@ def test_a_token_label_no_trajectory_ended_on_is_not_on_the_clock() -> None:
     table = _log(("0", None, 5), ("1", None, 5), ("1", ["x", "1"], 5))
     result = replay_policy(table, parse_policy("prime-rl:max_off_policy_steps=0"), batch_groups=1)
     assert result.decisions["start_version_index"].to_list() == [0, 1, 1]
+
+
+def test_a_group_without_a_start_is_never_stale() -> None:
+    """§13.1: no trajectory version and no observed token label: no start, never dropped."""
+    table = _log(("0", None, 1), ("1", None, 1), ("2", None, 1), (None, None, 1))
+    result = replay_policy(table, parse_policy("prime-rl:max_off_policy_steps=0"), batch_groups=1)
+    assert result.decisions["start_version_index"].to_list()[3] is None
+    assert result.decisions["decision"].to_list()[3] == "kept"
+
+
+def test_verl_says_its_submission_step_is_not_in_the_log() -> None:
+    """§13.1: the start version stands in for verl's g0, and the summary says so."""
+    table = _log(("0", None, 1))
+    verl = replay_policy(
+        table, parse_policy("verl-drop:max_off_policy_threshold=1"), batch_groups=1
+    )
+    assert any("submitted" in note and "at least as much" in note for note in verl.summary.notes)
+    prime = replay_policy(table, parse_policy("prime-rl:max_off_policy_steps=0"), batch_groups=1)
+    assert not any("submitted" in note for note in prime.summary.notes)
+
+
+def test_nemo_on_the_steps_clock_takes_a_start_above_the_step_as_fresh() -> None:
+    """§13.2: a start index above the replay's step count is not held back by the window's
+    upper bound (it would wait for ever); it counts as fresh."""
+    table = _log(("0", None, 1), ("1", None, 1))
+    assert decisions(table, "nemo-windowed:max_staleness_versions=0,clock=steps", 2) == [
+        "kept", "kept",
+    ]  # fmt: skip
+
+
+def test_a_failed_group_advances_the_clock_but_never_waits() -> None:
+    """§13.3 step 2: a failed group brings its version (sweeping the queue) and is failed."""
+    table = _log(("0", None, 1), ("1", None, 1), aborted=(1,))
+    assert decisions(table, "prime-rl:max_off_policy_steps=0", 3) == [
+        "dropped_stale:pending", "failed",
+    ]  # fmt: skip
 
 
 def test_versions_clock_counts_observed_versions_not_batches() -> None:
@@ -296,7 +341,7 @@ def test_prime_rl_is_dressage_when_no_group_started_on_an_older_version(
 
 
 def test_token_weighted_gap_weights_long_trajectories() -> None:
-    """§10.3: a long trajectory two versions behind pulls the token-weighted mean towards 2."""
+    """§10.6: a long trajectory two versions behind pulls the token-weighted mean towards 2."""
     table = _log(("0", None, 90), ("1", None, 5), ("2", None, 5))
     result = analysis.replay(table, analysis.ReplayConfig(batch_groups=3))
     assert result.summary.version_gap["mean"] == pytest.approx(1.0)
