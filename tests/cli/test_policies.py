@@ -138,3 +138,29 @@ def test_bad_policy_specs_are_one_line(args: list[str], code: int, says: str) ->
         error = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(error) == 1 and says in error[0], result.stderr
         assert error[0].startswith("Error: --policy ")
+
+
+def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import plot_policies
+
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    result = sweep_policies(prepared, [parse_policy(s) for s in SPECS])
+    scatter_ax, loss_ax = plot_policies(result).axes
+    legend = [text.get_text() for text in scatter_ax.get_legend().get_texts()]
+    assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
+    # One bar per policy and outcome, of the outcome's share.
+    assert len(loss_ax.patches) == 4 * len(SPECS)
+    widths = [bar.get_width() for bar in loss_ax.patches[: len(SPECS)]]
+    assert widths == pytest.approx(result.rows["dropped_arrival_pct"].to_list())
+    out = tmp_path / "policies.png"
+    args = ["plot", "sweep", SAMPLES[0], "-o", str(out)]
+    for spec in SPECS[:3]:
+        args += ["--policy", spec]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refused = runner.invoke(
+        app, ["plot", "spans", SAMPLES[0], "-o", str(out), "--policy", SPECS[1]]
+    )
+    assert refused.exit_code == 2
