@@ -134,7 +134,9 @@ PolicyOption = Annotated[
 ]
 
 
-def one_policy(text: str, *, keep_versions: int = 0, max_preempts: str = "none") -> Any:
+def one_policy(
+    text: str, *, keep_versions: int = 0, max_preempts: str = "none"
+) -> analysis.policies.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
     one line with the known policies and knobs."""

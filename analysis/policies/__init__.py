@@ -9,8 +9,8 @@ axes (docs/semantics.md §13).
 ...     for g, v in enumerate(["a", "b", "c", "a", "c"])
 ... ])
 >>> result = replay_policy(table, parse_policy("prime-rl:max_off_policy_steps=1"), batch_groups=2)
->>> result.decisions["decision"].to_list()
-['dropped_stale', 'kept', 'kept', 'dropped_stale', 'kept']
+>>> result.decisions["decision"].to_list()  # the 2nd 'a' arrives when 'c' is newest: lag 2
+['kept', 'kept', 'kept', 'dropped_stale', 'kept']
 """
 
 from __future__ import annotations
@@ -178,7 +178,3 @@ def sweep_policies(
         max_preempts=pl.when(peers).then(None).otherwise(pl.col("max_preempts")),
     )
     return PolicySweep(rows=rows, results=tuple(results))
-
-
-def policy_names() -> list[str]:
-    return list(POLICIES)

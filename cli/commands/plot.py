@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 import analysis
+from analysis.policies import Policy
 from cli.flags import flagged
 from cli.options import (
     BadRecordPolicy,
@@ -107,7 +108,7 @@ def plot(
 
 def _plot_policies(
     kind: PlotKind,
-    policies: list[Any],
+    policies: list[Policy],
     inputs: list[Path],
     output: Path,
     *,

@@ -28,22 +28,9 @@ def replay_with_policy(
     bias: bool,
     reading_: Reading,
 ) -> None:
-    """One policy over the inputs. A Dressage run folder asked for Dressage's policy is
-    replayed as Dressage's own loop (as ``-k`` does); every other case on the simple loop,
-    a run folder's records read as a log (traj_payload/ and traj_err/ in completion order)."""
-    if (
-        len(inputs) == 1
-        and analysis.is_run_folder(inputs[0])
-        and isinstance(policy, DressagePolicy)
-    ):
-        from cli.commands.replay import refuse_unused, replay_run_folder
-
-        refuse_unused(batch_groups=batch_groups, order_by=order_by, bias=bias)
-        replay_run_folder(
-            inputs[0], policy.keep_versions, policy.max_preempts, json_output=json_output,
-            decisions=decisions, trajectories=trajectories, policy=policy.to_dict(),
-        )  # fmt: skip
-        return
+    """One policy over the inputs on the simple loop (``replay`` itself replays a Dressage
+    run folder asked for Dressage's policy as Dressage's own loop); a run folder's records
+    are read as a log (traj_payload/ and traj_err/ in completion order)."""
     table, prepared, report = reading_.prepare(whole_table=bias)
     batch_groups = run_batch_groups(inputs, batch_groups)
     result = replay_policy(prepared, policy, batch_groups=batch_groups)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from analysis.policies import DressagePolicy
 from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
@@ -93,11 +94,17 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    if policy is not None:
+    chosen = (
+        None
+        if policy is None
+        else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
+    )
+    run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    if chosen is not None and not (run_folder and isinstance(chosen, DressagePolicy)):
         from cli.commands.policies import replay_with_policy
 
         replay_with_policy(
-            inputs, one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts),
+            inputs, chosen,
             batch_groups=batch_groups, order_by=order_by, json_output=json_output,
             decisions=decisions, trajectories=trajectories, bias=bias,
             reading_=reading(
@@ -106,14 +113,18 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
             ),
         )  # fmt: skip
         return
-    if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+    if run_folder:  # Dressage's own loop, also for --policy dressage:k=K (docs/semantics.md §13.7)
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
         )  # fmt: skip
+        if isinstance(chosen, DressagePolicy):
+            keep_versions, limit = chosen.keep_versions, chosen.max_preempts
+        else:
+            limit = one_max_preempts(max_preempts)
         replay_run_folder(
-            inputs[0], keep_versions, one_max_preempts(max_preempts),
-            json_output=json_output, decisions=decisions, trajectories=trajectories,
+            inputs[0], keep_versions, limit, json_output=json_output, decisions=decisions,
+            trajectories=trajectories, policy=None if chosen is None else chosen.to_dict(),
         )  # fmt: skip
         return
     config = analysis.ReplayConfig(
