@@ -164,3 +164,23 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
         app, ["plot", "spans", SAMPLES[0], "-o", str(out), "--policy", SPECS[1]]
     )
     assert refused.exit_code == 2
+
+
+def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    args = ["report", SAMPLES[0], "-o", str(out), "-k", "2", "-m", "1"]
+    for spec in SPECS[:3]:
+        args += ["--policy", spec]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    page = out.read_text()
+    section = page.split("<section id='policies'>", 1)[1].split("</section>", 1)[0]
+    for spec in SPECS[:3]:
+        assert parse_policy(spec).label() in section
+    assert "data:image/png;base64," in section  # the figure, inline
+    assert "tok. gap mean" in section
+    # The command that writes the report again names the policies.
+    assert " --policy prime-rl:max_off_policy_steps=1 " in page
+    plain = tmp_path / "plain.html"
+    runner.invoke(app, ["report", SAMPLES[0], "-o", str(plain), "-k", "2", "-m", "1"])
+    assert "id='policies'" not in plain.read_text()
