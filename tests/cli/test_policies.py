@@ -184,3 +184,17 @@ def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> N
     plain = tmp_path / "plain.html"
     runner.invoke(app, ["report", SAMPLES[0], "-o", str(plain), "-k", "2", "-m", "1"])
     assert "id='policies'" not in plain.read_text()
+
+
+def test_dressage_policy_on_a_run_folder_is_its_loop_and_refuses_the_simple_loops_options(
+    run_folders: dict[str, Path],
+) -> None:
+    folder = str(run_folders["k2-m1"])
+    by_policy = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "--json"])
+    by_flag = runner.invoke(app, ["replay", folder, "-k", "2", "--json"])
+    summary = json.loads(by_policy.stdout)
+    assert summary.pop("policy")["knobs"] == {"keep_versions": 2, "max_preempts": None}
+    assert summary == json.loads(by_flag.stdout)
+    refused = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "-b", "3"])
+    assert refused.exit_code == 2
+    assert "--batch-groups" in refused.stderr
