@@ -23,6 +23,7 @@ FLAGS = {
     "train_dumps": "--train-dumps",
     "log_format": "--format",
     "admission": "--admission",
+    "policy": "--policy",  # docs/semantics.md §13
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)
     "n_groups": "--groups",

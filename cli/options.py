@@ -117,6 +117,39 @@ def parse_grid(keep_versions: str, max_preempts: str) -> tuple[list[int], list[i
         raise usage_error(error) from None
 
 
+# --------------------------------------------------------------------------- policies
+
+
+PolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--policy",
+        help="A staleness policy, as NAME:KNOB=VALUE,...: dressage:k=2,m=1, "
+        "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
+        "nemo-windowed:max_staleness_versions=1[,order=freshest] (docs/semantics.md §13); "
+        "replaces -k and -m.",
+        metavar="SPEC",
+        show_default=False,
+    ),
+]
+
+
+def one_policy(
+    text: str, *, keep_versions: int = 0, max_preempts: str = "none"
+) -> analysis.policies.Policy:
+    """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
+    A spec that does not parse or is out of range is an invalid setting (exit 7), said in
+    one line with the known policies and knobs."""
+    from analysis.policies import parse_policy
+
+    if keep_versions != 0 or max_preempts.strip().lower() not in ("none", "off"):
+        raise typer.BadParameter(
+            "give K and M inside the policy (dressage:k=K,m=M), not beside it",
+            param_hint="--policy",
+        )
+    return parse_policy(text)
+
+
 # --------------------------------------------------------------------------- shared options
 
 

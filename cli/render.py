@@ -24,7 +24,7 @@ from analysis import (
 )
 from analysis.engine.grid import PARETO_NOTE
 from analysis.fit import Fit
-from analysis.views.tables import SWEEP_CAPTION, sweep_table
+from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
 from cli.flags import flagged
 
 _COLUMNS = (
@@ -93,14 +93,17 @@ def _print_fitted(
         console.print(table(columns, part, rows))
 
 
-def print_summary(summary: ReplaySummary, console: Console) -> None:
-    """Print one replay's summary as a table of outcomes plus staleness figures."""
+def print_summary(summary: ReplaySummary, console: Console, *, policy: str | None = None) -> None:
+    """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
+    (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
     config = summary.config
     limit = "none" if config.max_preempts is None else config.max_preempts
     title = (
         f"Replay: keep_versions={config.keep_versions}  max_preempts={limit}  "
         f"batch_groups={config.batch_groups}"
     )
+    if policy is not None:
+        title = f"Replay: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
     rows = [["total", *(_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in _COLUMNS:
@@ -109,20 +112,22 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
 
     gap, span = summary.version_gap, summary.version_span
     batches = summary.batches
+    cutoff = f", cutoff index {_number(summary.cutoff_version_index)}" if policy is None else ""
     lines = [
+        *([f"policy              {policy}"] if policy is not None else []),
         f"batches emitted     {batches['emitted']}"
         + ("  (last one partial)" if batches["last_partial"] else ""),
         # the replay's own count (a span-rejected group is never observed, semantics §4);
         # `inspect` counts every version in the log
         f"versions observed   {len(summary.versions)}"
-        f"  (by this replay; current index {_number(summary.current_version_index)},"
-        f" cutoff index {_number(summary.cutoff_version_index)})",
+        f"  (by this replay; current index {_number(summary.current_version_index)}{cutoff})",
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
         f"  max {_number(gap['max'])}  (per trajectory)",
         f"version span, kept  min {_number(span['kept']['min'])}  mean"
         f" {_number(span['kept']['mean'])}  max {_number(span['kept']['max'])}",
         f"version span, all   min {_number(span['all']['min'])}  mean"
         f" {_number(span['all']['mean'])}  max {_number(span['all']['max'])}",
+        _token_weighted_line(summary.token_weighted),
     ]
     if summary.unchecked_trajectories:
         lines.append(
@@ -133,6 +138,15 @@ def print_summary(summary: ReplaySummary, console: Console) -> None:
         console.print(line, highlight=False)
     for note in summary.notes:
         console.print(f"note: {flagged(note)}", style="dim", highlight=False)
+
+
+def _token_weighted_line(figures: dict[str, float | None]) -> str:
+    """The means above with each trajectory weighted by its response tokens (§10.6)."""
+    return (
+        f"by response tokens  gap mean, kept {_number(figures.get('version_gap_mean'))}"
+        f"  span mean, kept {_number(figures.get('version_span_mean_kept'))}"
+        f"  all {_number(figures.get('version_span_mean_all'))}"
+    )
 
 
 _LOOP_ROWS = (*_COLUMNS, ("leftover", "left over"))
@@ -292,6 +306,18 @@ def print_sweep(result: SweepResult, console: Console) -> None:
     ]
     _print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
+        console.print(PARETO_NOTE, highlight=False)
+
+
+def print_policy_sweep(rows: Any, console: Console) -> None:
+    """One row per policy (docs/semantics.md §13), the sweep's columns, the front starred."""
+    names, body = policy_sweep_table(rows)
+    headers = [
+        (name.replace(", ", "\n").replace(" ", "\n"), "left" if name in ("", "policy") else "right")
+        for name in names
+    ]
+    _print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
+    if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
 
 

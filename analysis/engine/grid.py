@@ -32,6 +32,9 @@ SWEEP_SCHEMA: dict[str, Any] = {
     "version_span_mean": pl.Float64,
     "version_span_max": pl.Int64,
     "pareto": pl.Boolean,
+    # docs/semantics.md §10.6: the same means with each trajectory weighted by its tokens
+    "version_gap_mean_tokens": pl.Float64,
+    "version_span_mean_tokens": pl.Float64,
 }
 
 MAX_VALUES = 1_000
@@ -254,6 +257,8 @@ def _row(result: ReplayResult) -> tuple[Any, ...]:
         span["mean"],
         span["max"],
         False,
+        summary.token_weighted.get("version_gap_mean"),
+        summary.token_weighted.get("version_span_mean_kept"),
     )
 
 

@@ -3,7 +3,7 @@ same figures under Dressage's metric names (docs/semantics.md §6)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ class ReplaySummary:
     versions: tuple[str, ...]
     unchecked_trajectories: int
     notes: tuple[str, ...]
+    token_weighted: dict[str, float | None] = field(default_factory=dict)
+    """Mean version gap and span weighted by response tokens (docs/semantics.md §10.6)."""
 
     @property
     def current_version_index(self) -> int | None:
@@ -105,6 +107,7 @@ class ReplaySummary:
         out["version_gap"] = dict(self.version_gap)
         out["version_span"] = {k: dict(v) for k, v in self.version_span.items()}
         out["version_span"]["unchecked_trajectories"] = self.unchecked_trajectories
+        out["token_weighted"] = dict(self.token_weighted)
         out["versions_observed"] = len(self.versions)
         out["versions"] = list(self.versions)
         out["dressage_metrics"] = self.dressage_metrics()
@@ -189,6 +192,7 @@ def summarise(
         versions=observation.versions,
         unchecked_trajectories=prepared.n_trajectories - len(arrays.span),
         notes=tuple(notes),
+        token_weighted=token_weighted(prepared, observation, collection),
     )
 
 
@@ -214,3 +218,52 @@ def kept_gaps(observation: Observation, collection: Collection) -> tuple[np.ndar
     current = collection.current[kept]
     sums = observation.versioned[kept] * current - observation.sum_index[kept]
     return kept, sums, current - observation.max_index[kept], current - observation.min_index[kept]
+
+
+TOKEN_WEIGHTED_KEYS = ("version_gap_mean", "version_span_mean_kept", "version_span_mean_all")
+
+
+def token_weighted(
+    prepared: PreparedLog, observation: Observation, collection: Collection
+) -> dict[str, float | None]:
+    """Mean gap of the kept versioned trajectories and mean span of the kept (and of all)
+    checked trajectories, each trajectory weighted by its response tokens
+    (docs/semantics.md §10.6); None when token counts are unknown or sum to zero."""
+    if not prepared.tokens_known:
+        return dict.fromkeys(TOKEN_WEIGHTED_KEYS)
+    arrays, trajectories = prepared.arrays, prepared.per_trajectory
+    kept_group = collection.decision == KEPT
+    kept_entry = kept_group[arrays.owner]
+    index = {label: position for position, label in enumerate(observation.versions)}
+    index_of_code = np.array([index.get(label, -1) for label in arrays.labels], dtype=np.int64)
+    gaps = collection.current[arrays.owner[kept_entry]] - index_of_code[arrays.codes[kept_entry]]
+    checked = trajectories.span >= 0
+    kept_checked = checked & kept_group[trajectories.arrival]
+    return {
+        "version_gap_mean": _weighted_mean(gaps, entry_tokens(prepared)[kept_entry]),
+        "version_span_mean_kept": _weighted_mean(
+            trajectories.span[kept_checked], trajectories.tokens[kept_checked]
+        ),
+        "version_span_mean_all": _weighted_mean(
+            trajectories.span[checked], trajectories.tokens[checked]
+        ),
+    }
+
+
+def entry_tokens(prepared: PreparedLog) -> np.ndarray:
+    """Response tokens of each versioned trajectory, in the order of ``arrays.codes``
+    (groups in arrival order, trajectories by their first versioned record)."""
+    if "entry_tokens" not in prepared._cache:
+        trajectories = prepared.per_trajectory
+        versioned = trajectories.version_row >= 0
+        order = np.lexsort(
+            (trajectories.first_versioned_row[versioned], trajectories.arrival[versioned])
+        )
+        prepared._cache["entry_tokens"] = trajectories.tokens[versioned][order]
+    tokens: np.ndarray = prepared._cache["entry_tokens"]
+    return tokens
+
+
+def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float | None:
+    total = int(weights.sum())
+    return float(int((values * weights).sum()) / total) if total else None

@@ -143,9 +143,11 @@ def build_report(
     command: str | None = None,
     version: str | None = None,
     written_at: datetime | None = None,
+    policies: Sequence[Any] = (),
 ) -> str:
     """Return the report as one HTML document; ``say`` words the settings its notes name
-    (the command line passes its flags; by default the library's keywords).
+    (the command line passes its flags; by default the library's keywords). ``policies``
+    (:mod:`analysis.policies`) adds a section comparing them (docs/semantics.md §13).
 
     The header says what the report describes: ``inputs`` (as given), the settings grid,
     ``version`` (default: the installed one), ``written_at`` (default: now; shown in UTC)
@@ -214,6 +216,7 @@ def build_report(
         *([("notes", f"Notes ({setting})", [
             "".join(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
         ])] if notes else []),
+        *([_policies_section(prepared, policies, batch_groups)] if policies else []),
     ]  # fmt: skip
     contents = _contents(
         [(anchor, heading) for anchor, heading, _ in sections],
@@ -234,6 +237,35 @@ def build_report(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(page_title)}</title><style>{_STYLE}</style>"
         f"<script>{_CHECK_SCRIPT}</script></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )
+
+
+def _policies_section(
+    prepared: PreparedLog, policies: Sequence[Any], batch_groups: int | None
+) -> tuple[str, str, list[str]]:
+    """Other systems' rules on the same log: the policy sweep as ``sweep --policy`` prints
+    it, and its figure (``plot sweep --policy``)."""
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import plot_policies
+    from analysis.views.tables import policy_sweep_table
+
+    swept = sweep_policies(prepared, policies, batch_groups=batch_groups)
+    headers, body = policy_sweep_table(swept.rows)
+    classes = ["pareto" if efficient else "" for efficient in swept.rows["pareto"].to_list()]
+    return (
+        "policies",
+        "Other systems' rules",
+        [
+            "<p class='note'>Each policy as docs/semantics.md §13 replays it, on the same log "
+            "and B; tok. columns weight each trajectory by its response tokens (§10.6).</p>",
+            _table(headers, body, caption=SWEEP_CAPTION, row_classes=classes),
+            f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
+            _figure(
+                "fig-policies",
+                "Tokens kept against version gap, and groups lost, per policy",
+                plot_policies(swept),
+            ),
+        ],
     )
 
 

@@ -51,3 +51,21 @@ def sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
         for row in rows.iter_rows(named=True)
     ]
     return headers, body
+
+
+def policy_sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """A sweep over policies (docs/semantics.md §13): the sweep's columns with the policy's
+    spec in place of K and M, and the token-weighted gap and span means (§10.6) after them."""
+    headers, body = sweep_table(rows.drop("policy"))
+    headers = ["", "policy", *headers[3:], "tok. gap mean", "tok. span mean"]
+    weighted = zip(
+        rows["policy"].to_list(),
+        rows["version_gap_mean_tokens"].to_list(),
+        rows["version_span_mean_tokens"].to_list(),
+        strict=True,
+    )
+    body = [
+        [line[0], spec, *line[3:], number(gap, 2), number(span, 2)]
+        for line, (spec, gap, span) in zip(body, weighted, strict=True)
+    ]
+    return headers, body

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from analysis.policies import Policy
 from cli.flags import flagged
 from cli.options import (
     BadRecordPolicy,
@@ -21,9 +22,11 @@ from cli.options import (
     OnBadRecord,
     OrderBy,
     Quiet,
+    Reading,
     Traceback,
     TrustPickle,
     one_of,
+    one_policy,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -54,6 +57,16 @@ def plot(
     max_preempts: MaxPreemptsList = "none,0..3",
     batch_groups: BatchGroups = None,
     order_by: OrderBy = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            help="Draw these policies (repeat it; kind sweep only): tokens kept against "
+            "version gap, and what each loses (docs/semantics.md §13).",
+            metavar="SPEC",
+            show_default=False,
+        ),
+    ] = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -65,6 +78,15 @@ def plot(
 (single-setting kinds use the first K and M)."""
     from analysis.views.plots import FIGURE_FORMATS, make_plot, save_figure, settings_note
 
+    if policy:
+        _plot_policies(
+            kind, [one_policy(text) for text in policy], inputs, output, batch_groups=batch_groups,
+            quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
+                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+                order_by=order_by, quiet=quiet, include_eval=include_eval,
+            ),
+        )  # fmt: skip
+        return
     ks, ms = parse_grid(keep_versions, max_preempts)
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     logs = reading(
@@ -81,4 +103,36 @@ def plot(
     typer.echo(f"wrote {output}", err=True)
     if (note := settings_note(kind.value, ks, ms)) is not None:
         typer.echo(f"note: {flagged(note)}", err=True)
+    warn(report)
+
+
+def _plot_policies(
+    kind: PlotKind,
+    policies: list[Policy],
+    inputs: list[Path],
+    output: Path,
+    *,
+    batch_groups: int | None,
+    quiet: bool,
+    grid: tuple[str, str],
+    reading_: Reading,
+) -> None:
+    """``plot sweep --policy A --policy B``: every policy on the same axes."""
+    from analysis.policies import sweep_policies
+    from analysis.views.plots import FIGURE_FORMATS, save_figure
+    from analysis.views.policy_plots import plot_policies
+    from cli.commands.policies import run_batch_groups
+
+    if kind is not PlotKind.sweep or grid != ("0..4", "none,0..3"):
+        raise typer.BadParameter(
+            "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
+            param_hint="--policy",
+        )
+    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
+    _, prepared, report = reading_.prepare()
+    batch_groups = run_batch_groups(inputs, batch_groups)
+    with progress_bar("replaying policies", quiet=quiet) as update:
+        result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
+    save_figure(plot_policies(result), output)
+    typer.echo(f"wrote {output}", err=True)
     warn(report)

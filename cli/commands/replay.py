@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from analysis.policies import DressagePolicy
 from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
@@ -19,12 +20,14 @@ from cli.options import (
     Inputs,
     OnBadRecord,
     OrderBy,
+    PolicyOption,
     Quiet,
     Reading,
     Traceback,
     TrustPickle,
     one_keep_versions,
     one_max_preempts,
+    one_policy,
     reading,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
@@ -76,6 +79,7 @@ def replay(
             metavar=FLAG,
         ),
     ] = False,
+    policy: PolicyOption = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -90,14 +94,37 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+    chosen = (
+        None
+        if policy is None
+        else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
+    )
+    run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    if chosen is not None and not (run_folder and isinstance(chosen, DressagePolicy)):
+        from cli.commands.policies import replay_with_policy
+
+        replay_with_policy(
+            inputs, chosen,
+            batch_groups=batch_groups, order_by=order_by, json_output=json_output,
+            decisions=decisions, trajectories=trajectories, bias=bias,
+            reading_=reading(
+                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+                order_by=order_by, quiet=quiet, include_eval=include_eval,
+            ),
+        )  # fmt: skip
+        return
+    if run_folder:  # Dressage's own loop, also for --policy dressage:k=K (docs/semantics.md §13.7)
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
         )  # fmt: skip
+        if isinstance(chosen, DressagePolicy):
+            keep_versions, limit = chosen.keep_versions, chosen.max_preempts
+        else:
+            limit = one_max_preempts(max_preempts)
         replay_run_folder(
-            inputs[0], keep_versions, one_max_preempts(max_preempts),
-            json_output=json_output, decisions=decisions, trajectories=trajectories,
+            inputs[0], keep_versions, limit, json_output=json_output, decisions=decisions,
+            trajectories=trajectories, policy=None if chosen is None else chosen.to_dict(),
         )  # fmt: skip
         return
     config = analysis.ReplayConfig(
@@ -171,9 +198,11 @@ def replay_run_folder(
     json_output: bool,
     decisions: Path | None,
     trajectories: Path | None,
+    policy: dict[str, Any] | None = None,
 ) -> None:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
-    run's own (its span rejections are on disk, its batch size in its log)."""
+    run's own (its span rejections are on disk, its batch size in its log). ``policy``
+    (the Dressage policy it was asked as, docs/semantics.md §13) heads the JSON."""
     if max_preempts is not None:
         typer.echo(
             f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
@@ -187,7 +216,7 @@ def replay_run_folder(
         typer.echo(f"wrote {path}", err=True)
     with results_out():
         if json_output:
-            print_json(result.to_dict())
+            print_json({"policy": policy, **result.to_dict()} if policy else result.to_dict())
         else:
             from cli.render import print_run_summary
 

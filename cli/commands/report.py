@@ -24,6 +24,7 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
+    one_policy,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -37,6 +38,16 @@ def report(
     max_preempts: MaxPreemptsList = "none,0..3",
     batch_groups: BatchGroups = None,
     order_by: OrderBy = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            help="Also compare these policies (repeat it), in a section of their own "
+            "(docs/semantics.md §13).",
+            metavar="SPEC",
+            show_default=False,
+        ),
+    ] = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -48,6 +59,7 @@ def report(
     from analysis.views.report import REPORT_FORMATS, build_report, write_report
 
     ks, ms = parse_grid(keep_versions, max_preempts)
+    policies = [one_policy(text) for text in policy or ()]
     analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
@@ -58,11 +70,12 @@ def report(
         inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
         on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
     )  # fmt: skip
+    command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(
             prepared, table, analysis.inspect_log(table, loaded),
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
-            say=say_setting, inputs=inputs, command=command,
+            say=say_setting, inputs=inputs, command=command, policies=policies,
         )  # fmt: skip
     write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)

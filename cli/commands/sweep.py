@@ -23,6 +23,7 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
+    one_policy,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -46,6 +47,17 @@ def sweep(
         bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
     ] = False,
     order_by: OrderBy = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            help="Sweep these policies instead of K and M (repeat it): dressage:k=2,m=1, "
+            "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
+            "nemo-windowed:max_staleness_versions=1 (docs/semantics.md §13); one row each.",
+            metavar="SPEC",
+            show_default=False,
+        ),
+    ] = None,
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
@@ -53,7 +65,28 @@ def sweep(
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Replay every combination of K and M from one load of the log; mark the Pareto front."""
+    """Replay every combination of K and M from one load of the log; mark the Pareto front.
+
+    With --policy (repeated), one row per policy instead (docs/semantics.md §13)."""
+    if policy:
+        from cli.commands.policies import sweep_with_policies
+
+        if (keep_versions, max_preempts) != ("0..4", "none,0..3"):
+            raise typer.BadParameter(
+                "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
+                param_hint="--policy",
+            )
+        policies = [one_policy(text) for text in policy]
+        if output is not None:
+            analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+        sweep_with_policies(
+            inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
+            quiet=quiet, reading_=reading(
+                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
+                order_by=order_by, quiet=quiet, include_eval=include_eval,
+            ),
+        )  # fmt: skip
+        return
     ks, ms = parse_grid(keep_versions, max_preempts)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)

@@ -1,0 +1,200 @@
+"""`replay --policy` and `sweep --policy` (docs/semantics.md §13): every input format the
+tool reads, the policy and its knobs in --json, one sweep table, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import analysis
+from analysis.policies import parse_policy, replay_policy
+from cli.app import app
+
+runner = CliRunner()
+
+SPECS = (
+    "dressage:k=2,m=1",
+    "prime-rl:max_off_policy_steps=1",
+    "verl-drop:max_off_policy_threshold=2",
+    "nemo-windowed:max_staleness_versions=1",
+    "nemo-windowed:max_staleness_versions=1,order=freshest",
+)
+SAMPLES = ("sample_data/rollouts.jsonl", "sample_data/dumps", "sample_data/artifacts")
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+@pytest.mark.parametrize("spec", SPECS)
+def test_replay_policy_on_every_sample_format(sample: str, spec: str) -> None:
+    result = runner.invoke(app, ["replay", sample, "--policy", spec, "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    policy = parse_policy(spec)
+    assert summary["policy"]["name"] == policy.name
+    assert summary["policy"]["knobs"] == policy.knobs()
+    if sample.endswith("artifacts") and policy.name == "dressage":
+        return  # Dressage's own loop over a run folder (README: Your run's logs)
+    assert summary["groups"]["total"] == 40
+    assert set(summary["token_weighted"]) == {
+        "version_gap_mean", "version_span_mean_kept", "version_span_mean_all",
+    }  # fmt: skip
+    terminal = runner.invoke(app, ["replay", sample, "--policy", spec])
+    assert terminal.exit_code == 0, terminal.stderr
+    assert "by response tokens  gap mean, kept" in terminal.stdout
+
+
+def test_jsonl_and_dumps_give_the_same_peer_decisions() -> None:
+    """The same run in two formats replays to the same figures under a peer rule."""
+    figures = []
+    for sample in SAMPLES[:2]:
+        result = runner.invoke(
+            app, ["replay", sample, "--policy", "prime-rl:max_off_policy_steps=1", "--json"]
+        )
+        figures.append({k: json.loads(result.stdout)[k] for k in ("groups", "version_gap")})
+    assert figures[0] == figures[1]
+
+
+@pytest.mark.parametrize("spec", SPECS[:4])
+def test_replay_policy_on_a_real_run_folder(run_folders: dict[str, Path], spec: str) -> None:
+    result = runner.invoke(app, ["replay", str(run_folders["k2-m1"]), "--policy", spec, "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["policy"]["knobs"] == parse_policy(spec).knobs()
+    assert summary["groups"]["total"] == 47
+    if spec.startswith("dressage"):
+        # Dressage's own loop, as `replay RUN -k 2` (its checks against the run's files).
+        assert summary["checks"]["agree"] == summary["checks"]["total"]
+    else:
+        assert summary["config"] == {"batch_groups": 2}  # the run's own batch size
+        assert "the run's own batch size" in result.stderr
+
+
+def test_replay_policy_writes_decisions_with_the_start_version(tmp_path: Path) -> None:
+    out = tmp_path / "decisions.csv"
+    result = runner.invoke(
+        app,
+        ["replay", SAMPLES[0], "--policy", SPECS[1], "--decisions", str(out), "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    import polars as pl
+
+    frame = pl.read_csv(out)
+    assert frame.columns[:6] == [
+        "group_id",
+        "decision",
+        "stage",
+        "batch",
+        "version_index",
+        "version_gap",
+    ]
+    assert "start_version_index" in frame.columns
+    library = replay_policy(analysis.load_logs([Path(SAMPLES[0])]), parse_policy(SPECS[1]))
+    assert frame["decision"].to_list() == library.decisions["decision"].to_list()
+
+
+def test_sweep_policies_is_one_table_with_the_same_columns() -> None:
+    args = ["sweep", SAMPLES[0]]
+    for spec in SPECS:
+        args += ["--policy", spec]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["policy"] for row in rows] == [parse_policy(s).label() for s in SPECS]
+    plain = json.loads(
+        runner.invoke(app, ["sweep", SAMPLES[0], "-k", "2", "-m", "1", "--json"]).stdout
+    )
+    assert set(plain[0]) | {"policy", "knobs"} == set(rows[0])
+    for row, spec in zip(rows, SPECS, strict=True):
+        single = json.loads(
+            runner.invoke(app, ["replay", SAMPLES[0], "--policy", spec, "--json"]).stdout
+        )
+        assert row["groups_kept_pct"] == pytest.approx(100 * single["groups"]["rates"]["kept"])
+        assert row["version_gap_mean_tokens"] == single["token_weighted"]["version_gap_mean"]
+    terminal = runner.invoke(app, args)
+    assert terminal.exit_code == 0, terminal.stderr
+    assert terminal.stdout.count("Sweep (shares in %)") >= 1
+    for spec in SPECS:
+        assert parse_policy(spec).label() in terminal.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--policy", "areal:eta=1"], 7, "no policy named 'areal'; known: dressage:"),
+        (["--policy", "prime-rl:max_off_policy_steps=-1"], 7, "between 0 and"),
+        (["--policy", "nemo-windowed:max_staleness_versions=1,order=random"], 7, "fifo, freshest"),
+        (["--policy", "prime-rl", "-k", "2"], 2, "give K and M"),
+    ],
+)
+def test_bad_policy_specs_are_one_line(args: list[str], code: int, says: str) -> None:
+    for command in ("replay", "sweep"):
+        result = runner.invoke(app, [command, SAMPLES[0], *args])
+        assert result.exit_code == code, result.output
+        if code == 2:  # a usage error, in typer's words (as every flag's)
+            assert says in result.stderr and "--policy" in result.stderr
+            continue
+        error = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(error) == 1 and says in error[0], result.stderr
+        assert error[0].startswith("Error: --policy ")
+
+
+def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import plot_policies
+
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    result = sweep_policies(prepared, [parse_policy(s) for s in SPECS])
+    scatter_ax, loss_ax = plot_policies(result).axes
+    legend = [text.get_text() for text in scatter_ax.get_legend().get_texts()]
+    assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
+    # One bar per policy and outcome, of the outcome's share.
+    assert len(loss_ax.patches) == 4 * len(SPECS)
+    widths = [bar.get_width() for bar in loss_ax.patches[: len(SPECS)]]
+    assert widths == pytest.approx(result.rows["dropped_arrival_pct"].to_list())
+    out = tmp_path / "policies.png"
+    args = ["plot", "sweep", SAMPLES[0], "-o", str(out)]
+    for spec in SPECS[:3]:
+        args += ["--policy", spec]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    refused = runner.invoke(
+        app, ["plot", "spans", SAMPLES[0], "-o", str(out), "--policy", SPECS[1]]
+    )
+    assert refused.exit_code == 2
+
+
+def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    args = ["report", SAMPLES[0], "-o", str(out), "-k", "2", "-m", "1"]
+    for spec in SPECS[:3]:
+        args += ["--policy", spec]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.stderr
+    page = out.read_text()
+    section = page.split("<section id='policies'>", 1)[1].split("</section>", 1)[0]
+    for spec in SPECS[:3]:
+        assert parse_policy(spec).label() in section
+    assert "data:image/png;base64," in section  # the figure, inline
+    assert "tok. gap mean" in section
+    # The command that writes the report again names the policies.
+    assert " --policy prime-rl:max_off_policy_steps=1 " in page
+    plain = tmp_path / "plain.html"
+    runner.invoke(app, ["report", SAMPLES[0], "-o", str(plain), "-k", "2", "-m", "1"])
+    assert "id='policies'" not in plain.read_text()
+
+
+def test_dressage_policy_on_a_run_folder_is_its_loop_and_refuses_the_simple_loops_options(
+    run_folders: dict[str, Path],
+) -> None:
+    folder = str(run_folders["k2-m1"])
+    by_policy = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "--json"])
+    by_flag = runner.invoke(app, ["replay", folder, "-k", "2", "--json"])
+    summary = json.loads(by_policy.stdout)
+    assert summary.pop("policy")["knobs"] == {"keep_versions": 2, "max_preempts": None}
+    assert summary == json.loads(by_flag.stdout)
+    refused = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "-b", "3"])
+    assert refused.exit_code == 2
+    assert "--batch-groups" in refused.stderr

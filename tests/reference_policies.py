@@ -1,0 +1,296 @@
+"""Slow, obviously-correct reference models of the other systems' batch-assembly rules,
+transcribed from docs/semantics.md §13, and of the token-weighted figures of §10.6.
+
+One plain loop per system over the groups of ``tests.reference`` (same record reading,
+same trajectory versions), so that ``analysis.policies`` can be checked against them in
+``tests/analysis/test_policies.py``. Each loop is written from its system's rule, not
+from the engine's shared loop: that they agree is what the differential tests check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.reference import (
+    Group,
+    Record,
+    ReferenceResult,
+    _summary,
+    group_records,
+    real_label,
+)
+
+
+class _Log:
+    """What every rule reads: groups in arrival order, the observed versions, each
+    group's start index and the observed index once it has arrived (§13.1, §3.1)."""
+
+    def __init__(self, records: list[Record]) -> None:
+        self.groups = group_records(records)
+        self.versions: list[str] = []
+        self.now_after: list[int] = []
+        for group in self.groups:
+            for _, version in group.trajectory_versions():
+                if version not in self.versions:
+                    self.versions.append(version)
+            self.now_after.append(len(self.versions) - 1)
+        self.start = [self._start(group) for group in self.groups]
+        self.decisions: dict[str, dict[str, Any]] = {}
+        self.kept_gaps: list[int] = []
+        self.current: dict[str, int] = {}
+        self.batch_count = 0
+        self.last_partial = False
+
+    def _start(self, group: Group) -> int | None:
+        """Stalest of the trajectory versions and of the token labels that are versions."""
+        candidates = [self.versions.index(v) for _, v in group.trajectory_versions()]
+        for record in group.records:
+            for value in record.token_versions or []:
+                label = real_label(value)
+                if label is not None and label in self.versions:
+                    candidates.append(self.versions.index(label))
+        return min(candidates) if candidates else None
+
+    def stalest_end(self, group: Group) -> int | None:
+        indices = [self.versions.index(v) for _, v in group.trajectory_versions()]
+        return min(indices) if indices else None
+
+    def decide(
+        self, number: int, decision: str, stage: str | None, now: int, batch: int | None = None
+    ) -> None:
+        group = self.groups[number]
+        index = self.stalest_end(group)
+        self.current[group.group_id] = now
+        self.decisions[group.group_id] = {
+            "group_id": group.group_id,
+            "decision": decision,
+            "stage": stage,
+            "batch": batch,
+            "version_index": index,
+            "version_gap": None if index is None else now - index,
+        }
+
+    def emit(self, members: list[int], now: int) -> None:
+        for number in members:
+            self.decide(number, "kept", None, now, self.batch_count)
+            for _, version in self.groups[number].trajectory_versions():
+                self.kept_gaps.append(now - self.versions.index(version))
+        self.batch_count += 1
+
+    def lag(self, number: int, clock: int) -> int | None:
+        start = self.start[number]
+        return None if start is None else clock - start
+
+    def result(self, batch_groups: int) -> ReferenceResult:
+        summary = _summary(
+            self.groups,
+            self.decisions,
+            versions=self.versions,
+            kept_gaps=self.kept_gaps,
+            batch_count=self.batch_count,
+            last_partial=self.last_partial,
+            config={"batch_groups": batch_groups},
+        )
+        return ReferenceResult(
+            decisions=[self.decisions[g.group_id] for g in self.groups], summary=summary
+        )
+
+
+def too_stale(lag: int | None, bound: int) -> bool:
+    return lag is not None and lag > bound
+
+
+def prime_rl_reference(
+    records: list[Record], *, max_off_policy_steps: int, batch_groups: int, clock: str = "versions"
+) -> ReferenceResult:
+    """prime-rl: keep iff (step - 1) - start <= M; in-flight cancel = drop on arrival;
+    the queue is swept at every step advance; a full queue ships as a batch."""
+    log = _Log(records)
+    queue: list[int] = []
+    step = -1 if clock == "versions" else 0  # (step - 1): the version the batch trains
+    for number, group in enumerate(log.groups):
+        now = log.now_after[number]
+        if clock == "versions" and now > step:
+            step = now
+            for waiting in list(queue):
+                if too_stale(log.lag(waiting, step), max_off_policy_steps):
+                    log.decide(waiting, "dropped_stale", "pending", now)
+                    queue.remove(waiting)
+        if group.is_failed():
+            log.decide(number, "failed", None, now)
+        elif too_stale(log.lag(number, step), max_off_policy_steps):
+            log.decide(number, "dropped_stale", "arrival", now)
+        else:
+            queue.append(number)
+            if len(queue) == batch_groups:
+                log.emit(queue, now)
+                queue = []
+                if clock == "steps":
+                    step = log.batch_count
+    if queue:
+        log.emit(queue, log.now_after[-1])
+        log.last_partial = True
+    return log.result(batch_groups)
+
+
+def verl_drop_reference(
+    records: list[Record],
+    *,
+    max_off_policy_threshold: int,
+    batch_groups: int,
+    clock: str = "versions",
+) -> ReferenceResult:
+    """verl v1 drop: at sample(), evict finished groups with g - g0 + 1 > T, then take the
+    batch_size oldest-submitted (smallest g0) if that many remain."""
+    log = _Log(records)
+    finished: list[int] = []
+    g = -1 if clock == "versions" else 0
+
+    def sample(now: int, *, at_end: bool) -> None:
+        nonlocal finished, g
+        while finished and (len(finished) >= batch_groups or at_end):
+            for waiting in list(finished):
+                lag = log.lag(waiting, g)
+                if lag is not None and lag + 1 > max_off_policy_threshold:
+                    log.decide(waiting, "dropped_stale", "pending", now)
+                    finished.remove(waiting)
+            if not finished or (len(finished) < batch_groups and not at_end):
+                return
+            # A group without versions sorts first (verl counts a missing g0 as 0).
+            ordered = sorted(
+                finished, key=lambda n: (log.start[n] if log.start[n] is not None else -1, n)
+            )
+            chosen = ordered[:batch_groups]
+            if at_end and len(finished) < batch_groups:
+                log.last_partial = True
+            log.emit(chosen, now)
+            finished = [n for n in finished if n not in chosen]
+            if clock == "steps":
+                g = log.batch_count
+
+    for number, group in enumerate(log.groups):
+        now = log.now_after[number]
+        if clock == "versions":
+            g = max(g, now)
+        if group.is_failed():
+            log.decide(number, "failed", None, now)
+            continue
+        finished.append(number)
+        sample(now, at_end=False)
+    if log.groups:
+        sample(log.now_after[-1], at_end=True)
+    return log.result(batch_groups)
+
+
+# One plain loop with its helpers inside, to be read against §13 top to bottom.
+def nemo_windowed_reference(  # noqa: C901
+    records: list[Record],
+    *,
+    max_staleness_versions: int,
+    batch_groups: int,
+    order: str = "fifo",
+    clock: str = "versions",
+) -> ReferenceResult:
+    """NeMo-RL windowed: abort in-flight groups with start < s - M (seen as a drop on
+    arrival), evict ready groups below the window when the trainer version advances,
+    select up to B ready groups inside the window, FIFO or freshest first."""
+    log = _Log(records)
+    ready: list[int] = []
+    s = -1 if clock == "versions" else 0
+
+    def below_window(number: int) -> bool:
+        start = log.start[number]
+        return start is not None and start < s - max_staleness_versions
+
+    def select(now: int, *, at_end: bool) -> None:
+        nonlocal ready, s
+        while ready and (len(ready) >= batch_groups or at_end):
+            if order == "freshest":
+                ordered = sorted(
+                    ready, key=lambda n: (-(log.start[n] if log.start[n] is not None else -1), n)
+                )
+            else:
+                ordered = list(ready)
+            chosen = ordered[:batch_groups]
+            if at_end and len(ready) < batch_groups:
+                log.last_partial = True
+            log.emit(chosen, now)
+            ready = [n for n in ready if n not in chosen]
+            if clock == "steps":
+                s = log.batch_count
+                evict(now)
+
+    def evict(now: int) -> None:
+        nonlocal ready
+        for waiting in list(ready):
+            if below_window(waiting):
+                log.decide(waiting, "dropped_stale", "pending", now)
+                ready.remove(waiting)
+
+    for number, group in enumerate(log.groups):
+        now = log.now_after[number]
+        if clock == "versions" and now > s:
+            s = now
+            evict(now)
+        if group.is_failed():
+            log.decide(number, "failed", None, now)
+        elif below_window(number):
+            log.decide(number, "dropped_stale", "arrival", now)
+        else:
+            ready.append(number)
+            select(now, at_end=False)
+    if log.groups:
+        select(log.now_after[-1], at_end=True)
+    return log.result(batch_groups)
+
+
+def start_indices(records: list[Record]) -> list[int | None]:
+    """Each group's start version index (§13.1), groups in arrival order."""
+    return _Log(records).start
+
+
+def token_weighted_reference(
+    records: list[Record], decisions: list[dict[str, Any]], *, max_preempts: int | None = None
+) -> dict[str, float | None]:
+    """§10.6 from a replay's decisions: each kept versioned trajectory's gap (current index at
+    its batch - index of its own version) and each checked trajectory's span, weighted by the
+    response tokens of its records."""
+    groups = group_records(records)
+    if any(r.response_tokens is None for g in groups for r in g.records):
+        return dict.fromkeys(
+            ("version_gap_mean", "version_span_mean_kept", "version_span_mean_all")
+        )
+    versions: list[str] = []
+    by_id = {d["group_id"]: d for d in decisions}
+    for group in groups:
+        if by_id[group.group_id]["decision"] == "rejected_span":
+            continue
+        for _, version in group.trajectory_versions():
+            if version not in versions:
+                versions.append(version)
+    gap_sum = gap_weight = 0
+    spans: dict[str, list[int]] = {"kept": [0, 0], "all": [0, 0]}
+    for group in groups:
+        decision = by_id[group.group_id]
+        kept = decision["decision"] == "kept"
+        tokens = {
+            t.key: sum(r.response_tokens or 0 for r in t.records) for t in group.trajectories()
+        }
+        if kept and decision["version_index"] is not None:
+            current = decision["version_index"] + decision["version_gap"]
+            for tid, version in group.trajectory_versions():
+                weight = tokens["id:" + tid]
+                gap_sum += weight * (current - versions.index(version))
+                gap_weight += weight
+        for trajectory in group.trajectories():
+            span = trajectory.version_span()
+            if span is None:
+                continue
+            for key in ("kept", "all") if kept else ("all",):
+                spans[key][0] += tokens[trajectory.key] * span
+                spans[key][1] += tokens[trajectory.key]
+    return {
+        "version_gap_mean": gap_sum / gap_weight if gap_weight else None,
+        "version_span_mean_kept": spans["kept"][0] / spans["kept"][1] if spans["kept"][1] else None,
+        "version_span_mean_all": spans["all"][0] / spans["all"][1] if spans["all"][1] else None,
+    }
