@@ -582,9 +582,11 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     """How many rows have each decision (all five, zeros included), and stale drops by stage."""
     counts = dict.fromkeys(LOOP_DECISIONS, 0)
     counts.update(frame.group_by("decision").len().iter_rows())
-    stages = frame.filter(pl.col("decision") == "dropped_stale")["stage"].value_counts()
-    for stage, count in stages.iter_rows():
-        counts[f"dropped_stale_{stage}"] = count
+    # Both stages, zeros included, in one order: value_counts' order is not fixed, and a
+    # stage without drops left its key out (the JSON's shape changed from run to run).
+    stale = frame.filter(pl.col("decision") == "dropped_stale")["stage"].to_list()
+    for stage in ("arrival", "pending"):
+        counts[f"dropped_stale_{stage}"] = stale.count(stage)
     return {"total": frame.height, **counts}
 
 

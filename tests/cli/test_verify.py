@@ -58,6 +58,15 @@ def test_replay_of_a_run_folder_reproduces_what_dressage_decided(
     kept = sum(1 for attempt in truth[name] if attempt["outcome"] == "kept")
     assert summary["model"] == "dressage-loop" and summary["groups"]["kept"] == kept
     assert summary["checks"]["agree"] == summary["checks"]["total"] > 0
+    # one shape and order of keys for every run (the stages' order once varied)
+    assert list(summary["groups"]) == [
+        "total", "kept", "dropped_stale", "rejected_span", "failed", "leftover",
+        "dropped_stale_arrival", "dropped_stale_pending",
+    ]  # fmt: skip
+    stale = [a for a in truth[name] if a["outcome"] == "dropped_stale"]
+    assert summary["groups"]["dropped_stale_arrival"] + summary["groups"][
+        "dropped_stale_pending"
+    ] == len(stale)
 
 
 @pytest.mark.parametrize("name", RUNS)
