@@ -152,7 +152,8 @@ def _checked(rule: AdmissionRule, spec: str) -> AdmissionRule:
 
 def default_step_offset(formats: list[str] | tuple[str, ...]) -> int:
     """Which version a trainer step trains, as step - offset: prime-rl's batch ``step``
-    trains version ``step - 1``; Dressage's and slime's rollout ``r`` trains version ``r``."""
+    trains version ``step - 1``; Dressage's and slime's rollout ``r`` is taken to train version
+    ``r`` (one update per rollout, versions counted from 0)."""
     return 1 if formats and all(name == "prime-rl" for name in formats) else 0
 
 

@@ -114,8 +114,17 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         attempt_groups=table.filter(pl.col("group_id").str.contains(_ATTEMPT))[
             "group_id"
         ].n_unique(),
-        limits=peer_limits(report.formats),
+        limits=peer_limits(report.formats) + _start_versions(table, report.formats),
     )
+
+
+def _start_versions(table: pl.DataFrame, formats: list[str]) -> tuple[str, ...]:
+    """For an AReaL log, how many groups have no start version (head_version -1)."""
+    if "areal" not in formats or table.height == 0:
+        return ()
+    groups = table.group_by("group_id").agg(pl.col("version_spans").is_not_null().any())
+    unknown = groups.filter(~pl.col("version_spans")).height
+    return (f"start version unknown for {unknown:,} of {groups.height:,} groups in this log",)
 
 
 def _misordered_numeric(observed: tuple[str, ...]) -> int:
