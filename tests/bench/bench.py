@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -267,6 +268,51 @@ def two_core_scaling(files: list[Path]) -> float:
     return one / two
 
 
+def median_of_each(commands: Sequence[Sequence[str]], repeat: int = 9) -> list[float]:
+    """Median wall time of each command, run in a fresh process ``repeat`` times, the
+    commands taking turns (a start-up time on a shared host varies more than a long run:
+    the median says what a user sees)."""
+    times: list[list[float]] = [[] for _ in commands]
+    for _ in range(repeat):
+        for i, command in enumerate(commands):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(each) for each in times]
+
+
+def bench_start() -> list[dict[str, Any]]:
+    """Target 4 of issue 17: how long the command line takes to start."""
+    # As an installed package has them: the modules' bytecode cached (a host that sets
+    # PYTHONDONTWRITEBYTECODE would otherwise compile them at every start, ~0.1 s).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "analysis", "cli"], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    script = Path(sys.executable).with_name("dressage-replay")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+    sample = str(ROOT / "sample_data" / "rollouts.jsonl")
+    version, help_, replay, polars = median_of_each(
+        [
+            [*command, "--version"],
+            [*command, "--help"],
+            [*command, "replay", sample],
+            [sys.executable, "-c", "import polars"],
+        ]
+    )
+    print(
+        f"{'   (dressage-replay --help)':<58} {f'{help_:.2f}s':>26}   for reference",
+        flush=True,
+    )
+    return [
+        row("7. dressage-replay --version (median)", f"{version:.2f}s", "<= 0.3s", version <= 0.3),
+        row(
+            "8. replay of sample_data/rollouts.jsonl vs import polars",
+            f"{replay:.2f}s / {polars:.2f}s = {replay / polars:.1f}x",
+            "<= 3x",
+            replay <= 3 * polars,
+        ),
+    ]
+
+
 def bench_large_convert() -> list[dict[str, Any]]:
     path = ensure(DATA / "large.jsonl", lambda p: long_token_jsonl(p, groups=7_500))
     size = path.stat().st_size / 1e9
@@ -302,6 +348,7 @@ def main() -> None:
     results += bench_against_reference()
     results += bench_jsonl_ingestion()
     results += bench_artifacts()
+    results += bench_start()
     if args.large:
         results += bench_large_convert()
     if args.json:
