@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import itertools
 import json
 import math
 import os
@@ -439,17 +438,31 @@ def write_canonical_parquet(
     chunk_records: int = 20_000,
     fields: FieldMap | None = None,
 ) -> int:
-    """Write records straight to the canonical Parquet layout, a chunk at a time."""
-    from analysis.io.load import records_to_table
+    """Write records straight to the canonical Parquet layout, ``chunk_records`` rows a
+    part (row group), as :func:`records_to_table` would build each part.
+
+    Each record is mapped to its canonical row as it comes and then let go: memory holds
+    one part's rows (a few small values each), never a part's raw records, whose token
+    lists are most of their size.
+    """
+    from analysis.io.fields import canonical_row
+    from analysis.io.frames import rows_to_frame
 
     fields = fields or FieldMap()
+    source = str(path)
 
     def chunks() -> Iterator[pl.DataFrame]:
-        done = 0
-        stream = iter(records)
-        while batch := list(itertools.islice(stream, chunk_records)):
-            yield records_to_table(batch, fields=fields, source=str(path), first_record=done + 1)
-            done += len(batch)
+        rows: list[dict[str, Any]] = []
+        for number, record in enumerate(records, start=1):
+            row = canonical_row(record, fields=fields, where=f"{source}: record {number}")
+            row["source"] = source
+            row["record"] = number
+            rows.append(row)
+            if len(rows) == chunk_records:
+                yield rows_to_frame(rows, (), where=source)
+                rows = []
+        if rows:
+            yield rows_to_frame(rows, (), where=source)
 
     return write_canonical_chunks(chunks(), Path(path))
 

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import analysis
-from cli.options import FLAG, Traceback, choice_metavar, number_option, one_of, whole_option
+from cli.options import (
+    FLAG,
+    Quiet,
+    Traceback,
+    choice_metavar,
+    number_option,
+    one_of,
+    whole_option,
+)
+from cli.output import progress_bar
 
 
 class LogFormatChoice(StrEnum):
@@ -91,6 +101,7 @@ def simulate(
         float,
         number_option("Fraction of groups with an aborted sample."),
     ] = 0.0,
+    quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
@@ -105,5 +116,25 @@ def simulate(
         log_prob_noise=log_prob_noise, seed=seed,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
-    count = analysis.write_log(analysis.simulate(config), output, chosen)
+    with progress_bar("simulating", quiet=quiet) as update:
+        records = analysis.simulate(config)
+        if update is not None:
+            records = groups_done(records, groups, update)
+        count = analysis.write_log(records, output, chosen)
     typer.echo(f"wrote {count:,} records ({groups:,} groups) to {output}", err=True)
+
+
+def groups_done(
+    records: Iterable[dict[str, Any]], groups: int, update: Callable[[int, int], None]
+) -> Iterator[dict[str, Any]]:
+    """The records, telling ``update`` how many of the groups have been written (a group's
+    records come together, in completion order), every 1,000 records and at the end."""
+    done, last = 0, None
+    for number, record in enumerate(records):
+        if record.get("group_index") != last:
+            last = record.get("group_index")
+            done += 1
+        if number % 1000 == 0:
+            update(done - 1, groups)  # the current group is not written yet
+        yield record
+    update(done, groups)

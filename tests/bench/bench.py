@@ -268,6 +268,59 @@ def two_core_scaling(files: list[Path]) -> float:
     return one / two
 
 
+def simulate_in_child(folder: Path, name: str, groups: int) -> tuple[float, float, int]:
+    """``dressage-replay simulate`` of ``groups`` groups of 8 (its default shapes) into
+    ``folder/name``, in a child process: (seconds, peak resident memory in MB, records)."""
+    code = (
+        "import resource, sys\n"
+        "from cli import run\n"
+        "sys.argv = ['dressage-replay', *sys.argv[1:]]\n"
+        "try:\n"
+        "    run()\n"
+        "finally:\n"
+        "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    arguments = ["simulate", "-o", str(folder / name), "--groups", str(groups)]
+    arguments += ["--samples-per-prompt", "8", "--seed", "1", "--quiet"]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments], capture_output=True, text=True, cwd=ROOT
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    lines = done.stderr.strip().splitlines()
+    records = int(lines[-2].split()[1].replace(",", ""))  # "wrote N records (...) to ..."
+    return elapsed, int(lines[-1]) / 1e3, records
+
+
+def bench_simulate() -> list[dict[str, Any]]:
+    """Target 3 of issue 17: simulate streams to Parquet in flat memory, about as fast
+    per record as to JSONL (which is measured on a tenth of the groups: it writes ~6 GB
+    for all of them)."""
+    DATA.mkdir(parents=True, exist_ok=True)  # beside the other inputs: room for ~1 GB
+    with tempfile.TemporaryDirectory(dir=DATA) as folder:
+        seconds, peak, records = simulate_in_child(Path(folder), "sim.parquet", 100_000)
+        jsonl_seconds, _, jsonl_records = simulate_in_child(Path(folder), "sim.jsonl", 10_000)
+    per_record = seconds / records * 1e6
+    jsonl_per_record = jsonl_seconds / jsonl_records * 1e6
+    ratio = per_record / jsonl_per_record
+    return [
+        row(
+            "9. simulate 100,000 groups x 8 to Parquet: peak memory",
+            f"{peak:.0f} MB ({seconds:.0f}s)",
+            "<= 400 MB",
+            peak <= 400,
+        ),
+        row(
+            "10. ...its time per record vs to JSONL",
+            f"{per_record:.0f} vs {jsonl_per_record:.0f} us = {ratio:.2f}x",
+            "<= 1.5x",
+            ratio <= 1.5,
+        ),
+    ]
+
+
 def median_of_each(commands: Sequence[Sequence[str]], repeat: int = 9) -> list[float]:
     """Median wall time of each command, run in a fresh process ``repeat`` times, the
     commands taking turns (a start-up time on a shared host varies more than a long run:
@@ -349,6 +402,7 @@ def main() -> None:
     results += bench_jsonl_ingestion()
     results += bench_artifacts()
     results += bench_start()
+    results += bench_simulate()
     if args.large:
         results += bench_large_convert()
     if args.json:
