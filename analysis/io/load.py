@@ -28,7 +28,7 @@ from analysis.errors import (
 from analysis.io.artifacts import read_artifact_folder
 from analysis.io.canonical import read_canonical
 from analysis.io.discover import Source, detect_sources, unreadable_error
-from analysis.io.dumps import dump_samples, order_dumps
+from analysis.io.dumps import dump_rollout_id, dump_samples, order_dumps
 from analysis.io.fields import (
     FieldMap,
     canonical_row,
@@ -198,7 +198,7 @@ class _Reading:
     def __init__(self, options: ReadOptions, report: LoadReport) -> None:
         self.options, self.report = options, report
         self.rows: list[dict[str, Any]] = []
-        self.dumps: dict[Path, tuple[int | None, list[Any]]] = {}
+        self.dump_ids: dict[Path, int | None] = {}  # each dump's rollout_id, to order them
 
     def chunks(self, inputs: Sequence[str | Path]) -> Iterator[pl.DataFrame]:
         sources = self._sources(inputs)
@@ -249,15 +249,15 @@ class _Reading:
                 self.skip_or_raise(unreadable)
                 continue
             try:
-                self.dumps[source.path] = dump_samples(
+                self.dump_ids[source.path] = dump_rollout_id(
                     source.path, trust_pickle=self.options.trust_pickle
                 )
             except UnsafePickleError:
                 raise  # never skipped: the user must decide whether to trust the file
             except LogFormatError as error:
                 self.skip_or_raise(error)
-        read = [s for s in sources if s.format != "pt" or s.path in self.dumps]
-        return order_dumps(read, self.dumps)
+        read = [s for s in sources if s.format != "pt" or s.path in self.dump_ids]
+        return order_dumps(read, self.dump_ids)
 
     def _unreadable(self, source: Source) -> InputNotFoundError | None:
         # (dumps were checked as they were read)
@@ -322,7 +322,7 @@ class _Reading:
         """A file read record by record (JSONL, a JSON document, a dump)."""
         path_text = str(source.path)
         options = self.options
-        records = _raw_records(source, self.dumps)
+        records = _raw_records(source, self.dump_ids, trust_pickle=options.trust_pickle)
         while True:
             # A file that breaks midway (a truncated .gz) keeps the records read before.
             try:
@@ -360,7 +360,7 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 
 
 def _raw_records(
-    source: Source, dumps: dict[Path, tuple[int | None, list[Any]]]
+    source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool
 ) -> Iterator[tuple[str, int, int | None, Any]]:
     """Yield (location, record number, file-level step, raw record) for one source."""
     if source.format == "jsonl":
@@ -374,7 +374,13 @@ def _raw_records(
         else:
             yield source.path.as_posix(), 1, None, document
     elif source.format == "pt":
-        rollout_id, samples = dumps[source.path]
+        # Read now, in rollout_id order: one dump's samples in memory at a time.
+        rollout_id, samples = dump_samples(source.path, trust_pickle=trust_pickle)
+        if rollout_id != dump_ids[source.path]:  # only a dict that repeats the key
+            raise LogFormatError(
+                f"{source.path}: the dump gives rollout_id twice ({dump_ids[source.path]} "
+                f"and {rollout_id}); save it with one"
+            )
         for number, record in enumerate(samples, start=1):
             yield f"{source.path}: sample {number}", number, rollout_id, record
 
