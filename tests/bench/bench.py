@@ -186,6 +186,30 @@ def bench_jsonl_ingestion() -> list[dict[str, Any]]:
     ]
 
 
+def bench_jsonl_two_workers() -> list[dict[str, Any]]:
+    """Target 2 of issue 17: one large JSONL file read by this process and a helper,
+    byte ranges each, vs this process alone (``DRESSAGE_REPLAY_HELPERS=0``)."""
+    path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
+
+    def alone() -> None:
+        os.environ["DRESSAGE_REPLAY_HELPERS"] = "0"
+        try:
+            analysis.load_logs([path])
+        finally:
+            del os.environ["DRESSAGE_REPLAY_HELPERS"]
+
+    one, two = best_of_each([alone, lambda: analysis.load_logs([path])])
+    size = path.stat().st_size / 1e6
+    return [
+        row(
+            "11. JSONL load on two processes (byte ranges) vs one",
+            f"{size / two:.0f} vs {size / one:.0f} MB/s = {one / two:.2f}x",
+            ">= 1.7x",
+            one / two >= 1.7,
+        )
+    ]
+
+
 def bench_artifacts() -> list[dict[str, Any]]:
     folder = ensure(DATA / "artifacts", artifact_folder)
     files = sorted(folder.glob("*/*/samples/*.json"))
@@ -400,6 +424,7 @@ def main() -> None:
     results = bench_replay_and_sweep()
     results += bench_against_reference()
     results += bench_jsonl_ingestion()
+    results += bench_jsonl_two_workers()
     results += bench_artifacts()
     results += bench_start()
     results += bench_simulate()
