@@ -211,6 +211,14 @@ class Helper:
             thread.join()
         return self.sent
 
+    def problem(self) -> str:
+        """Why it ended early, in a few words: its exit status and last line of stderr."""
+        if self.process is None:
+            return f"cannot start {sys.executable}"
+        status = self.process.poll()
+        lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"exit status {status}" + (f": {lines[-1]}" if lines else "")
+
     def stop(self) -> None:
         if self.process is not None:
             if self.process.poll() is None:
@@ -225,11 +233,12 @@ def read_in_pieces(
     read_here: Callable[[Piece], Iterator[Any]],
     flush: Callable[[], Iterator[Any]],
     take_errors: Callable[[list[Any]], None],
+    warn: Callable[[str], None],
 ) -> Iterator[Any]:
     """The table chunks of a large JSONL file read by this process and the helper:
     ``read_here(piece)`` reads a piece here (its rows gathered into chunks, ``flush``
     yields the last one); ``take_errors`` takes the helper's bad records of a piece
-    (skipped or raised), in file order."""
+    (skipped or raised), in file order; ``warn`` is told when the helper failed."""
     import dataclasses
 
     helper = Helper(path, dataclasses.replace(options, progress=None))
@@ -242,13 +251,20 @@ def read_in_pieces(
             done_here += 1
             yield from read_here(pieces[index])
         sent = helper.collected()
+        left = 0
         for piece in pieces[done_here:]:
             if piece.index in sent:
                 yield from flush()  # the rows read here come first
                 frames, errors = sent.pop(piece.index)
                 take_errors(errors)
                 yield from frames
-            else:  # the helper stopped early (a bad record, or it died): read it here
+            else:  # the helper died with this piece: read it here
+                left += 1
                 yield from read_here(piece)
+        if left:
+            warn(
+                f"{path}: the helper process failed ({helper.problem()}); this process "
+                f"read the {left} of {len(pieces)} pieces of the file it left"
+            )
     finally:
         helper.stop()

@@ -338,7 +338,7 @@ class _Reading:
                     source.path, size, options,
                     read_here=lambda piece: self._records(source, before, total, piece),
                     flush=lambda: self._flush(path_text),
-                    take_errors=self._take_errors,
+                    take_errors=self._take_errors, warn=self.report.warnings.append,
                 )  # fmt: skip
                 return
         records = _raw_records(source, self.dump_ids, trust_pickle=options.trust_pickle, part=part)

@@ -84,9 +84,24 @@ def test_a_helper_that_dies_leaves_its_pieces_to_this_process(
 ) -> None:
     path = log_with_bad_lines(tmp_path / "log.jsonl", True)
     one = loaded(path, monkeypatch, split=False, on_bad_record="skip")
-    monkeypatch.setattr(jsonl_parts, "_BOOTSTRAP", "import sys; sys.exit(3)")
-    two = loaded(path, monkeypatch, split=True, on_bad_record="skip")
-    assert two[0].equals(one[0]) and two[1:] == one[1:]
+    # It dies once it has been given a piece (all of them go to this process otherwise).
+    dies = (
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from analysis.io.jsonl_parts import _read_frame\n"
+        "_read_frame(sys.stdin.buffer), _read_frame(sys.stdin.buffer)  # the job, a piece\n"
+        "print('oops', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    monkeypatch.setattr(jsonl_parts, "_BOOTSTRAP", dies)
+    monkeypatch.setattr(jsonl_parts, "PIECES", 400)
+    monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0)
+    report = analysis.LoadReport()
+    table = analysis.load_logs([path], report=report, on_bad_record="skip")
+    assert table.equals(one[0]) and dict(report.skipped) == one[1]
+    assert list(report.skipped_where) == one[2]
+    (warning,) = report.warnings
+    assert "the helper process failed (exit status 3: oops)" in warning
 
 
 def test_no_helper_when_turned_off_or_compressed(
