@@ -83,3 +83,42 @@ def test_prepare_stays_the_function() -> None:
     from analysis.engine import prepare
 
     assert callable(prepare)
+
+
+def version_run(**streams: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", "--version"], cwd=ROOT, text=True, stderr=subprocess.PIPE,
+        timeout=60, **streams,  # type: ignore[call-overload]
+    )  # fmt: skip
+
+
+def test_version_alone_prints_what_the_app_does() -> None:
+    """``--version`` alone is answered before typer is imported, as the app answers it."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    done = version_run(stdout=subprocess.PIPE)
+    assert (done.returncode, done.stdout) == (0, CliRunner().invoke(app, ["--version"]).stdout)
+    code = "import sys; sys.argv = ['x', '--version']; import cli\n" + (
+        "try:\n    cli.run()\nexcept SystemExit:\n    pass\nprint('typer' in sys.modules)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert loaded.stdout.splitlines()[-1] == "False"
+
+
+def test_version_alone_with_nowhere_to_print() -> None:
+    import os
+
+    closed = version_run(preexec_fn=lambda: os.close(1))
+    assert (closed.returncode, closed.stderr) == (
+        8,
+        "Error: standard output is closed: nowhere to print the version\n",
+    )
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone
+    try:
+        gone = version_run(stdout=write)
+    finally:
+        os.close(write)
+    assert (gone.returncode, gone.stderr) == (141, "")
