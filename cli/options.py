@@ -6,16 +6,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import polars as pl
 import typer
 
 import analysis
-from analysis.engine.grid import parse_one_keep_versions, parse_one_max_preempts, parse_whole
 from analysis.errors import SettingSyntaxError
 from cli.errors import usage_error
 from cli.output import progress_bar
+
+if TYPE_CHECKING:  # polars is imported by the commands that read logs, when they do
+    import polars as pl
 
 FLAG = ""
 """The metavar of an on/off option: none (typer would show ``<bool>``, as if it took one)."""
@@ -31,6 +32,8 @@ def _whole(value: str | int) -> int | None:
     if isinstance(value, int):
         return value
     try:
+        from analysis.engine.grid import parse_whole
+
         return parse_whole(value)
     except ValueError:
         return None
@@ -47,6 +50,8 @@ def whole_number(value: str) -> int:
 def one_keep_versions(value: str) -> int:
     """``-k`` of replay, compare and verify: one K (a whole number, or off)."""
     try:
+        from analysis.engine.grid import parse_one_keep_versions
+
         return parse_one_keep_versions(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error)) from None
@@ -55,6 +60,8 @@ def one_keep_versions(value: str) -> int:
 def one_max_preempts(value: str) -> int | None:
     """``-m`` of replay and compare: one M (a whole number, or none/off)."""
     try:
+        from analysis.engine.grid import parse_one_max_preempts
+
         return parse_one_max_preempts(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error), param_hint="--max-preempts") from None

@@ -14,7 +14,6 @@ import typer
 
 import analysis
 from analysis.errors import counted
-from analysis.io.load import SKIP_REASON_NOUNS
 from cli.flags import flagged, flagged_dict, one_line
 
 
@@ -93,6 +92,8 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
+        from analysis.io.load import SKIP_REASON_NOUNS
+
         reasons = ", ".join(
             counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
             for reason, count in report.skipped.items()

@@ -6,7 +6,7 @@ import dataclasses
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -23,9 +23,11 @@ from analysis import (
     SweepResult,
 )
 from analysis.engine.grid import PARETO_NOTE
-from analysis.fit import Fit
 from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
 from cli.flags import flagged
+
+if TYPE_CHECKING:
+    from analysis.fit import Fit
 
 _COLUMNS = (
     ("kept", "kept"),

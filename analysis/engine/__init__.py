@@ -3,28 +3,61 @@ setting (:func:`replay`) or a grid of them (:func:`sweep`)."""
 
 from __future__ import annotations
 
-from analysis.engine.config import DECISIONS, MAX_SETTING, ReplayConfig
-from analysis.engine.grid import (
-    PARETO_NOTE,
-    SweepResult,
-    ValueListError,
-    parse_keep_versions,
-    parse_max_preempts,
-    parse_one_keep_versions,
-    parse_one_max_preempts,
-    parse_whole,
-    sweep,
-)
-from analysis.engine.loop import (
-    LOOP_DECISIONS,
-    TRAJECTORY_TABLE_COLUMNS,
-    LoopReplay,
-    replay_run,
-)
-from analysis.engine.loop_inference import keep_versions_reproducing
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported at once: the function ``prepare`` has the name of its module, which would
+# otherwise hide it once the module is imported.
 from analysis.engine.prepare import REPLAY_COLUMNS, PreparedLog, prepare, real_token_labels
-from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
-from analysis.engine.summary import ReplaySummary
+
+if TYPE_CHECKING:  # the rest imported when first used
+    from analysis.engine.config import DECISIONS, MAX_SETTING, ReplayConfig
+    from analysis.engine.grid import (
+        PARETO_NOTE,
+        SweepResult,
+        ValueListError,
+        parse_keep_versions,
+        parse_max_preempts,
+        parse_one_keep_versions,
+        parse_one_max_preempts,
+        parse_whole,
+        sweep,
+    )
+    from analysis.engine.loop import (
+        LOOP_DECISIONS,
+        TRAJECTORY_TABLE_COLUMNS,
+        LoopReplay,
+        replay_run,
+    )
+    from analysis.engine.loop_inference import keep_versions_reproducing
+    from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
+    from analysis.engine.summary import ReplaySummary
+
+_HOME: dict[str, str] = {
+    "DECISIONS": "analysis.engine.config",
+    "LOOP_DECISIONS": "analysis.engine.loop",
+    "LoopReplay": "analysis.engine.loop",
+    "MAX_SETTING": "analysis.engine.config",
+    "PARETO_NOTE": "analysis.engine.grid",
+    "ReplayConfig": "analysis.engine.config",
+    "ReplayResult": "analysis.engine.results",
+    "ReplaySummary": "analysis.engine.summary",
+    "SweepResult": "analysis.engine.grid",
+    "TRAJECTORY_TABLE_COLUMNS": "analysis.engine.loop",
+    "ValueListError": "analysis.engine.grid",
+    "keep_versions_reproducing": "analysis.engine.loop_inference",
+    "parse_keep_versions": "analysis.engine.grid",
+    "parse_max_preempts": "analysis.engine.grid",
+    "parse_one_keep_versions": "analysis.engine.grid",
+    "parse_one_max_preempts": "analysis.engine.grid",
+    "parse_whole": "analysis.engine.grid",
+    "replay": "analysis.engine.results",
+    "replay_many": "analysis.engine.results",
+    "replay_run": "analysis.engine.loop",
+    "sweep": "analysis.engine.grid",
+    "trajectory_outcomes": "analysis.engine.results",
+}
+"""The module each exported name lives in, imported on first use of the name."""
 
 __all__ = [
     "DECISIONS",
@@ -54,3 +87,17 @@ __all__ = [
     "sweep",
     "trajectory_outcomes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """An exported name, imported from its module on first use (PEP 562)."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

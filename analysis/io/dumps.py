@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import pickletools
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from analysis.errors import (
 )
 from analysis.io import arrays
 from analysis.io.discover import Source, is_eval_dump
-from analysis.io.pickles import load_pickled
+from analysis.io.pickles import ZIP_MAGIC, load_pickled
 from analysis.io.train_dumps import train_dump_layout
 
 EVAL_GROUP_PREFIX = "eval:"
@@ -94,9 +97,67 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def order_dumps(
-    sources: list[Source], dumps: dict[Path, tuple[int | None, list[Any]]]
-) -> list[Source]:
+def dump_rollout_id(path: Path, *, trust_pickle: bool) -> int | None:
+    """A dump's ``rollout_id``, read from the first bytes of its pickle when it is the
+    first key of the dump's dict (as slime saves it: ``dict(rollout_id=..., samples=...)``)
+    or when the dump is a list (None); else from the whole dump, read and let go. So
+    ordering a folder's dumps holds one dump's samples at most, never the folder's."""
+    peeked = _peek_rollout_id(path)
+    if peeked is not _UNKNOWN:
+        return peeked  # type: ignore[return-value]
+    return dump_samples(path, trust_pickle=trust_pickle)[0]
+
+
+_UNKNOWN = object()
+_PEEK_BYTES = 512
+_INTS = {"BININT", "BININT1", "BININT2", "LONG1", "INT", "LONG"}
+_TEXTS = {"SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"}
+_NOTES = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE", "FRAME", "PROTO", "MARK"}
+
+
+def _peek_rollout_id(path: Path) -> object:
+    """``rollout_id`` from the first opcodes of the dump's pickle (nothing is built or
+    run: the opcodes are only parsed), None for a list, ``_UNKNOWN`` for anything else
+    (another key first, a bool or a damaged file: the whole read decides)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_PEEK_BYTES)
+            if head.startswith(ZIP_MAGIC):
+                with zipfile.ZipFile(handle) as archive:
+                    names = [n for n in archive.namelist() if n.endswith("data.pkl")]
+                    if not names:
+                        return _UNKNOWN
+                    with archive.open(min(names, key=len)) as member:
+                        head = member.read(_PEEK_BYTES)
+        opcodes = [(op.name, arg) for op, arg, _ in _opcodes(head) if op.name not in _NOTES]
+    except Exception:  # anything unexpected: the whole read reports it in its words
+        return _UNKNOWN
+    if opcodes[:1] == [("EMPTY_LIST", None)]:
+        return None
+    if len(opcodes) < 3 or opcodes[0][0] != "EMPTY_DICT":
+        return _UNKNOWN
+    (key_op, key), (value_op, value) = opcodes[1], opcodes[2]
+    if key_op not in _TEXTS or key != "rollout_id":
+        return _UNKNOWN
+    if value_op == "NONE":
+        return None
+    return value if value_op in _INTS and type(value) is int else _UNKNOWN
+
+
+def _opcodes(head: bytes) -> list[Any]:
+    """The first few opcodes of a pickle's first bytes (the cut may end mid-opcode)."""
+    found: list[Any] = []
+    try:
+        for opcode in pickletools.genops(io.BytesIO(head)):
+            found.append(opcode)
+            if len(found) >= 12:
+                break
+    except ValueError:  # cut mid-opcode, or the end of the bytes
+        pass
+    return found
+
+
+def order_dumps(sources: list[Source], dump_ids: dict[Path, int | None]) -> list[Source]:
     """Put each run of consecutive slime dumps in rollout_id order; other files stay as given."""
     ordered: list[Source] = []
     run: list[Source] = []
@@ -104,7 +165,7 @@ def order_dumps(
         if source is not None and source.format == "pt":
             run.append(source)
             continue
-        run.sort(key=lambda s: (dumps[s.path][0] is None, dumps[s.path][0] or 0, str(s.path)))
+        run.sort(key=lambda s: (dump_ids[s.path] is None, dump_ids[s.path] or 0, str(s.path)))
         ordered += run
         run = []
         if source is not None:

@@ -6,6 +6,7 @@ run-length spans; an end version derived from them is flagged.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -28,13 +29,14 @@ from analysis.errors import (
 from analysis.io.artifacts import read_artifact_folder
 from analysis.io.canonical import read_canonical
 from analysis.io.discover import Source, detect_sources, unreadable_error
-from analysis.io.dumps import dump_samples, order_dumps
+from analysis.io.dumps import dump_rollout_id, dump_samples, order_dumps
 from analysis.io.fields import (
     FieldMap,
     canonical_row,
 )
 from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
 from analysis.io.jsonl import jsonl_records, read_json_file
+from analysis.io.jsonl_parts import Piece, read_in_pieces, split_wanted
 from analysis.io.options import ReadOptions
 from analysis.io.peer_records import at
 from analysis.io.peers import PEER_FORMATS, peer_rows, peer_warnings
@@ -200,7 +202,7 @@ class _Reading:
     def __init__(self, options: ReadOptions, report: LoadReport) -> None:
         self.options, self.report = options, report
         self.rows: list[dict[str, Any]] = []
-        self.dumps: dict[Path, tuple[int | None, list[Any]]] = {}
+        self.dump_ids: dict[Path, int | None] = {}  # each dump's rollout_id, to order them
 
     def chunks(self, inputs: Sequence[str | Path]) -> Iterator[pl.DataFrame]:
         sources = self._sources(inputs)
@@ -264,15 +266,15 @@ class _Reading:
                 self.skip_or_raise(unreadable)
                 continue
             try:
-                self.dumps[source.path] = dump_samples(
+                self.dump_ids[source.path] = dump_rollout_id(
                     source.path, trust_pickle=self.options.trust_pickle
                 )
             except UnsafePickleError:
                 raise  # never skipped: the user must decide whether to trust the file
             except LogFormatError as error:
                 self.skip_or_raise(error)
-        read = [s for s in sources if s.format != "pt" or s.path in self.dumps]
-        return order_dumps(read, self.dumps)
+        read = [s for s in sources if s.format != "pt" or s.path in self.dump_ids]
+        return order_dumps(read, self.dump_ids)
 
     def _unreadable(self, source: Source) -> InputNotFoundError | None:
         # (dumps were checked as they were read)
@@ -292,6 +294,10 @@ class _Reading:
                 f"{error.raw}; fix the record or pass {setting('on_bad_record', 'skip')}"
             ) from error
         raise error
+
+    def _take_errors(self, errors: list[ReplayError]) -> None:
+        for error in errors:
+            self.skip_or_raise(error)
 
     def _flush(self, where: str) -> Iterator[pl.DataFrame]:
         if self.rows:
@@ -356,11 +362,24 @@ class _Reading:
             if len(self.rows) >= self.options.chunk_records:
                 yield from self._flush(path_text)
 
-    def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
-        """A file read record by record (JSONL, a JSON document, a dump)."""
+    def _records(
+        self, source: Source, before: int, total: int, part: Piece | None = None
+    ) -> Iterator[pl.DataFrame]:
+        """A file read record by record (JSONL, a JSON document, a dump); a large JSONL
+        file on two cores (:mod:`analysis.io.jsonl_parts`), ``part`` one piece of it."""
         path_text = str(source.path)
         options = self.options
-        records = _raw_records(source, self.dumps)
+        if part is None and source.format == "jsonl":
+            size = _size(source.path)
+            if size is not None and split_wanted(source.path, size):
+                yield from read_in_pieces(
+                    source.path, size, options,
+                    read_here=lambda piece: self._records(source, before, total, piece),
+                    flush=lambda: self._flush(path_text),
+                    take_errors=self._take_errors, warn=self.report.warnings.append,
+                )  # fmt: skip
+                return
+        records = _raw_records(source, self.dump_ids, trust_pickle=options.trust_pickle, part=part)
         while True:
             # A file that breaks midway (a truncated .gz) keeps the records read before.
             try:
@@ -387,6 +406,43 @@ class _Reading:
                 yield from self._flush(path_text)
 
 
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None  # said where the file is read
+
+
+class _PieceReading(_Reading):
+    """A piece of a JSONL file read in the helper process: its bad records kept, in
+    order, for the parent to skip or raise; when they fail the load, the first ends it."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        super().__init__(options, LoadReport())
+        self.errors: list[ReplayError] = []
+
+    def skip_or_raise(self, error: ReplayError) -> None:
+        self.errors.append(error)
+        if self.options.on_bad_record != "skip":
+            raise _PieceEnded
+
+
+class _PieceEnded(Exception):
+    """A helper's piece ended at a bad record that fails the load."""
+
+
+def read_piece(
+    path: Path, options: ReadOptions, piece: Piece
+) -> tuple[list[pl.DataFrame], list[ReplayError]]:
+    """One piece of a JSONL file as the helper reads it: its table chunks, its bad records."""
+    reading = _PieceReading(options)
+    frames: list[pl.DataFrame] = []
+    with contextlib.suppress(_PieceEnded):
+        frames += reading._records(Source(path, "jsonl"), 0, 1, piece)
+        frames += reading._flush(str(path))
+    return frames, reading.errors
+
+
 def _by_modification_time(folder: Path, untimed: str) -> Message:
     """Artifact files ordered by modification time: a copy or a checkout reorders them."""
     return Message(
@@ -398,11 +454,14 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 
 
 def _raw_records(
-    source: Source, dumps: dict[Path, tuple[int | None, list[Any]]]
-) -> Iterator[tuple[str, int, int | None, Any]]:
-    """Yield (location, record number, file-level step, raw record) for one source."""
+    source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool,
+    part: Piece | None = None,
+) -> Iterator[tuple[str, int, int | None, Any]]:  # fmt: skip
+    """Yield (location, record number, file-level step, raw record) for one source (of a
+    JSONL file, the lines of ``part`` only when given)."""
     if source.format == "jsonl":
-        for number, record in jsonl_records(source.path):
+        lines = None if part is None else (part.start, part.stop, part.first_line)
+        for number, record in jsonl_records(source.path, lines):
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
         document = read_json_file(source.path)
@@ -412,7 +471,13 @@ def _raw_records(
         else:
             yield source.path.as_posix(), 1, None, document
     elif source.format == "pt":
-        rollout_id, samples = dumps[source.path]
+        # Read now, in rollout_id order: one dump's samples in memory at a time.
+        rollout_id, samples = dump_samples(source.path, trust_pickle=trust_pickle)
+        if rollout_id != dump_ids[source.path]:  # only a dict that repeats the key
+            raise LogFormatError(
+                f"{source.path}: the dump gives rollout_id twice ({dump_ids[source.path]} "
+                f"and {rollout_id}); save it with one"
+            )
         for number, record in enumerate(samples, start=1):
             yield f"{source.path}: sample {number}", number, rollout_id, record
 

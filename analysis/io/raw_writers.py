@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import itertools
 import json
 import math
 import os
@@ -163,7 +162,9 @@ class _ArtifactWriter:
         self.trajectory: list[tuple[dict[str, Any], float]] = []
         self.step_groups: dict[int, set[Any]] = {}
         self.step_last: dict[int, float] = {}
-        self.group_sizes: dict[Any, set[str]] = {}
+        # Trajectories written per group: each is flushed once (its records are
+        # consecutive), so a count does; a set of session ids would hold them all.
+        self.group_sizes: dict[Any, int] = {}
         self.failures: list[tuple[float, str]] = []
         self.first_completion = math.inf
 
@@ -201,7 +202,7 @@ class _ArtifactWriter:
         records, self.trajectory = self.trajectory, []
         first = records[0][0]
         stamps = [_completion_time(record, stamp) for record, stamp in records]
-        self._note(first, session, max(stamps))
+        self._note(first, max(stamps))
         if any(str(record.get("status", "")).lower() == "aborted" for record, _ in records):
             self.failures.append((max(stamps), session))
             path = self.errors / instance / session / "error.json"
@@ -224,15 +225,16 @@ class _ArtifactWriter:
         session_path.write_text(json.dumps(_session_document(entries)))
         os.utime(session_path, (records[-1][1], records[-1][1]))
 
-    def _note(self, record: dict[str, Any], session: str, finished: float) -> None:
-        """What the run's log needs: the step's groups and last completion."""
+    def _note(self, record: dict[str, Any], finished: float) -> None:
+        """What the run's log needs: the step's groups and last completion, one more
+        trajectory of the record's group."""
         metadata = record.get("metadata") or {}
         self.first_completion = min(self.first_completion, finished)
         step = metadata.get("dressage_return_rollout_id")
         group = record.get("group_index")
         if group is None:
             group = (self._instance(record), metadata.get("dressage_start_rollout_id"))
-        self.group_sizes.setdefault(group, set()).add(session)
+        self.group_sizes[group] = self.group_sizes.get(group, 0) + 1
         if type(step) is int:
             self.step_groups.setdefault(step, set()).add(group)
             self.step_last[step] = max(self.step_last.get(step, -math.inf), finished)
@@ -242,7 +244,7 @@ class _ArtifactWriter:
         if not self.step_groups:
             return ""
         groups = max(len(members) for members in self.step_groups.values())
-        samples = groups * max(len(sessions) for sessions in self.group_sizes.values())
+        samples = groups * max(self.group_sizes.values())
         lines: list[tuple[float, str]] = []
         logger = "dressage.rollout.partial_async_rollout"
         steps = sorted(self.step_groups)
@@ -439,17 +441,31 @@ def write_canonical_parquet(
     chunk_records: int = 20_000,
     fields: FieldMap | None = None,
 ) -> int:
-    """Write records straight to the canonical Parquet layout, a chunk at a time."""
-    from analysis.io.load import records_to_table
+    """Write records straight to the canonical Parquet layout, ``chunk_records`` rows a
+    part (row group), as :func:`records_to_table` would build each part.
+
+    Each record is mapped to its canonical row as it comes and then let go: memory holds
+    one part's rows (a few small values each), never a part's raw records, whose token
+    lists are most of their size.
+    """
+    from analysis.io.fields import canonical_row
+    from analysis.io.frames import rows_to_frame
 
     fields = fields or FieldMap()
+    source = str(path)
 
     def chunks() -> Iterator[pl.DataFrame]:
-        done = 0
-        stream = iter(records)
-        while batch := list(itertools.islice(stream, chunk_records)):
-            yield records_to_table(batch, fields=fields, source=str(path), first_record=done + 1)
-            done += len(batch)
+        rows: list[dict[str, Any]] = []
+        for number, record in enumerate(records, start=1):
+            row = canonical_row(record, fields=fields, where=f"{source}: record {number}")
+            row["source"] = source
+            row["record"] = number
+            rows.append(row)
+            if len(rows) == chunk_records:
+                yield rows_to_frame(rows, (), where=source)
+                rows = []
+        if rows:
+            yield rows_to_frame(rows, (), where=source)
 
     return write_canonical_chunks(chunks(), Path(path))
 

@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 import analysis
-from analysis.io.peers import peer_warnings
 from cli.errors import usage_error
 from cli.options import (
     FLAG,
@@ -60,6 +59,8 @@ def inspect(
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
+    from analysis.io.peers import peer_warnings
+
     said = set(peer_warnings(report.formats))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import analysis
-from analysis.policies import Policy
 from cli.flags import flagged
 from cli.options import (
     BadRecordPolicy,
@@ -31,6 +30,9 @@ from cli.options import (
     reading,
 )  # fmt: skip
 from cli.output import progress_bar, warn
+
+if TYPE_CHECKING:  # the policies import the engine (polars): not at start (--help)
+    from analysis.policies import Policy
 
 
 class PlotKind(StrEnum):

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from analysis.policies import DressagePolicy
 from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
@@ -100,6 +99,8 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
         else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
     )
     run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    from analysis.policies import DressagePolicy  # the engine (polars): not at start
+
     if chosen is not None and not (run_folder and isinstance(chosen, DressagePolicy)):
         from cli.commands.policies import replay_with_policy
 

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import analysis
 from analysis.admission import simulation_rule
-from cli.options import FLAG, Traceback, choice_metavar, number_option, one_of, whole_option
+from cli.options import (
+    FLAG,
+    Quiet,
+    Traceback,
+    choice_metavar,
+    number_option,
+    one_of,
+    whole_option,
+)
+from cli.output import progress_bar
 
 
 class LogFormatChoice(StrEnum):
@@ -128,6 +138,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
@@ -150,8 +161,12 @@ def simulate(
             if ctx.get_parameter_source(name).name != "DEFAULT"  # type: ignore[union-attr]
         }
         config = _fitted(like, given)
-    count = analysis.write_log(analysis.simulate(config), output, chosen)
-    sys.stdout.flush()  # the fit's tables before the line on stderr
+        sys.stdout.flush()  # the fit's tables before the progress bar and the line on stderr
+    with progress_bar("simulating", quiet=quiet) as update:
+        records = analysis.simulate(config)
+        if update is not None:
+            records = groups_done(records, config.n_groups, update)
+        count = analysis.write_log(records, output, chosen)
     typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {output}", err=True)
 
 
@@ -174,3 +189,19 @@ def _fitted(like: Path, given: dict[str, object]) -> analysis.SimulationConfig:
     )  # fmt: skip
     print_fit(fit, like, stdout_console())
     return fit.config
+
+
+def groups_done(
+    records: Iterable[dict[str, Any]], groups: int, update: Callable[[int, int], None]
+) -> Iterator[dict[str, Any]]:
+    """The records, telling ``update`` how many of the groups have been written (a group's
+    records come together, in completion order), every 1,000 records and at the end."""
+    done, last = 0, None
+    for number, record in enumerate(records):
+        if record.get("group_index") != last:
+            last = record.get("group_index")
+            done += 1
+        if number % 1000 == 0:
+            update(done - 1, groups)  # the current group is not written yet
+        yield record
+    update(done, groups)

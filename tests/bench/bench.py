@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,30 @@ def bench_jsonl_ingestion() -> list[dict[str, Any]]:
     ]
 
 
+def bench_jsonl_two_workers() -> list[dict[str, Any]]:
+    """Target 2 of issue 17: one large JSONL file read by this process and a helper,
+    byte ranges each, vs this process alone (``DRESSAGE_REPLAY_HELPERS=0``)."""
+    path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
+
+    def alone() -> None:
+        os.environ["DRESSAGE_REPLAY_HELPERS"] = "0"
+        try:
+            analysis.load_logs([path])
+        finally:
+            del os.environ["DRESSAGE_REPLAY_HELPERS"]
+
+    one, two = best_of_each([alone, lambda: analysis.load_logs([path])])
+    size = path.stat().st_size / 1e6
+    return [
+        row(
+            "11. JSONL load on two processes (byte ranges) vs one",
+            f"{size / two:.0f} vs {size / one:.0f} MB/s = {one / two:.2f}x",
+            ">= 1.7x",
+            one / two >= 1.7,
+        )
+    ]
+
+
 def bench_artifacts() -> list[dict[str, Any]]:
     folder = ensure(DATA / "artifacts", artifact_folder)
     files = sorted(folder.glob("*/*/samples/*.json"))
@@ -267,6 +292,104 @@ def two_core_scaling(files: list[Path]) -> float:
     return one / two
 
 
+def simulate_in_child(folder: Path, name: str, groups: int) -> tuple[float, float, int]:
+    """``dressage-replay simulate`` of ``groups`` groups of 8 (its default shapes) into
+    ``folder/name``, in a child process: (seconds, peak resident memory in MB, records)."""
+    code = (
+        "import resource, sys\n"
+        "from cli import run\n"
+        "sys.argv = ['dressage-replay', *sys.argv[1:]]\n"
+        "try:\n"
+        "    run()\n"
+        "finally:\n"
+        "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    arguments = ["simulate", "-o", str(folder / name), "--groups", str(groups)]
+    arguments += ["--samples-per-prompt", "8", "--seed", "1", "--quiet"]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments], capture_output=True, text=True, cwd=ROOT
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    lines = done.stderr.strip().splitlines()
+    records = int(lines[-2].split()[1].replace(",", ""))  # "wrote N records (...) to ..."
+    return elapsed, int(lines[-1]) / 1e3, records
+
+
+def bench_simulate() -> list[dict[str, Any]]:
+    """Target 3 of issue 17: simulate streams to Parquet in flat memory, about as fast
+    per record as to JSONL (which is measured on a tenth of the groups: it writes ~6 GB
+    for all of them)."""
+    DATA.mkdir(parents=True, exist_ok=True)  # beside the other inputs: room for ~1 GB
+    with tempfile.TemporaryDirectory(dir=DATA) as folder:
+        seconds, peak, records = simulate_in_child(Path(folder), "sim.parquet", 100_000)
+        jsonl_seconds, _, jsonl_records = simulate_in_child(Path(folder), "sim.jsonl", 10_000)
+    per_record = seconds / records * 1e6
+    jsonl_per_record = jsonl_seconds / jsonl_records * 1e6
+    ratio = per_record / jsonl_per_record
+    return [
+        row(
+            "9. simulate 100,000 groups x 8 to Parquet: peak memory",
+            f"{peak:.0f} MB ({seconds:.0f}s)",
+            "<= 400 MB",
+            peak <= 400,
+        ),
+        row(
+            "10. ...its time per record vs to JSONL",
+            f"{per_record:.0f} vs {jsonl_per_record:.0f} us = {ratio:.2f}x",
+            "<= 1.5x",
+            ratio <= 1.5,
+        ),
+    ]
+
+
+def median_of_each(commands: Sequence[Sequence[str]], repeat: int = 9) -> list[float]:
+    """Median wall time of each command, run in a fresh process ``repeat`` times, the
+    commands taking turns (a start-up time on a shared host varies more than a long run:
+    the median says what a user sees)."""
+    times: list[list[float]] = [[] for _ in commands]
+    for _ in range(repeat):
+        for i, command in enumerate(commands):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(each) for each in times]
+
+
+def bench_start() -> list[dict[str, Any]]:
+    """Target 4 of issue 17: how long the command line takes to start."""
+    # As an installed package has them: the modules' bytecode cached (a host that sets
+    # PYTHONDONTWRITEBYTECODE would otherwise compile them at every start, ~0.1 s).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "analysis", "cli"], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    script = Path(sys.executable).with_name("dressage-replay")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+    sample = str(ROOT / "sample_data" / "rollouts.jsonl")
+    version, help_, replay, polars = median_of_each(
+        [
+            [*command, "--version"],
+            [*command, "--help"],
+            [*command, "replay", sample],
+            [sys.executable, "-c", "import polars"],
+        ]
+    )
+    print(
+        f"{'   (dressage-replay --help)':<58} {f'{help_:.2f}s':>26}   for reference",
+        flush=True,
+    )
+    return [
+        row("7. dressage-replay --version (median)", f"{version:.2f}s", "<= 0.3s", version <= 0.3),
+        row(
+            "8. replay of sample_data/rollouts.jsonl vs import polars",
+            f"{replay:.2f}s / {polars:.2f}s = {replay / polars:.1f}x",
+            "<= 3x",
+            replay <= 3 * polars,
+        ),
+    ]
+
+
 def bench_large_convert() -> list[dict[str, Any]]:
     path = ensure(DATA / "large.jsonl", lambda p: long_token_jsonl(p, groups=7_500))
     size = path.stat().st_size / 1e9
@@ -301,7 +424,10 @@ def main() -> None:
     results = bench_replay_and_sweep()
     results += bench_against_reference()
     results += bench_jsonl_ingestion()
+    results += bench_jsonl_two_workers()
     results += bench_artifacts()
+    results += bench_start()
+    results += bench_simulate()
     if args.large:
         results += bench_large_convert()
     if args.json:

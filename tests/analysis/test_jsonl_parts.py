@@ -1,0 +1,141 @@
+"""One large JSONL file read on two cores (issue 17, target 2): the table, the skipped
+records and the first error are those of one process reading it from start to end."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import analysis
+from analysis.io import jsonl_parts
+from analysis.io.jsonl_parts import cut
+from analysis.io.raw_writers import write_jsonl
+from analysis.simulator import SimulationConfig, simulate
+
+CONFIG = SimulationConfig(
+    n_groups=60, n_samples_per_prompt=4, median_response_tokens=40, max_response_tokens=400,
+    log_prob_drift=0.05, seed=11,
+)  # fmt: skip
+
+
+def log_with_bad_lines(path: Path, bad: bool) -> Path:
+    """A simulated log; with ``bad``, a few bad records early, midway and late."""
+    write_jsonl(simulate(CONFIG), path)
+    if bad:
+        lines = path.read_bytes().splitlines(keepends=True)
+        for at in (3, len(lines) // 2, len(lines) - 5):
+            lines[at] = b'{"group_index": 1, "tokens": \n'  # not valid JSON
+        lines.insert(len(lines) // 3, b"\n")  # a blank line: line numbers go on
+        lines[-2] = b"[1, 2]\n"  # valid JSON, not a record
+        path.write_bytes(b"".join(lines))
+    return path
+
+
+def loaded(path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settings: str) -> tuple:  # type: ignore[type-arg]
+    monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0 if split else 1 << 62)
+    report = analysis.LoadReport()
+    try:
+        table = analysis.load_logs([path], report=report, **settings)
+    except analysis.ReplayError as error:
+        return type(error), str(error)
+    return table, dict(report.skipped), list(report.skipped_where)
+
+
+@pytest.mark.parametrize("bad", [False, True])
+@pytest.mark.parametrize("policy", ["skip", "fail"])
+def test_two_processes_read_what_one_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: bool, policy: str
+) -> None:
+    path = log_with_bad_lines(tmp_path / "log.jsonl", bad)
+    one = loaded(path, monkeypatch, split=False, on_bad_record=policy)
+    two = loaded(path, monkeypatch, split=True, on_bad_record=policy)
+    if isinstance(one[0], type):  # an error: the same one
+        assert bad and policy == "fail"
+        assert two == one
+        return
+    assert two[0].equals(one[0])
+    assert two[1:] == one[1:]
+    assert one[0].height > 200
+    if bad:
+        assert sum(one[1].values()) == 4 and len(one[2]) == 4
+
+
+def test_the_helper_reads_its_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail only if the helper does read pieces: it does."""
+    path = log_with_bad_lines(tmp_path / "log.jsonl", False)
+    taken: list[int] = []
+    real = jsonl_parts.Helper.collected
+
+    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
+        sent = real(self)
+        taken.extend(sent)
+        return sent
+
+    monkeypatch.setattr(jsonl_parts.Helper, "collected", collected)
+    monkeypatch.setattr(jsonl_parts, "PIECES", 400)  # enough that it gets some
+    loaded(path, monkeypatch, split=True)
+    assert taken and max(taken) == len(cut(path, path.stat().st_size, 400)) - 1
+
+
+def test_a_helper_that_dies_leaves_its_pieces_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = log_with_bad_lines(tmp_path / "log.jsonl", True)
+    one = loaded(path, monkeypatch, split=False, on_bad_record="skip")
+    # It dies once it has been given a piece (all of them go to this process otherwise).
+    dies = (
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from analysis.io.jsonl_parts import _read_frame\n"
+        "_read_frame(sys.stdin.buffer), _read_frame(sys.stdin.buffer)  # the job, a piece\n"
+        "print('oops', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    monkeypatch.setattr(jsonl_parts, "_BOOTSTRAP", dies)
+    monkeypatch.setattr(jsonl_parts, "PIECES", 400)
+    monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0)
+    report = analysis.LoadReport()
+    table = analysis.load_logs([path], report=report, on_bad_record="skip")
+    assert table.equals(one[0]) and dict(report.skipped) == one[1]
+    assert list(report.skipped_where) == one[2]
+    (warning,) = report.warnings
+    assert "the helper process failed (exit status 3: oops)" in warning
+
+
+def test_no_helper_when_turned_off_or_compressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0)
+    path = log_with_bad_lines(tmp_path / "log.jsonl", False)
+    assert jsonl_parts.split_wanted(path, path.stat().st_size)
+    monkeypatch.setenv("DRESSAGE_REPLAY_HELPERS", "0")
+    assert not jsonl_parts.split_wanted(path, path.stat().st_size)
+    monkeypatch.delenv("DRESSAGE_REPLAY_HELPERS")
+    gz = tmp_path / "log.jsonl.gz"
+    write_jsonl(simulate(CONFIG), gz)
+    assert not jsonl_parts.split_wanted(gz, gz.stat().st_size)
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 50, 10_000])
+def test_pieces_cover_the_file_at_line_starts(tmp_path: Path, count: int) -> None:
+    path = tmp_path / "lines.jsonl"
+    lines = [b"x" * (n * 37 % 300) + b"\n" for n in range(400)] + [b"last, no newline"]
+    data = b"".join(lines)
+    path.write_bytes(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonl_parts, "_BLOCK", 1000)  # several blocks: cuts fall across them
+        pieces = cut(path, len(data), count)
+    assert pieces[0].start == 0 and pieces[-1].stop == len(data)
+    assert len(pieces) <= count
+    starts = {0}
+    total = 0
+    for line in lines:
+        total += len(line)
+        starts.add(total)
+    for before, after in itertools.pairwise(pieces):
+        assert before.stop == after.start
+    for piece in pieces:
+        assert piece.start in starts
+        assert piece.first_line == data[: piece.start].count(b"\n") + 1
