@@ -179,6 +179,19 @@ def iter_log_chunks(
         yield _kept_columns(chunk, columns, options.extra_fields)
 
 
+def iter_piece_chunks(
+    path: str | Path, piece: Piece, options: ReadOptions, *, report: LoadReport
+) -> Iterator[pl.DataFrame]:
+    """The canonical chunks of one piece of a JSONL file (lines ``piece.first_line`` on,
+    bytes ``piece.start`` to ``piece.stop``), numbered and checked as a whole read of the
+    file numbers and checks them: a partitioned conversion's unit (analysis.io.partitioned)."""
+    reading = _Reading(options, report)
+    source = Source(Path(path), "jsonl")
+    report.sources.append(source)
+    yield from reading._records(source, 0, 1, piece)
+    yield from reading._flush(str(path))
+
+
 def _listed(inputs: Sequence[str | Path] | str | Path) -> Sequence[str | Path]:
     """One path given alone, as a notebook user writes it, is a list of one (a string is
     a sequence too: its characters would be read as paths)."""

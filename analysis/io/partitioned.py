@@ -32,17 +32,25 @@ from pathlib import Path
 from typing import IO
 
 from analysis.errors import ConfigError, OutputError, ReplayError, setting
+from analysis.io.jsonl_parts import Piece, cut
 from analysis.io.options import ReadOptions
 
 PART_FORMAT = "part-{:05d}.parquet"
 
 
+PIECE_BYTES = 256 << 20
+"""An uncompressed JSONL file larger than this is cut into pieces of about this size
+(at line ends), each a unit of its own: one large file spreads over the workers too."""
+
+
 @dataclass(frozen=True)
 class Unit:
-    """Inputs read together into one part (``index`` orders the parts)."""
+    """Inputs read together into one part (``index`` orders the parts); or one piece of
+    a JSONL file (``piece``: its bytes and first line)."""
 
     index: int
     inputs: tuple[str, ...]
+    piece: Piece | None = None
 
 
 @dataclass
@@ -72,30 +80,53 @@ class PartitionedReport:
     """Where the units ran: ``local (N processes)`` or ``ray (ADDRESS)``."""
 
 
-def plan_units(inputs: Sequence[str | Path], *, include_eval: bool = False) -> list[Unit]:
-    """The units of ``inputs``, in input order (see the module docstring)."""
+def plan_units(
+    inputs: Sequence[str | Path], *, include_eval: bool = False, piece_bytes: int = PIECE_BYTES
+) -> list[Unit]:
+    """The units of ``inputs``, in input order (see the module docstring); a plain JSONL
+    file above ``piece_bytes`` is cut into pieces of about that size."""
     from analysis.io.discover import detect_sources
 
     units: list[Unit] = []
     for raw in inputs:
         sources, _ = detect_sources([raw], include_eval=include_eval)
-        if sources and all(s.format in ("jsonl", "parquet", "ipc") for s in sources):
-            units += [Unit(len(units) + i, (str(s.path),)) for i, s in enumerate(sources)]
-        else:
+        if not sources or not all(s.format in ("jsonl", "parquet", "ipc") for s in sources):
             units.append(Unit(len(units), (str(raw),)))
+            continue
+        for source in sources:
+            for piece in _pieces(source.path, piece_bytes) if source.format == "jsonl" else [None]:
+                units.append(Unit(len(units), (str(source.path),), piece))
     return units
+
+
+def _pieces(path: Path, piece_bytes: int) -> list[Piece | None]:
+    """A plain JSONL file's pieces (one ``None``, the whole file, when it is small or
+    compressed)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as probe:
+            compressed = probe.read(2) == b"\x1f\x8b"
+    except OSError:
+        return [None]  # said when the unit reads it
+    if compressed or size <= piece_bytes or not path.is_file():
+        return [None]
+    pieces: list[Piece | None] = list(cut(path, size, count=-(-size // piece_bytes)))
+    return pieces
 
 
 def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
     """Read one unit and write its part into ``folder`` (run by a worker)."""
-    from analysis.io.load import LoadReport, iter_log_chunks
+    from analysis.io.load import LoadReport, iter_log_chunks, iter_piece_chunks
     from analysis.io.tables import write_canonical_chunks
 
     report = LoadReport()
     result = UnitResult(unit.index)
     target = Path(folder) / PART_FORMAT.format(unit.index)
     try:
-        chunks = iter_log_chunks(list(unit.inputs), options, report=report)
+        if unit.piece is None:
+            chunks = iter_log_chunks(list(unit.inputs), options, report=report)
+        else:
+            chunks = iter_piece_chunks(unit.inputs[0], unit.piece, options, report=report)
         result.rows = write_canonical_chunks(chunks, target, inputs=[])
     except ReplayError as error:
         result.error = error
@@ -107,6 +138,10 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
 
 
 Runner = Callable[[list[Unit], ReadOptions, str], list[UnitResult]]
+
+WORKER_ENVIRONMENT = {**os.environ, "DRESSAGE_REPLAY_HELPERS": "0"}
+"""A worker reads its unit on its own core: the units are what spreads the work, so a
+worker starts no second-core helper of its own."""
 
 
 def run_local(workers: int | None = None) -> Runner:
@@ -163,7 +198,7 @@ class _Worker:
     def __enter__(self) -> _Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from analysis.io.partitioned import worker_main; worker_main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=WORKER_ENVIRONMENT,
         )  # fmt: skip
         return self
 
@@ -215,6 +250,7 @@ def convert_partitioned(
     *,
     runner: Runner | None = None,
     progress: Callable[[int, int], None] | None = None,
+    piece_bytes: int = PIECE_BYTES,
 ) -> PartitionedReport:
     """Convert ``inputs`` into the folder ``output`` of Parquet parts (module docstring).
 
@@ -224,7 +260,7 @@ def convert_partitioned(
     runner = runner or run_local()
     output = Path(output)
     _check_output(output, inputs)
-    units = plan_units(inputs, include_eval=options.include_eval)
+    units = plan_units(inputs, include_eval=options.include_eval, piece_bytes=piece_bytes)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
     try:
         if progress is not None:

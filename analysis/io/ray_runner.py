@@ -57,7 +57,10 @@ def run_ray(address: str = "auto", *, num_cpus: int | None = None) -> Runner:
                     "`ray start --head`, or give its address"
                 ) from None
         try:
-            task = ray.remote(num_cpus=1)(convert_unit)
+            # one CPU a task, and no second-core helper inside it (the tasks spread the work)
+            task = ray.remote(num_cpus=1)(convert_unit).options(
+                runtime_env={"env_vars": {"DRESSAGE_REPLAY_HELPERS": "0"}}
+            )
             pending = [task.remote(unit, options, folder) for unit in units]
             results: list[UnitResult] = []
             while pending:

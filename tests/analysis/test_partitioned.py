@@ -71,6 +71,39 @@ def test_parts_are_the_table_a_local_convert_writes(
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # no staging folder left
 
 
+def test_a_large_jsonl_file_is_cut_into_pieces_that_make_the_same_table(
+    inputs: list[Path], tmp_path: Path
+) -> None:
+    """Pieces start at line ends and number their lines as the whole file does, so the
+    parts are the table of one read, record numbers included."""
+    big = inputs[1]  # c.jsonl
+    units = plan_units([big], piece_bytes=big.stat().st_size // 5)
+    assert len(units) >= 4 and all(u.piece is not None for u in units)
+    assert units[0].piece is not None and units[0].piece.start == 0
+    done = convert_partitioned(
+        [big], tmp_path / "ds", runner=run_local(2), piece_bytes=big.stat().st_size // 5
+    )
+    assert done.parts == len(units)
+    whole = tmp_path / "one.parquet"
+    analysis.convert_logs([big], whole)
+    assert _parts(tmp_path / "ds").equals(pl.read_parquet(whole))
+
+
+def test_a_bad_line_in_a_piece_is_reported_with_its_line_in_the_file(
+    tmp_path: Path, small_records: list[dict]
+) -> None:
+    log = tmp_path / "log.jsonl"
+    write_jsonl(small_records, log)
+    lines = log.read_text().splitlines()
+    lines[-3] = "{broken"
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.raises(analysis.ReplayError) as ours:
+        convert_partitioned([log], tmp_path / "ds", piece_bytes=log.stat().st_size // 4)
+    with pytest.raises(analysis.ReplayError) as theirs:
+        analysis.load_logs([log])
+    assert str(ours.value) == str(theirs.value) and f"log.jsonl:{len(lines) - 2}:" in str(ours.value)
+
+
 @pytest.mark.slow  # worker processes start: a few seconds on a loaded host
 def test_the_first_failing_unit_in_input_order_is_the_error(
     tmp_path: Path, small_records: list[dict]
