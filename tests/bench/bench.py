@@ -415,6 +415,74 @@ def bench_large_convert() -> list[dict[str, Any]]:
     ]
 
 
+def many_jsonl_files(folder: Path) -> None:
+    """Four simulated runs of 1,500 groups of 8, with log-probs (about 0.5 GB in all)."""
+    folder.mkdir(parents=True)
+    for seed in range(4):
+        config = SimulationConfig(
+            n_groups=1500, n_samples_per_prompt=8, log_prob_drift=0.01, seed=seed
+        )
+        write_jsonl(simulate(config), folder / f"run{seed}.jsonl")
+
+
+def bench_partitioned() -> list[dict[str, Any]]:
+    """Target 6 of issue 17: ``convert -o FOLDER`` by local worker processes and by Ray
+    tasks on a local two-CPU Ray, the same files; throughput per core is what a cluster
+    multiplies."""
+    from analysis.io.partitioned import convert_partitioned, run_local
+
+    folder = ensure(DATA / "many_jsonl", many_jsonl_files)
+    files = sorted(folder.glob("*.jsonl"))
+    size = sum(f.stat().st_size for f in files) / 1e6
+
+    def timed(runner: Any) -> float:
+        with tempfile.TemporaryDirectory() as out:
+            start = time.perf_counter()
+            convert_partitioned(files, Path(out) / "ds", runner=runner)
+            return time.perf_counter() - start
+
+    one = min(timed(run_local(1)) for _ in range(2))
+    two = min(timed(run_local(2)) for _ in range(2))
+    rows = [
+        row(
+            "12a. convert -o FOLDER, 1 local worker (per core)",
+            f"{size / one:.0f} MB/s",
+            "printed",
+            True,
+        ),
+        row(
+            "12b. convert -o FOLDER, 2 local workers",
+            f"{size / two:.0f} MB/s = {one / two:.2f}x",
+            "printed",
+            True,
+        ),
+    ]
+    try:
+        import ray
+    except ImportError:
+        print("12c. convert --ray: ray is not installed (pip install '.[ray]')", flush=True)
+        return rows
+    from analysis.io.ray_runner import run_ray
+
+    start = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    started = time.perf_counter() - start
+    try:
+        on_ray = min(timed(run_ray("local")) for _ in range(2))
+    finally:
+        ray.shutdown()
+    rows.append(
+        row(
+            "12c. convert --ray local (2 CPUs; Ray started once)",
+            f"{size / on_ray:.0f} MB/s = {one / on_ray:.2f}x one worker",
+            "printed",
+            True,
+        )
+    )
+    print(f"     (starting the local Ray took {started:.1f} s)", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--large", action="store_true", help="also the multi-GB convert")
@@ -428,6 +496,7 @@ def main() -> None:
     results += bench_artifacts()
     results += bench_start()
     results += bench_simulate()
+    results += bench_partitioned()
     if args.large:
         results += bench_large_convert()
     if args.json:
