@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -22,6 +23,33 @@ from cli.commands.verify import verify
 from cli.errors import ReportingCommand, ended, ended_outside_command
 from cli.output import reader_gone
 
+
+def _no_breaks_at_hyphens() -> None:
+    """Help text is wrapped at spaces only: a spec such as prime-rl:max_off_policy_steps=1
+    or a default such as partial-rollout stays whole on its line (click's wrapper also
+    breaks after a hyphen). The wrapper is click's own, vendored by typer: left as it is
+    where it cannot be found."""
+    for name in ("typer._click._textwrap", "click._textwrap"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        wrapper = module.TextWrapper
+        if getattr(wrapper, "_whole_words", False):
+            continue
+        original = wrapper.__init__
+
+        def init(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> None:
+            kwargs.setdefault("break_on_hyphens", False)
+            kwargs.setdefault("break_long_words", False)
+            _original(self, *args, **kwargs)
+
+        wrapper.__init__ = init
+        wrapper._whole_words = True
+
+
+_no_breaks_at_hyphens()
+
 app = typer.Typer(
     name="dressage-replay",
     help="Offline staleness analysis and replay of async RL rollout logs (Dressage, slime).",
@@ -35,7 +63,7 @@ app = typer.Typer(
 # One line each in `dressage-replay --help`, short enough for 80 columns (click cuts a
 # longer first sentence with "..."); each command's own --help says the rest.
 _SUMMARIES: dict[Callable[..., Any], str] = {
-    replay: "Replay one K, M setting: what is kept, dropped, how stale.",
+    replay: "Replay one setting or --policy: kept, dropped, how stale.",
     sweep: "Replay every K, M combination at once; mark the Pareto front.",
     plot: "Draw a figure: sweep, spans, gaps, timeline or heatmap.",
     inspect: "Show what a log holds: format, counts, versions, quality.",

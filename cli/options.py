@@ -168,8 +168,9 @@ class BadRecordPolicy(StrEnum):
 Inputs = Annotated[
     list[Path],
     typer.Argument(
-        help="Log files or folders: JSONL (.gz), Dressage artifact folder, slime .pt dumps, "
-        "canonical Parquet/Arrow. Read in the order given.",
+        help="Log files or folders: JSONL (.gz), a Dressage artifact or run folder, slime .pt "
+        "dumps, canonical Parquet/Arrow (a file or a folder of parts), prime-rl, AReaL, verl "
+        "or NeMo-RL logs. Read in the order given.",
         show_default=False,
         readable=False,  # an unreadable input is the loader's to report (exit 3), not click's
         metavar="INPUT",
@@ -181,6 +182,7 @@ FieldOption = Annotated[
         "--field",
         help="MEANING=PATH: read a meaning from another (dotted) field, e.g. "
         "group=metadata.prompt_id. Meanings: " + ", ".join(analysis.FieldMap.meanings()) + ".",
+        metavar="MEANING=PATH",
         show_default=False,
     ),
 ]
@@ -239,7 +241,8 @@ LogFormatOption = Annotated[
 OrderBy = Annotated[
     str | None,
     typer.Option(
-        help="Order group arrival by this field (its per-group maximum) instead of input order."
+        help="Order group arrival by this field (its per-group maximum) instead of input order.",
+        metavar="FIELD",
     ),
 ]
 Traceback = Annotated[
@@ -260,10 +263,19 @@ Quiet = Annotated[
     ),
 ]
 KeepVersionsList = Annotated[
-    str, typer.Option("--keep-versions", "-k", help="K values: 0,1,2,4 or ranges like 0..6.")
+    str,
+    typer.Option(
+        "--keep-versions", "-k", help="K values: 0,1,2,4 or ranges like 0..6.", metavar="LIST"
+    ),
 ]
 MaxPreemptsList = Annotated[
-    str, typer.Option("--max-preempts", "-m", help="M values: none,0,1,2 or ranges like none,0..3.")
+    str,
+    typer.Option(
+        "--max-preempts",
+        "-m",
+        help="M values: none,0,1,2 or ranges like none,0..3.",
+        metavar="LIST",
+    ),
 ]
 BatchGroups = Annotated[
     int | None,

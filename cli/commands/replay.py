@@ -11,7 +11,6 @@ import analysis
 from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
-    INT,
     BadRecordPolicy,
     BatchGroups,
     FieldOption,
@@ -39,9 +38,9 @@ def replay(
         typer.Option(
             "--keep-versions",
             "-k",
-            help="K: keep groups from the K newest observed versions; 0 disables.",
+            help="K: keep groups from the K newest observed versions; 0 or off disables.",
             parser=one_keep_versions,
-            metavar=INT,
+            metavar="<int|off>",
         ),
     ] = 0,
     max_preempts: Annotated[
@@ -49,7 +48,8 @@ def replay(
         typer.Option(
             "--max-preempts",
             "-m",
-            help="M: a trajectory may span at most M+1 versions; 'none' disables.",
+            help="M: a trajectory may span at most M+1 versions; none or off disables.",
+            metavar="<int|none>",
         ),
     ] = "none",
     batch_groups: BatchGroups = None,

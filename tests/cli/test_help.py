@@ -39,3 +39,19 @@ def test_the_command_list_gives_each_summary_whole_at_80_columns() -> None:
         assert name in lines, name
         assert not lines[name].rstrip().endswith("..."), lines[name]
         assert len(lines[name]) <= 80
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("replay", ["prime-rl:max_off_policy_steps=1", "verl-drop:max_off_policy_threshold=2"]),
+        ("simulate", ["partial-rollout]"]),
+    ],
+)
+def test_help_breaks_lines_at_spaces_only(name: str, words: list[str]) -> None:
+    """click's wrapper broke after hyphens: `prime-` / `rl:max_off_policy_steps=1`."""
+    text = _help(name, width=80)
+    lines = [line.strip() for line in text.splitlines()]
+    for word in words:
+        assert any(word in line for line in lines), word
+    assert "<list[str]>" not in text and "<str>" not in text  # metavars, not Python types
