@@ -26,6 +26,7 @@ FLAGS = {
     "policy": "--policy",  # docs/semantics.md §13
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)
+    "workers": "--workers",
     "n_groups": "--groups",
     "n_samples_per_prompt": "--samples-per-prompt",
     "max_active_groups": "--max-active-groups",

@@ -29,13 +29,17 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from analysis.errors import ConfigError, OutputError, ReplayError, setting
 from analysis.io.jsonl_parts import Piece, cut
 from analysis.io.options import ReadOptions
 
-PART_FORMAT = "part-{:05d}.parquet"
+
+def part_name(index: int, count: int) -> str:
+    """``part-00007.parquet``: at least five digits, as many as the last part needs, so
+    that name order is unit order."""
+    return f"part-{index:0{max(5, len(str(count - 1)))}d}.parquet"
 
 
 PIECE_BYTES = 256 << 20
@@ -51,6 +55,19 @@ class Unit:
     index: int
     inputs: tuple[str, ...]
     piece: Piece | None = None
+    count: int = 1
+    """How many units the dataset has (its part names are as wide as the largest)."""
+
+
+class UnitFailed(ReplayError):
+    """A unit that failed in a way no reader foresaw (a bug), with the worker's traceback."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UnitFailed, (str(self), self.detail))
 
 
 @dataclass
@@ -89,14 +106,14 @@ def plan_units(
 
     units: list[Unit] = []
     for raw in inputs:
-        sources, _ = detect_sources([raw], include_eval=include_eval)
+        sources, _ = detect_sources([raw], include_eval=include_eval)  # warned by the units
         if not sources or not all(s.format in ("jsonl", "parquet", "ipc") for s in sources):
             units.append(Unit(len(units), (str(raw),)))
             continue
         for source in sources:
             for piece in _pieces(source.path, piece_bytes) if source.format == "jsonl" else [None]:
                 units.append(Unit(len(units), (str(source.path),), piece))
-    return units
+    return [dataclasses.replace(unit, count=len(units)) for unit in units]
 
 
 def _pieces(path: Path, piece_bytes: int) -> list[Piece | None]:
@@ -121,7 +138,7 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
 
     report = LoadReport()
     result = UnitResult(unit.index)
-    target = Path(folder) / PART_FORMAT.format(unit.index)
+    target = Path(folder) / part_name(unit.index, unit.count)
     try:
         if unit.piece is None:
             chunks = iter_log_chunks(list(unit.inputs), options, report=report)
@@ -130,6 +147,14 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
         result.rows = write_canonical_chunks(chunks, target, inputs=[])
     except ReplayError as error:
         result.error = error
+    except Exception as error:  # a bug: its type, message and where, for the driver to say
+        import traceback
+
+        result.error = UnitFailed(
+            f"internal error converting {', '.join(unit.inputs)} "
+            f"({type(error).__name__}: {error}); rerun with --traceback and report it",
+            detail="".join(traceback.format_exception(error)),
+        )
     result.skipped = dict(report.skipped)
     result.skipped_where = list(report.skipped_where)
     result.warnings = list(report.warnings)
@@ -149,45 +174,83 @@ def run_local(workers: int | None = None) -> Runner:
     each a fresh interpreter (``python -c ...worker_main()``) that takes one unit at
     a time from this process, so a slow unit does not hold others back. No fork (polars'
     threads do not survive one) and no multiprocessing (whose spawn re-runs a caller's
-    script that lacks a ``__main__`` guard)."""
-    count = os.cpu_count() or 1 if workers is None else workers
+    script that lacks a ``__main__`` guard). One unit, or one worker, is read here."""
+    count = (os.cpu_count() or 1) if workers is None else workers
     if count < 1:
-        raise ConfigError(f"require {setting('workers', count)} >= 1")
+        raise ConfigError(
+            f"require {setting('workers', count)} to be 1 or more (the processes that write "
+            "the parts)"
+        )
+    return _LocalRunner(count)
 
-    def run(units: list[Unit], options: ReadOptions, folder: str) -> list[UnitResult]:
-        if count == 1 or len(units) == 1:
+
+class _LocalRunner:
+    """See :func:`run_local`; ``used`` says what the last run ran on."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.used = f"local, up to {count} processes"
+
+    def __call__(self, units: list[Unit], options: ReadOptions, folder: str) -> list[UnitResult]:
+        processes = min(self.count, len(units))
+        if processes <= 1:
+            self.used = "in this process"
             return [convert_unit(unit, options, folder) for unit in units]
-        queue = list(reversed(units))
-        lock = threading.Lock()
-        results: list[UnitResult] = []
-        failures: list[BaseException] = []
+        self.used = f"{processes} local processes"
+        return _Dispatch(units, options, folder).run(processes)
 
-        def next_unit() -> Unit | None:
-            with lock:
-                return queue.pop() if queue and not failures else None
 
-        def work() -> None:
-            try:
-                with _Worker() as worker:
-                    while (unit := next_unit()) is not None:
-                        result = worker.convert(unit, options, folder)
-                        with lock:
-                            results.append(result)
-            except BaseException as error:  # said once every thread is done
-                with lock:
-                    failures.append(error)
+class _Dispatch:
+    """Units handed to worker processes one at a time, in order, by one thread each."""
 
-        threads = [threading.Thread(target=work) for _ in range(min(count, len(units)))]
+    def __init__(self, units: list[Unit], options: ReadOptions, folder: str) -> None:
+        self.queue = list(reversed(units))
+        self.options, self.folder = options, folder
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.results: list[UnitResult] = []
+        self.failures: list[BaseException] = []
+        self.started: list[_Worker] = []
+
+    def next_unit(self) -> Unit | None:
+        with self.lock:
+            going = self.queue and not self.failures and not self.stop.is_set()
+            return self.queue.pop() if going else None
+
+    def work(self) -> None:
+        try:
+            with _Worker() as worker:
+                with self.lock:
+                    self.started.append(worker)
+                while (unit := self.next_unit()) is not None:
+                    result = worker.convert(unit, self.options, self.folder)
+                    with self.lock:
+                        self.results.append(result)
+                    if result.error is not None:  # the units before it are all out
+                        self.stop.set()
+        except BaseException as error:  # said once every thread is done
+            with self.lock:
+                self.failures.append(error)
+
+    def run(self, processes: int) -> list[UnitResult]:
+        threads = [threading.Thread(target=self.work) for _ in range(processes)]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
-        return results
-
-    run.__name__ = f"local ({count} processes)"
-    return run
+        try:
+            for thread in threads:
+                while thread.is_alive():  # in steps, so that Ctrl-C is seen at once
+                    thread.join(0.2)
+        except BaseException:  # Ctrl-C or SIGTERM: no unit more, the workers ended now
+            self.stop.set()
+            with self.lock:
+                for worker in self.started:
+                    worker.kill()
+            for thread in threads:
+                thread.join()
+            raise
+        if self.failures:
+            raise self.failures[0]
+        return self.results
 
 
 class _Worker:
@@ -199,6 +262,9 @@ class _Worker:
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from analysis.io.partitioned import worker_main; worker_main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=WORKER_ENVIRONMENT,
+            # its own session: a Ctrl-C at the terminal reaches the driver only, which
+            # ends the workers itself (no traceback of theirs while they start)
+            start_new_session=True,
         )  # fmt: skip
         return self
 
@@ -207,8 +273,17 @@ class _Worker:
         _send(self.process.stdin, (unit, options, folder))
         result = _receive(self.process.stdout)
         if not isinstance(result, UnitResult):
-            raise RuntimeError(f"a conversion worker ended early (exit {self.process.wait()})")
+            code = self.process.wait()
+            how = (
+                f"was killed by signal {-code}" + (" (out of memory?)" if code == -9 else "")
+                if code < 0
+                else f"ended early (exit {code})"
+            )
+            raise UnitFailed(f"converting {', '.join(unit.inputs)}: a worker process {how}")
         return result
+
+    def kill(self) -> None:
+        self.process.kill()
 
     def __exit__(self, *exc: object) -> None:
         if self.process.stdin is not None:
@@ -261,7 +336,12 @@ def convert_partitioned(
     output = Path(output)
     _check_output(output, inputs)
     units = plan_units(inputs, include_eval=options.include_eval, piece_bytes=piece_bytes)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    except OSError as error:
+        raise OutputError(
+            f"{output}: cannot write there ({error.strerror}); choose a writable folder"
+        ) from None
     try:
         if progress is not None:
             progress(0, len(units))
@@ -271,11 +351,17 @@ def convert_partitioned(
         failed = next((r.error for r in results if r.error is not None), None)
         if failed is not None:
             raise failed
-        staging.rename(output)
+        try:
+            staging.rename(output)
+        except OSError as error:
+            raise OutputError(
+                f"{output}: cannot put the dataset there ({error.strerror}); choose another "
+                "name or folder"
+            ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return _report(results, getattr(runner, "__name__", "local"))
+    return _report(results, str(getattr(runner, "used", getattr(runner, "__name__", "local"))))
 
 
 def _check_output(output: Path, inputs: Sequence[str | Path]) -> None:

@@ -26,8 +26,9 @@ def ray_module() -> Any:
         import ray
     except ImportError:
         raise ConfigError(
-            "Ray is not installed: install the extra (pip install 'dressage-replay[ray]'), "
-            "or convert without Ray on this machine's cores"
+            "Ray is not installed: install the extra (pip install 'dressage-replay[ray]'; "
+            "from a clone, pip install -e '.[ray]'), or convert without Ray on this "
+            "machine's cores"
         ) from None
     return ray
 
@@ -71,5 +72,5 @@ def run_ray(address: str = "auto", *, num_cpus: int | None = None) -> Runner:
             if started:
                 ray.shutdown()
 
-    run.__name__ = f"ray ({address})"
+    run.__name__ = f"Ray tasks ({address})"
     return run

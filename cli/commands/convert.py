@@ -29,7 +29,11 @@ def convert(
     output: Annotated[
         Path,
         typer.Option(
-            "--output", "-o", help="Output file: .parquet (or .arrow) in the canonical layout."
+            "--output",
+            "-o",
+            help="Output file: .parquet (or .arrow) in the canonical layout; or a "
+            "folder (a name without an extension) of Parquet parts, written by --workers "
+            "local processes or --ray tasks.",
         ),
     ],
     order_by: Annotated[
@@ -47,7 +51,7 @@ def convert(
         int | None,
         whole_option(
             "A folder output (no extension): parts written by this many local processes "
-            "(default: every core)."
+            "(default: every core); with --ray local, the CPUs of that Ray."
         ),
     ] = None,
     ray: Annotated[
@@ -97,7 +101,14 @@ def _convert_partitioned(
     from analysis.io.partitioned import convert_partitioned, run_local
 
     if ray is not None:
-        from analysis.io.ray_runner import run_ray
+        from analysis.io.ray_runner import LOCAL, run_ray
+
+        if workers is not None and ray != LOCAL:
+            raise typer.BadParameter(
+                f"sets the CPUs of a Ray started here (--ray {LOCAL}); the cluster at "
+                f"{ray} has its own",
+                param_hint="--workers",
+            )
 
         runner = run_ray(ray, num_cpus=workers)
     else:
@@ -105,7 +116,8 @@ def _convert_partitioned(
     with progress_bar("converting (parts)", quiet=quiet) as update:
         done = convert_partitioned(inputs, output, options, runner=runner, progress=update)
     typer.echo(
-        f"wrote {done.rows:,} records to {output}/ ({done.parts:,} parts, {done.workers})",
+        f"wrote {done.rows:,} records to {output}/ ({done.parts:,} "
+        f"part{'' if done.parts == 1 else 's'}, {done.workers})",
         err=True,
     )
     report = analysis.LoadReport(warnings=list(done.warnings), skipped_where=done.skipped_where)

@@ -101,7 +101,9 @@ def test_a_bad_line_in_a_piece_is_reported_with_its_line_in_the_file(
         convert_partitioned([log], tmp_path / "ds", piece_bytes=log.stat().st_size // 4)
     with pytest.raises(analysis.ReplayError) as theirs:
         analysis.load_logs([log])
-    assert str(ours.value) == str(theirs.value) and f"log.jsonl:{len(lines) - 2}:" in str(ours.value)
+    assert str(ours.value) == str(theirs.value) and f"log.jsonl:{len(lines) - 2}:" in str(
+        ours.value
+    )
 
 
 @pytest.mark.slow  # worker processes start: a few seconds on a loaded host
@@ -145,7 +147,7 @@ def test_convert_to_a_folder_on_the_command_line(
     result = runner.invoke(app, ["convert", *map(str, inputs), "-o", str(out), "--workers", "2"])
     assert result.exit_code == 0, result.stderr
     assert (
-        f"wrote {local_convert.height:,} records to {out}/ (5 parts, local (2 processes))"
+        f"wrote {local_convert.height:,} records to {out}/ (5 parts, 2 local processes)"
         in result.stderr
     )
     assert _parts(out).equals(local_convert)
@@ -173,7 +175,7 @@ def test_ray_on_a_local_two_cpu_cluster_writes_the_same_parts(
     from analysis.io.ray_runner import run_ray
 
     done = convert_partitioned(inputs, tmp_path / "ds", runner=run_ray("local", num_cpus=2))
-    assert done.workers == "ray (local)" and done.parts == 5
+    assert done.workers == "Ray tasks (local)" and done.parts == 5
     assert _parts(tmp_path / "ds").equals(local_convert)
     assert json.dumps(done.formats) == json.dumps(sorted({"jsonl", "pt", "artifacts"}))
 
@@ -183,3 +185,64 @@ def test_damaged_units_name_their_file(tmp_path: Path) -> None:
     with pytest.raises((analysis.ReplayError, DamagedFileError)) as raised:
         convert_partitioned([tmp_path / "x.jsonl"], tmp_path / "ds")
     assert "x.jsonl" in str(raised.value)
+
+
+def test_workers_say_what_ran_and_zero_is_refused(tmp_path: Path, inputs: list[Path]) -> None:
+    one = convert_partitioned(inputs[1:2], tmp_path / "a", runner=run_local(8))
+    assert one.parts == 1 and one.workers == "in this process"  # one unit: no worker started
+    with pytest.raises(ConfigError, match="1 or more"):
+        run_local(0)
+    single = run_local(1)
+    convert_partitioned(inputs[:1], tmp_path / "b", runner=single)
+    assert single.used == "in this process"  # --workers 1 meant every core once
+    result = runner.invoke(
+        app, ["convert", str(inputs[1]), "-o", str(tmp_path / "c"), "--workers", "0"]
+    )
+    assert result.exit_code == analysis.ExitCode.CONFIG
+    assert "--workers 0" in result.stderr and result.stderr.count("\n") == 1
+    both = runner.invoke(
+        app,
+        ["convert", str(inputs[1]), "-o", str(tmp_path / "d"), "--workers", "2", "--ray", "auto"],
+    )
+    assert both.exit_code == 2 and "--workers" in both.stderr
+
+
+def test_a_folder_that_cannot_be_written_is_an_output_error(inputs: list[Path]) -> None:
+    with pytest.raises(OutputError, match="cannot write there"):
+        convert_partitioned(inputs[1:2], Path("/proc/ds"))
+
+
+def test_part_names_sort_in_unit_order_however_many() -> None:
+    from analysis.io.partitioned import part_name
+
+    assert part_name(7, 10) == "part-00007.parquet"
+    names = [part_name(i, 123_456) for i in (9, 99_999, 100_000, 123_455)]
+    assert names == sorted(names) and names[0] == "part-000009.parquet"
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_a_partitioned_convert_at_once_and_leaves_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    config = analysis.SimulationConfig(n_groups=1500, n_samples_per_prompt=8, seed=1)
+    for name in "abcdef":
+        write_jsonl(analysis.simulate(config), tmp_path / f"{name}.jsonl")
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli", "convert", *sorted(map(str, tmp_path.glob("*.jsonl"))),
+         "-o", str(out), "--workers", "2"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".out.partial-*/part-*.parquet")):  # a part is written
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert time.monotonic() - interrupted < 10
+    assert "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
