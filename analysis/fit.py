@@ -37,6 +37,7 @@ from typing import Any
 
 import polars as pl
 
+from analysis.errors import ConfigError
 from analysis.simulator import SimulationConfig, simulate
 
 CALIBRATION_ROUNDS = 8
@@ -91,6 +92,8 @@ class Fit:
     """(parameter, value, where it comes from) for each parameter the fit set."""
     log: RunFigures
     simulated: RunFigures
+    notes: tuple[str, ...] = ()
+    """What the user should know about the fit (a filtered log, a clock it cannot read)."""
 
     def __repr__(self) -> str:
         return f"Fit({len(self.fitted)} parameters, {self.log.groups:,} groups in the log)"
@@ -165,14 +168,17 @@ def _lengths(table: pl.DataFrame) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
-def simulated_figures(config: SimulationConfig) -> RunFigures:
-    """The figures of the log ``config`` simulates, its step time read off the simulated
-    trainer's own clock (a simulated log has no rollout calls to time)."""
+def simulated_figures(config: SimulationConfig, *, trainer_clock: bool = True) -> RunFigures:
+    """The figures of the log ``config`` simulates. With ``trainer_clock``, its step time is
+    read off the simulated trainer (as a run folder's rollout calls time the real one);
+    else off its log's completions, as a log without rollout calls is read."""
     from analysis.io.load import records_to_table
 
     updates: list[float] = []
     table = records_to_table(list(simulate(config, update_times=updates)), source="<simulated>")
     figures = log_figures(table)
+    if not trainer_clock:
+        return figures
     return dataclasses.replace(figures, step_time=_median_step(updates))
 
 
@@ -193,11 +199,46 @@ def fit_simulation(
     """Fit :class:`SimulationConfig` to a log. ``given`` holds parameters the user set
     (they win over the fit and are not calibrated); ``samples_per_prompt`` and
     ``groups_per_step`` are a run folder's own settings when known."""
+    from analysis.engine import prepare
+
     given = dict(given or {})
     calls = list(call_starts)
     log = log_figures(table, call_starts=calls)
+    if not log.groups:
+        raise ConfigError("the run has no groups to fit the simulator to; point at a run's log")
     if groups_per_step:  # a run folder's own setting, where the table alone cannot tell
         log = dataclasses.replace(log, groups_per_step=groups_per_step)
+    fitted = _fitted_values(table, log, samples_per_prompt, groups_per_step, given)
+    values = {name: value for name, (value, _) in fitted.items()}
+    values.update(given)
+    trainer_clock = bool(calls)
+    config = _calibrate(SimulationConfig(**values), log, given, fitted, trainer_clock)
+    rows = [
+        (name, _shown(getattr(config, name)), source)
+        for name, (_, source) in fitted.items()
+        if name not in given
+    ]
+    rows += [(name, _shown(value), "given") for name, value in given.items()]
+    notes = [*prepare(table).warnings]
+    if not trainer_clock and log.step_time is not None:
+        notes.append(
+            "step time: this log has no rollout calls, so it is read off the completion that "
+            "finished each trainer step's last group, on the log and on the simulation alike; "
+            "when groups wait for the trainer, that is the generation's pace, not the "
+            "trainer's (a Dressage run folder times the rollout calls)"
+        )
+    simulated = simulated_figures(_probe(config), trainer_clock=trainer_clock)
+    return Fit(config=config, fitted=tuple(rows), log=log, simulated=simulated, notes=tuple(notes))
+
+
+def _fitted_values(
+    table: pl.DataFrame,
+    log: RunFigures,
+    samples_per_prompt: int | None,
+    groups_per_step: int | None,
+    given: Mapping[str, Any],
+) -> dict[str, tuple[Any, str]]:
+    """(value, where it comes from) of each parameter the log tells, before calibration."""
     fitted: dict[str, tuple[Any, str]] = {}
     per_group = samples_per_prompt or (round(log.samples_per_prompt or 0) or None)
     if per_group:
@@ -205,7 +246,8 @@ def fit_simulation(
     step_groups = groups_per_step or log.groups_per_step
     if step_groups:
         fitted["batch_groups"] = (step_groups, "groups per trainer step")
-    lengths = _lengths(table)
+    # A length distribution given on the command line wins over the log's lengths.
+    lengths = () if {"median_response_tokens", "tail_sigma"} & set(given) else _lengths(table)
     if lengths:
         fitted["response_lengths"] = (lengths, "the log's response tokens per trajectory")
         fitted["max_response_tokens"] = (max(lengths), "the log's longest response")
@@ -219,15 +261,7 @@ def fit_simulation(
     if "max_active_groups" not in given:
         guess = 2 * (step_groups or 4)
         fitted["max_active_groups"] = (guess, "not in a log: a guess, 2 x groups per step")
-    values = {name: value for name, (value, _) in fitted.items()}
-    values.update(given)
-    config = _calibrate(SimulationConfig(**values), log, given, fitted)
-    rows = tuple(
-        (name, _shown(getattr(config, name)), source)
-        for name, (_, source) in fitted.items()
-        if name not in given
-    )
-    return Fit(config=config, fitted=rows, log=log, simulated=simulated_figures(_probe(config)))
+    return fitted
 
 
 def _calibrate(
@@ -235,8 +269,10 @@ def _calibrate(
     log: RunFigures,
     given: Mapping[str, Any],
     fitted: dict[str, tuple[Any, str]],
+    trainer_clock: bool,
 ) -> SimulationConfig:
-    """Scale step time and time per token until the simulated clocks match the log's."""
+    """Scale step time and time per token until the simulated clocks match the log's
+    (at most CALIBRATION_ROUNDS rounds; done once both are within 1%)."""
     tune_step = log.step_time is not None and "train_step_time" not in given
     tune_token = log.tokens_per_second is not None and "token_time" not in given
     if tune_step and log.step_time is not None:
@@ -248,7 +284,11 @@ def _calibrate(
         return config
     probe = _probe(config)
     for _ in range(CALIBRATION_ROUNDS):
-        sim = simulated_figures(probe)
+        sim = simulated_figures(probe, trainer_clock=trainer_clock)
+        if _close(sim.tokens_per_second, log.tokens_per_second, tune_token) and _close(
+            sim.step_time, log.step_time, tune_step
+        ):
+            break
         token_time, step_time = probe.token_time, probe.train_step_time
         if tune_token and sim.tokens_per_second and log.tokens_per_second:
             token_time *= sim.tokens_per_second / log.tokens_per_second
@@ -267,9 +307,17 @@ def _calibrate(
     )
 
 
+def _close(simulated: float | None, real: float | None, tuned: bool) -> bool:
+    """Whether a calibrated figure is within 1% of the log's (or is not calibrated)."""
+    return not tuned or (bool(simulated) and bool(real) and abs(simulated / real - 1) < 0.01)  # type: ignore[operator]
+
+
 def _shown(value: Any) -> str:
+    """A parameter's value as the fit table shows it: three significant digits."""
     if isinstance(value, tuple):
         return f"{len(value):,} lengths, median {statistics.median(value):g}" if value else "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(getattr(value, "spec", value))
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"

@@ -118,6 +118,12 @@ class SimulationConfig:
                 if not ok(value):
                     found = f"{value:,}" if type(value) is int else repr(value)
                     raise ConfigError(f"require {setting(name)} {rule} (found {found})")
+        if self.queue_watermark < self.batch_groups:
+            raise ConfigError(
+                f"require {setting('output_queue_size', self.output_queue_size)} x 0.8 (the "
+                f"queue's high watermark) >= {setting('batch_groups', self.batch_groups)}: "
+                "else the worker stops before the trainer has a batch"
+            )
         if any(type(n) is not int or not 1 <= n <= MAX_SETTING for n in self.response_lengths):
             raise ConfigError(
                 f"require every one of {setting('response_lengths', '...')} to be a whole "
@@ -192,6 +198,12 @@ def simulate(
             yield from pipeline.on_done(now, payload)
         elif kind == "trained":
             pipeline.on_trained(now)
+    if pipeline.n_completed < config.n_groups:  # a safety net: the settings are checked
+        raise ConfigError(
+            f"the simulation stopped after {pipeline.n_completed:,} of {config.n_groups:,} "
+            "groups: its settings hold generation back for good (an admission rule or the "
+            f"output queue below {setting('batch_groups', config.batch_groups)})"
+        )
 
 
 class _Pipeline:

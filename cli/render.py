@@ -398,9 +398,12 @@ def print_fit(fit: Fit, like: Path, console: Console) -> None:
         elif real is None or sim is None:
             difference = "not in the run" if real is None else ""
         else:
-            difference = f"{100 * (sim - real) / real:+.0f}%" if real else ""
+            change = round(100 * (sim - real) / real) if real else None
+            difference = "" if change is None else f"{change:+d}%" if change else "0%"
         rows.append([label, _figure(real), _figure(sim), difference])
     _print_fitted(console, "The run's figures and the fitted simulation's", headers, rows, keys=1)
+    for note in fit.notes:
+        console.print(f"note: {flagged(note)}", soft_wrap=True, highlight=False, markup=False)
 
 
 def _figure(value: float | int | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
@@ -161,6 +162,10 @@ def simulate(
             if ctx.get_parameter_source(name).name != "DEFAULT"  # type: ignore[union-attr]
         }
         config = _fitted(like, given)
+        if admission:  # verl's R defaults to the fitted groups per step
+            config = dataclasses.replace(
+                config, admission=simulation_rule(admission, batch_groups=config.batch_groups)
+            )
         sys.stdout.flush()  # the fit's tables before the progress bar and the line on stderr
     with progress_bar("simulating", quiet=quiet) as update:
         records = analysis.simulate(config)

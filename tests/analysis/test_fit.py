@@ -64,8 +64,9 @@ def test_the_runs_own_settings_are_fitted(
 def test_options_given_win_over_the_fit(run_folders: dict[str, Path]) -> None:
     fit = _fit(run_folders["k2-m1"], max_active_groups=9, train_step_time=5.0)
     assert fit.config.max_active_groups == 9 and fit.config.train_step_time == 5.0
-    fitted = {name for name, _, _ in fit.fitted}
+    fitted = {name for name, _, source in fit.fitted if source != "given"}
     assert "train_step_time" not in fitted and "max_active_groups" not in fitted
+    assert ("train_step_time", "5", "given") in fit.fitted
     assert "token_time" in fitted  # still calibrated, to the clock given
 
 
@@ -131,3 +132,43 @@ def test_simulate_like_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None
     assert result.exit_code == analysis.ExitCode.INPUT_NOT_FOUND
     assert len(result.stderr.strip().splitlines()) == 1 and "nope" in result.stderr
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_length_distribution_given_wins_over_the_logs_lengths(
+    run_folders: dict[str, Path],
+) -> None:
+    fit = _fit(run_folders["k2-m1"], median_response_tokens=500)
+    assert fit.config.response_lengths == () and fit.config.median_response_tokens == 500
+    assert ("median_response_tokens", "500", "given") in fit.fitted
+    assert fit.simulated.length_q50 == pytest.approx(500, rel=0.3)
+
+
+def test_a_plain_log_is_timed_by_completions_on_both_sides_and_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    config = analysis.SimulationConfig(n_groups=80, seed=2)
+    from analysis.io.raw_writers import write_jsonl
+
+    write_jsonl(analysis.simulate(config), log)
+    fit = fit_simulation(analysis.load_logs([log]))
+    assert any("no rollout calls" in note for note in fit.notes)
+    # read off completions on both sides (the trainer's 20 s step is not in such a log)
+    assert fit.simulated.step_time == pytest.approx(fit.log.step_time, rel=0.5)
+    assert fit.log.step_time is not None and fit.log.step_time < 10
+
+
+def test_a_filtered_log_is_said_to_be_one(run_folders: dict[str, Path]) -> None:
+    fit = fit_simulation(analysis.load_logs([run_folders["k2-m1"] / "rollout_data"]))
+    assert any("returned to the trainer" in note for note in fit.notes)
+
+
+def test_an_empty_log_is_a_config_error_naming_no_flag(tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    result = runner.invoke(
+        app, ["simulate", "--like", str(tmp_path / "empty.jsonl"), "-o", str(tmp_path / "o.jsonl")]
+    )
+    assert result.exit_code in (
+        analysis.ExitCode.CONFIG,
+        analysis.ExitCode.LOG_FORMAT,
+        analysis.ExitCode.UNKNOWN_FORMAT,
+    )
+    assert "--groups" not in result.stderr and result.stderr.count("\n") == 1

@@ -138,6 +138,7 @@ def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> Non
         {"max_response_tokens": 10**9},
         {"n_prompts": 0},
         {"output_queue_size": 0},
+        {"output_queue_size": 4},  # a watermark of 3 < B = 4: the trainer would never train
         {"response_lengths": (10, 0)},
         {"response_lengths": (10, 2.5)},
     ],
@@ -382,6 +383,7 @@ def test_a_slow_trainer_meets_a_bounded_queue(queue: int) -> None:
     slow = dataclasses.replace(BASE, n_groups=300, train_step_time=50.0, output_queue_size=queue)
     bound = -(-(slow.queue_watermark + slow.max_active_groups) // slow.batch_groups) + 1
     assert max(_lags(slow)) <= bound
+    assert len({r["group_index"] for r in simulate(slow)}) == slow.n_groups  # none held for good
     unbounded = dataclasses.replace(slow, output_queue_size=100_000)
     assert max(_lags(unbounded)) > 3 * bound
 

@@ -96,3 +96,24 @@ def test_simulate_admission_on_the_command_line(tmp_path) -> None:  # type: igno
     bad = CliRunner().invoke(app, ["simulate", "-o", str(out), "--admission", "areal:speed=1"])
     assert bad.exit_code == analysis.ExitCode.CONFIG
     assert bad.stderr.count("\n") == 1 and "max_head_offpolicyness" in bad.stderr
+
+
+def test_verl_async_that_could_never_fill_a_batch_is_refused() -> None:
+    """R below B let 4 groups start, then the trainer waited for 8 for ever: the
+    simulator wrote 4 of 64 groups and said 64."""
+    with pytest.raises(ConfigError, match="fewer than the 8 a trainer step takes"):
+        simulation_rule("verl-async:staleness_threshold=0,required_samples=4", batch_groups=8)
+    with pytest.raises(ConfigError, match="step_offset"):
+        simulation_rule("areal:max_head_offpolicyness=1,step_offset=1", batch_groups=4)
+
+
+@pytest.mark.parametrize(
+    "spec", ["areal:max_head_offpolicyness=0", "verl-async:staleness_threshold=0"]
+)
+def test_every_group_is_simulated_under_the_tightest_rules(spec: str) -> None:
+    for active in (1, 3, 24):
+        config = dataclasses.replace(
+            FAST_ROLLOUT, max_active_groups=active, n_groups=60,
+            admission=simulation_rule(spec, batch_groups=FAST_ROLLOUT.batch_groups),
+        )  # fmt: skip
+        assert len(_starts(config)) == 60
