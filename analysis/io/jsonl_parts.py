@@ -215,7 +215,10 @@ class Helper:
         """Why it ended early, in a few words: its exit status and last line of stderr."""
         if self.process is None:
             return f"cannot start {sys.executable}"
-        status = self.process.poll()
+        try:
+            status: int | None = self.process.wait(timeout=5)  # its output has ended: it is ending
+        except subprocess.TimeoutExpired:
+            status = None
         lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"exit status {status}" + (f": {lines[-1]}" if lines else "")
 
