@@ -195,7 +195,8 @@ class Helper:
         self.path, self.options = path, options
         self.fail_fast = options.on_bad_record != "skip"
         self.shared = PieceQueue(0)
-        self.sent: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.sent: dict[int, tuple[Any, list[Any]]] = {}
+        self.frame_of: Callable[[Any], Any] = lambda columns: columns
         self.stderr = b""
         self.process: subprocess.Popen[bytes] | None = None
         self.threads: list[threading.Thread] = []
@@ -205,11 +206,13 @@ class Helper:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )  # fmt: skip
 
-    def begin(self, pieces: list[Piece], shared: PieceQueue) -> None:
+    def begin(
+        self, pieces: list[Piece], shared: PieceQueue, frame_of: Callable[[Any], Any]
+    ) -> None:
         """Send it the job and hand it pieces from the back of ``shared``."""
         if self.process is None:
             return
-        self.shared = shared
+        self.shared, self.frame_of = shared, frame_of
         job = (str(self.path), self.options, pieces, os.getpid())
         for target in (self._drain, lambda: self._exchange(job)):
             thread = threading.Thread(target=target, daemon=True)
@@ -228,8 +231,10 @@ class Helper:
             _write_frame(stdin, job)
             _write_frame(stdin, index := self._next())
             while index >= 0 and (result := _read_frame(stdout)) is not None:
-                done, frames, errors = result
-                self.sent[done] = (frames, errors)
+                done, columns, errors = result
+                # A table chunk at once: compact, where the columns are Python lists.
+                frame = None if columns is None else self.frame_of(columns)
+                self.sent[done] = (frame, errors)
                 # A bad record that fails the load: the pieces after it are not needed.
                 index = -1 if errors and self.fail_fast else self._next()
                 _write_frame(stdin, index)
@@ -240,7 +245,7 @@ class Helper:
         assert self.process is not None and self.process.stderr is not None
         self.stderr = self.process.stderr.read()
 
-    def collected(self) -> dict[int, tuple[list[Any], list[Any]]]:
+    def collected(self) -> dict[int, tuple[Any, list[Any]]]:
         """What the helper sent back, once it has ended."""
         for thread in self.threads:
             thread.join()
@@ -285,7 +290,7 @@ def read_in_pieces(
     try:
         pieces = cut(path, size)
         shared = PieceQueue(len(pieces))
-        helper.begin(pieces, shared)
+        helper.begin(pieces, shared, frame_of)
         done_here = 0
         while (index := shared.take_front()) is not None:
             done_here += 1
@@ -295,10 +300,10 @@ def read_in_pieces(
         for piece in pieces[done_here:]:
             if piece.index in sent:
                 yield from flush()  # the rows read here come first
-                columns, errors = sent.pop(piece.index)
+                frame, errors = sent.pop(piece.index)
                 take_errors(errors)
-                if columns is not None:
-                    yield frame_of(columns)
+                if frame is not None:
+                    yield frame
             else:  # the helper died with this piece: read it here
                 left += 1
                 yield from read_here(piece)

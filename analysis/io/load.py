@@ -169,6 +169,8 @@ def iter_log_chunks(
     each as it comes). An artifact folder is the exception: it is read whole before its
     first chunk, because arrival order needs every file's modification time, so its part
     of the table (spans, not token lists: about 230 bytes a segment file) is held whole.
+    So is the part of a large JSONL file that the helper process reads (see
+    :mod:`analysis.io.jsonl_parts`), until this process has read its own part.
     """
     options = ReadOptions.of(options, **settings)
     columns = options.columns
