@@ -109,8 +109,8 @@ class PieceQueue:
 # The helper: ``python -P -c _BOOTSTRAP <folder holding analysis/>``. Its stdin brings
 # frames (a length, then a pickle): the job (file, read options, pieces, parent's pid),
 # then the index of each piece to read, -1 for none. Its stdout takes one frame per piece
-# read: (index, table chunks, bad records' errors). Pickles are safe here: both ends are
-# this code.
+# read: (index, rows as columns, bad records' errors). Pickles are safe here: both ends
+# are this code.
 _BOOTSTRAP = """\
 import signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -140,15 +140,50 @@ def _read_frame(stream: Any) -> Any:
 
 def helper_main() -> None:
     """Entry point of the helper process: read the pieces it is given, one at a time."""
-    from analysis.io.load import read_piece
-
     stdin, out = sys.stdin.buffer, sys.stdout.buffer
     path, options, pieces, parent = _read_frame(stdin)
     while (index := _read_frame(stdin)) is not None and index >= 0:
         if os.getppid() != parent:
             raise SystemExit(1)
-        frames, errors = read_piece(Path(path), options, pieces[index])
-        _write_frame(out, (index, frames, errors))
+        columns, errors = read_piece(Path(path), options, pieces[index])
+        _write_frame(out, (index, columns, errors))
+
+
+def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
+    """One piece's rows, as columns of plain values (None when it has none), and its bad
+    records' errors in order; the first ends it when bad records fail the load. The
+    record loop of ``analysis.io.load`` for a JSONL file, without polars, so that the
+    helper starts in a tenth of a second: the parent makes the table chunk."""
+    from analysis.errors import LogFormatError, MissingFieldError, ReplayError
+    from analysis.io.fields import canonical_row, row_columns
+    from analysis.io.jsonl import jsonl_records
+
+    text, fail = str(path), options.on_bad_record != "skip"
+    rows: list[dict[str, Any]] = []
+    errors: list[ReplayError] = []
+    records = jsonl_records(path, (piece.start, piece.stop, piece.first_line))
+    while not (errors and fail):
+        try:
+            number, record = next(records)
+        except StopIteration:
+            break
+        except LogFormatError as error:  # the file cannot be read on (as a whole read)
+            errors.append(error)
+            break
+        try:
+            if isinstance(record, ReplayError):
+                raise record
+            row = canonical_row(
+                record, fields=options.fields, where=f"{text}:{number}",
+                extra=options.extra_fields,
+            )  # fmt: skip
+        except (LogFormatError, MissingFieldError) as error:
+            errors.append(error)
+            continue
+        row["source"] = text
+        row["record"] = number
+        rows.append(row)
+    return (row_columns(rows, options.extra_fields) if rows else None), errors
 
 
 class Helper:
@@ -160,7 +195,8 @@ class Helper:
         self.path, self.options = path, options
         self.fail_fast = options.on_bad_record != "skip"
         self.shared = PieceQueue(0)
-        self.sent: dict[int, tuple[list[Any], list[Any]]] = {}
+        self.sent: dict[int, tuple[Any, list[Any]]] = {}
+        self.frame_of: Callable[[Any], Any] = lambda columns: columns
         self.stderr = b""
         self.process: subprocess.Popen[bytes] | None = None
         self.threads: list[threading.Thread] = []
@@ -170,11 +206,13 @@ class Helper:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )  # fmt: skip
 
-    def begin(self, pieces: list[Piece], shared: PieceQueue) -> None:
+    def begin(
+        self, pieces: list[Piece], shared: PieceQueue, frame_of: Callable[[Any], Any]
+    ) -> None:
         """Send it the job and hand it pieces from the back of ``shared``."""
         if self.process is None:
             return
-        self.shared = shared
+        self.shared, self.frame_of = shared, frame_of
         job = (str(self.path), self.options, pieces, os.getpid())
         for target in (self._drain, lambda: self._exchange(job)):
             thread = threading.Thread(target=target, daemon=True)
@@ -193,8 +231,10 @@ class Helper:
             _write_frame(stdin, job)
             _write_frame(stdin, index := self._next())
             while index >= 0 and (result := _read_frame(stdout)) is not None:
-                done, frames, errors = result
-                self.sent[done] = (frames, errors)
+                done, columns, errors = result
+                # A table chunk at once: compact, where the columns are Python lists.
+                frame = None if columns is None else self.frame_of(columns)
+                self.sent[done] = (frame, errors)
                 # A bad record that fails the load: the pieces after it are not needed.
                 index = -1 if errors and self.fail_fast else self._next()
                 _write_frame(stdin, index)
@@ -205,7 +245,7 @@ class Helper:
         assert self.process is not None and self.process.stderr is not None
         self.stderr = self.process.stderr.read()
 
-    def collected(self) -> dict[int, tuple[list[Any], list[Any]]]:
+    def collected(self) -> dict[int, tuple[Any, list[Any]]]:
         """What the helper sent back, once it has ended."""
         for thread in self.threads:
             thread.join()
@@ -215,7 +255,10 @@ class Helper:
         """Why it ended early, in a few words: its exit status and last line of stderr."""
         if self.process is None:
             return f"cannot start {sys.executable}"
-        status = self.process.poll()
+        try:
+            status: int | None = self.process.wait(timeout=5)  # its output has ended: it is ending
+        except subprocess.TimeoutExpired:
+            status = None
         lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
         return f"exit status {status}" + (f": {lines[-1]}" if lines else "")
 
@@ -234,18 +277,20 @@ def read_in_pieces(
     flush: Callable[[], Iterator[Any]],
     take_errors: Callable[[list[Any]], None],
     warn: Callable[[str], None],
+    frame_of: Callable[[Any], Any],
 ) -> Iterator[Any]:
     """The table chunks of a large JSONL file read by this process and the helper:
     ``read_here(piece)`` reads a piece here (its rows gathered into chunks, ``flush``
     yields the last one); ``take_errors`` takes the helper's bad records of a piece
-    (skipped or raised), in file order; ``warn`` is told when the helper failed."""
+    (skipped or raised), in file order; ``frame_of`` makes a table chunk of the rows it
+    sends as columns; ``warn`` is told when the helper failed."""
     import dataclasses
 
     helper = Helper(path, dataclasses.replace(options, progress=None))
     try:
         pieces = cut(path, size)
         shared = PieceQueue(len(pieces))
-        helper.begin(pieces, shared)
+        helper.begin(pieces, shared, frame_of)
         done_here = 0
         while (index := shared.take_front()) is not None:
             done_here += 1
@@ -255,9 +300,10 @@ def read_in_pieces(
         for piece in pieces[done_here:]:
             if piece.index in sent:
                 yield from flush()  # the rows read here come first
-                frames, errors = sent.pop(piece.index)
+                frame, errors = sent.pop(piece.index)
                 take_errors(errors)
-                yield from frames
+                if frame is not None:
+                    yield frame
             else:  # the helper died with this piece: read it here
                 left += 1
                 yield from read_here(piece)

@@ -6,7 +6,6 @@ run-length spans; an end version derived from them is flagged.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,14 @@ from analysis.io.fields import (
     FieldMap,
     canonical_row,
 )
-from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
+from analysis.io.frames import (
+    FolderTable,
+    KindsSeen,
+    columns_frame,
+    rows_to_frame,
+    stacked,
+    where_from,
+)
 from analysis.io.jsonl import jsonl_records, read_json_file
 from analysis.io.jsonl_parts import Piece, read_in_pieces, split_wanted
 from analysis.io.options import ReadOptions
@@ -165,6 +171,8 @@ def iter_log_chunks(
     each as it comes). An artifact folder is the exception: it is read whole before its
     first chunk, because arrival order needs every file's modification time, so its part
     of the table (spans, not token lists: about 230 bytes a segment file) is held whole.
+    So is the part of a large JSONL file that the helper process reads (see
+    :mod:`analysis.io.jsonl_parts`), until this process has read its own part.
     """
     options = ReadOptions.of(options, **settings)
     columns = options.columns
@@ -390,6 +398,7 @@ class _Reading:
                     read_here=lambda piece: self._records(source, before, total, piece),
                     flush=lambda: self._flush(path_text),
                     take_errors=self._take_errors, warn=self.report.warnings.append,
+                    frame_of=lambda data: columns_frame(data, options.extra_fields, where=path_text),
                 )  # fmt: skip
                 return
         records = _raw_records(source, self.dump_ids, trust_pickle=options.trust_pickle, part=part)
@@ -424,36 +433,6 @@ def _size(path: Path) -> int | None:
         return path.stat().st_size
     except OSError:
         return None  # said where the file is read
-
-
-class _PieceReading(_Reading):
-    """A piece of a JSONL file read in the helper process: its bad records kept, in
-    order, for the parent to skip or raise; when they fail the load, the first ends it."""
-
-    def __init__(self, options: ReadOptions) -> None:
-        super().__init__(options, LoadReport())
-        self.errors: list[ReplayError] = []
-
-    def skip_or_raise(self, error: ReplayError) -> None:
-        self.errors.append(error)
-        if self.options.on_bad_record != "skip":
-            raise _PieceEnded
-
-
-class _PieceEnded(Exception):
-    """A helper's piece ended at a bad record that fails the load."""
-
-
-def read_piece(
-    path: Path, options: ReadOptions, piece: Piece
-) -> tuple[list[pl.DataFrame], list[ReplayError]]:
-    """One piece of a JSONL file as the helper reads it: its table chunks, its bad records."""
-    reading = _PieceReading(options)
-    frames: list[pl.DataFrame] = []
-    with contextlib.suppress(_PieceEnded):
-        frames += reading._records(Source(path, "jsonl"), 0, 1, piece)
-        frames += reading._flush(str(path))
-    return frames, reading.errors
 
 
 def _by_modification_time(folder: Path, untimed: str) -> Message:

@@ -1,4 +1,4 @@
-"""`make bench`: measure the performance targets of issue 5 and print each beside its target.
+"""`make bench`: measure the performance targets of issues 5 and 17 and print each beside its target.
 
 Logs are generated with the simulator into ``bench_data/`` (never committed) and reused
 by later runs. Every comparison is measured in the same run on the same file; each
