@@ -45,6 +45,7 @@ from analysis.errors import (
 )
 from analysis.io.dressage_run import RunLog, is_run_folder, read_run
 from analysis.io.fields import FieldMap
+from analysis.io.limits import Limits
 from analysis.io.load import (
     LoadReport,
     iter_log_chunks,
@@ -85,6 +86,7 @@ __all__ = [
     "ExitCode",
     "FieldMap",
     "InputNotFoundError",
+    "Limits",
     "LoadReport",
     "LogFormatError",
     "LogInspection",

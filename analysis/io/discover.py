@@ -18,6 +18,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import is_artifact_folder, is_run_tree
+from analysis.io.limits import check_regular
 from analysis.io.pickles import ZIP_MAGIC
 
 Format = Literal["jsonl", "artifacts", "pt", "parquet", "ipc"]
@@ -236,10 +237,14 @@ def file_format(path: Path) -> Format:
 
 def unreadable_error(path: Path) -> InputNotFoundError | None:
     """The error of an input file that cannot be opened (no permission, say), if any: one
-    line and exit 3, where reading it would fail in a way of the format's own."""
+    line and exit 3, where reading it would fail in a way of the format's own; a device
+    (a link to /dev/zero: it never ends) is refused too."""
     try:
+        check_regular(path)
         with open(path, "rb"):
             return None
+    except InputNotFoundError as error:
+        return error
     except FileNotFoundError:
         return InputNotFoundError(f"{path}: no such file; check the path")
     except OSError as exc:

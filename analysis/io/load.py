@@ -35,6 +35,7 @@ from analysis.io.fields import (
 )
 from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
 from analysis.io.jsonl import jsonl_records, read_json_file
+from analysis.io.limits import LimitError
 from analysis.io.options import ReadOptions
 from analysis.schema import (
     CANONICAL_SCHEMA,
@@ -43,6 +44,7 @@ from analysis.schema import (
 _SKIP_REASONS = {
     "LogFormatError": "bad record",
     "DamagedFileError": "damaged file",
+    "LimitError": "damaged file",
     "MissingFieldError": "missing field",
     "InputNotFoundError": "unreadable file",
 }
@@ -250,8 +252,9 @@ class _Reading:
                 continue
             try:
                 self.dumps[source.path] = dump_samples(
-                    source.path, trust_pickle=self.options.trust_pickle
-                )
+                    source.path, trust_pickle=self.options.trust_pickle,
+                    limits=self.options.limits,
+                )  # fmt: skip
             except UnsafePickleError:
                 raise  # never skipped: the user must decide whether to trust the file
             except LogFormatError as error:
@@ -267,6 +270,8 @@ class _Reading:
         if self.options.on_bad_record == "skip":
             self.report.skip(error)
             return
+        if isinstance(error, LimitError):
+            raise LimitError(f"{error.raw}, or pass {setting('on_bad_record', 'skip')}") from error
         if isinstance(error, DamagedFileError):
             raise DamagedFileError(
                 f"{error.raw}; check that the file is whole (copy it again) "

@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -40,6 +41,7 @@ def convert(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -47,7 +49,7 @@ def convert(
     """Write the canonical table (one row per record) so big logs load fast next time."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     report = analysis.LoadReport()
     with progress_bar("converting", quiet=quiet) as update:

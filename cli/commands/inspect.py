@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -30,6 +31,7 @@ def inspect(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -37,7 +39,7 @@ def inspect(
     """Show what a log holds: format, counts, versions in observation order, data quality."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval,
+        include_eval=include_eval, limit=limit,
     )  # fmt: skip
     table, report = logs.load()
     inspection = analysis.inspect_log(table, report)

@@ -17,6 +17,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     OnBadRecord,
     OrderBy,
     Quiet,
@@ -79,6 +80,7 @@ def replay(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -107,7 +109,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     )
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
                 decisions=decisions, trajectories=trajectories)  # fmt: skip
