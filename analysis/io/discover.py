@@ -18,7 +18,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import is_artifact_folder, is_run_tree
-from analysis.io.limits import check_regular
+from analysis.io.limits import check_regular, is_pipe
 from analysis.io.pickles import ZIP_MAGIC
 
 Format = Literal["jsonl", "artifacts", "pt", "parquet", "ipc"]
@@ -215,6 +215,8 @@ def file_format(path: Path) -> Format:
         return "ipc"
     if name.endswith((".pt", ".pkl", ".pickle")):
         return "pt"
+    if is_pipe(path):
+        return "jsonl"  # read once, as JSONL, gzipped or not (told apart as it is read)
     try:
         with path.open("rb") as handle:
             head = handle.read(8)
@@ -241,6 +243,8 @@ def unreadable_error(path: Path) -> InputNotFoundError | None:
     (a link to /dev/zero: it never ends) is refused too."""
     try:
         check_regular(path)
+        if is_pipe(path):  # opened only to be read: a probe would lose its bytes
+            return None
         with open(path, "rb"):
             return None
     except InputNotFoundError as error:

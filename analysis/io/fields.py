@@ -321,6 +321,8 @@ def canonical_row(
         return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
     except ValueError as exc:  # a label of the wrong type, from analysis.labels
         raise LogFormatError(f"{where}: {exc}") from exc
+    except RecursionError as exc:  # JSON nests up to 1,024 deep; a value this deep is not a log's
+        raise LogFormatError(f"{where}: a value nested too deeply to read") from exc
 
 
 def _canonical_row(

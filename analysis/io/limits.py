@@ -30,12 +30,13 @@ MiB = 1 << 20
 class Limits:
     """The largest inputs read (each a setting of :class:`analysis.ReadOptions`)."""
 
-    max_record_bytes: int = 64 * MiB
-    """Largest JSONL line or JSON document (a record of a 1M-token trajectory is ~30 MB).
-    Token lists of JSON records are bounded by it too."""
+    max_record_bytes: int = 32 * MiB
+    """Largest JSONL line or JSON document (a record of a 128k-token trajectory with its
+    log-probs and token versions is ~4 MB). It bounds token lists too: parsed, a line
+    takes up to ~20 times its size (a list of 16 million one-digit numbers in 32 MB)."""
     max_inflation: int = 100
     """Largest ratio of decompressed to compressed bytes of a gzip stream or a deflated
-    zip member, checked once more than :data:`INFLATION_FLOOR` bytes came out (real
+    zip member, checked once more than :data:`INFLATION_FLOOR` (1 MiB) came out (real
     JSONL logs compress 3-15 times)."""
     max_pickle_values: int = 1 << 27
     """Most values one pickle may hold, each object counted every time it is referenced
@@ -91,7 +92,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 LIMIT_NAMES = Limits.names()
 
-INFLATION_FLOOR = 16 * MiB
+INFLATION_FLOOR = 1 * MiB
 """Decompressed bytes read before the inflation ratio is checked: small files of very
 repetitive records may compress far more than logs do."""
 
@@ -108,6 +109,15 @@ def over_limit(where: object, what: str, name: str, value: int) -> LimitError:
         f"{where}: {what}, past the limit {name}={value:,} that protects memory; if the "
         f"file is genuine, raise it with {setting(name, value * 2)}"
     )
+
+
+def is_pipe(path: Path) -> bool:
+    """Whether ``path`` is a pipe or a FIFO (``<(gzip -c log)``, ``mkfifo``): it can be
+    opened and read once only, so it is never opened to probe it."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_regular(path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from analysis.io.fields import (
 )
 from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
 from analysis.io.jsonl import jsonl_records, read_json_file
-from analysis.io.limits import LimitError
+from analysis.io.limits import LimitError, Limits
 from analysis.io.options import ReadOptions
 from analysis.schema import (
     CANONICAL_SCHEMA,
@@ -327,7 +327,13 @@ class _Reading:
         """A file read record by record (JSONL, a JSON document, a dump)."""
         path_text = str(source.path)
         options = self.options
-        records = _raw_records(source, self.dumps)
+        within = None
+        if (progress := options.progress) is not None:
+            # The file's bytes as parts of this one source (per mille).
+            def within(done: int, size: int) -> None:
+                progress(before * 1000 + done * 1000 // size, total * 1000)
+
+        records = _raw_records(source, self.dumps, options.limits, within)
         while True:
             # A file that breaks midway (a truncated .gz) keeps the records read before.
             try:
@@ -365,14 +371,17 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 
 
 def _raw_records(
-    source: Source, dumps: dict[Path, tuple[int | None, list[Any]]]
+    source: Source,
+    dumps: dict[Path, tuple[int | None, list[Any]]],
+    limits: Limits,
+    progress: Callable[[int, int], None] | None,
 ) -> Iterator[tuple[str, int, int | None, Any]]:
     """Yield (location, record number, file-level step, raw record) for one source."""
     if source.format == "jsonl":
-        for number, record in jsonl_records(source.path):
+        for number, record in jsonl_records(source.path, limits, progress=progress):
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
-        document = read_json_file(source.path)
+        document = read_json_file(source.path, limits)
         if isinstance(document, list):
             for number, record in enumerate(document, start=1):
                 yield f"{source.path}: record {number}", number, None, record

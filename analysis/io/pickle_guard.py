@@ -42,7 +42,7 @@ for _op in pickletools.opcodes:
     else:
         _LAYOUT[_code] = (_FIXED, _n, False)
 
-_NUMBERS = re.compile(rb"(?:K.|M..|J....|G.{8}|N|\x88|\x89)*", re.DOTALL)
+_NUMBERS = re.compile(rb"(?:J....|G.{8}|M..|K.|[N\x88\x89])*+", re.DOTALL)
 """A run of small ints, floats, None and booleans (no memo, no length prefix)."""
 
 _PUT, _BINPUT, _LONG_BINPUT, _MEMOIZE, _STOP = ord("p"), ord("q"), ord("r"), 0x94, ord(".")

@@ -61,3 +61,80 @@ def test_a_link_to_an_endless_device_is_refused(tmp_path: Path, name: str) -> No
     link = tmp_path / name
     link.symlink_to("/dev/zero")
     _refused(hostile.run_bounded("inspect", str(link)), 3, "not a regular file")
+
+
+# --------------------------------------------------------------------------- gzip and JSON
+
+RECORD = (
+    b'{"group_index": 0, "metadata": {"parent_traj_id": "t", "dressage_end_token_version": "1"}}\n'
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [(b"0", 512 << 20)],  # one line of zeros
+        [(b"\n", 512 << 20)],  # nothing but newlines
+        [(RECORD, 10**7)],  # ten million tiny records
+    ],
+    ids=["one-line", "newlines", "tiny-records"],
+)
+def test_gzip_bombs(tmp_path: Path, pieces: list[tuple[bytes, int]]) -> None:
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(hostile.gzip_of(pieces))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
+
+
+def test_a_gzip_bomb_is_refused_in_bounded_memory_and_time(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(hostile.gzip_of([(b"0", 96 << 20)]))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
+
+
+def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with path.open("wb") as out:
+        out.write(RECORD)
+        out.write(b'{"group_index": 1, "tokens": [' + b"1," * (20 << 20) + b"1]}\n")  # 40 MB
+        out.write(RECORD.replace(b'"t"', b'"u"'))
+    _refused(
+        hostile.run_bounded("inspect", str(path)), 5, f"{path}:2:", "--limit max_record_bytes="
+    )
+    skipped = hostile.run_bounded("inspect", str(path), "--on-bad-record", "skip")
+    assert skipped.code == 0, skipped.stderr
+    assert "skipped 1 damaged file" in skipped.stderr or "skipped 1" in skipped.stderr
+    assert skipped.peak_mb < PEAK_MB
+    raised = hostile.run_bounded("inspect", str(path), "--limit", "max_record_bytes=64M")
+    assert raised.code == 0, raised.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (b"9" * 5000, b"an integer of more than 4,300 digits"),
+        (b"[" * 1020 + b"]" * 1020, b"nested too deeply"),
+        (b"[" * 5000 + b"]" * 5000, b"nested too deeply"),
+    ],
+    ids=["long-integer", "nested-1020", "nested-5000"],
+)
+@pytest.mark.parametrize("field", [b"reward", b"status", b"index"])
+def test_json_values_past_what_python_reads(
+    tmp_path: Path, value: bytes, problem: bytes, field: bytes
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(
+        RECORD + RECORD[:-2].replace(b"{", b'{"' + field + b'": ' + value + b", ", 1) + b"}\n"
+    )
+    failed = CliRunner().invoke(app, ["inspect", str(path)])
+    if field == b"reward" and value.startswith(b"[") and len(value) < 4000:  # JSON reads it
+        assert failed.exit_code == 0, failed.output  # a reward that is not a number is null
+        return
+    assert failed.exit_code == 5, failed.output
+    assert problem.decode() in failed.stderr and failed.stderr.count("\n") == 1
+    skipped = CliRunner().invoke(app, ["inspect", str(path), "--on-bad-record", "skip", "--json"])
+    assert skipped.exit_code == 0, skipped.output
