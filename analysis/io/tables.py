@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import tempfile
@@ -25,10 +26,21 @@ if TYPE_CHECKING:
     from analysis.engine import LoopReplay, PreparedLog, ReplayResult
 
 
-def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
-    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``."""
-    target = output.resolve()
+def _matched(inputs: Iterable[Path]) -> Iterator[Path]:
+    """Each input, and for a glob pattern the tool expands itself (quoted on the command
+    line: ``'g/*.jsonl'``), every file it matches."""
     for source in inputs:
+        text = str(source)
+        if any(c in text for c in "*?[") and not Path(source).exists():
+            yield from map(Path, glob.glob(text))
+        yield Path(source)
+
+
+def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
+    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``, or one of
+    the files a glob pattern among them matches."""
+    target = output.resolve()
+    for source in _matched(inputs):
         resolved = Path(source).resolve()
         if target == resolved or resolved in target.parents:
             raise OutputError(

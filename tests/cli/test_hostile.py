@@ -138,3 +138,39 @@ def test_json_values_past_what_python_reads(
     assert problem.decode() in failed.stderr and failed.stderr.count("\n") == 1
     skipped = CliRunner().invoke(app, ["inspect", str(path), "--on-bad-record", "skip", "--json"])
     assert skipped.exit_code == 0, skipped.output
+
+
+# --------------------------------------------------------------------------- beyond sizes
+
+
+def _runner_log(folder: Path) -> Path:
+    from analysis.io.raw_writers import write_jsonl
+    from analysis.simulator import SimulationConfig, simulate
+
+    folder.mkdir(exist_ok=True)
+    path = folder / "a.jsonl"
+    write_jsonl(simulate(SimulationConfig(n_groups=8, n_samples_per_prompt=2, seed=1)), path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["convert", "sweep"])
+def test_a_quoted_glob_that_matches_the_output_is_refused(tmp_path: Path, command: str) -> None:
+    """The tool expands a quoted pattern itself: the output is compared with the files it
+    matched, not with the pattern's text."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    folder = tmp_path / "g"
+    log = _runner_log(folder)
+    if command == "convert":
+        CliRunner().invoke(app, ["convert", str(log), "-o", str(folder / "a.parquet")])
+        pattern, output = folder / "*.parquet", folder / "a.parquet"
+    else:
+        pattern, output = folder / "*.jsonl", folder / "rows.jsonl"
+        output.write_bytes(log.read_bytes())
+    before = output.read_bytes()
+    result = CliRunner().invoke(app, [command, str(pattern), "-o", str(output)])
+    assert result.exit_code == 8, result.output
+    assert "refusing to write over the input" in result.stderr
+    assert output.read_bytes() == before
