@@ -174,3 +174,27 @@ def test_a_quoted_glob_that_matches_the_output_is_refused(tmp_path: Path, comman
     assert result.exit_code == 8, result.output
     assert "refusing to write over the input" in result.stderr
     assert output.read_bytes() == before
+
+
+def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
+    """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
+    of the writer) must not be published as a whole run."""
+    import shutil
+
+    from analysis.errors import OutputError
+    from analysis.io.raw_writers import write_artifacts
+    from analysis.simulator import SimulationConfig, simulate
+
+    output = tmp_path / "run"
+
+    def records():  # type: ignore[no-untyped-def]
+        for number, record in enumerate(simulate(SimulationConfig(n_groups=6, seed=2))):
+            if number == 5:
+                (temp,) = tmp_path.glob(".run.*.tmp")
+                shutil.rmtree(temp)
+            yield record
+
+    with pytest.raises(OutputError, match="was removed while it was being written"):
+        write_artifacts(records(), output)
+    assert not output.exists()
+    assert list(tmp_path.iterdir()) == []
