@@ -7,6 +7,7 @@ resident memory under 1 GB measured by ``os.wait4`` (see :mod:`tests.hostile`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,28 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
         write_artifacts(records(), output)
     assert not output.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_looping_link_in_an_artifact_tree_is_that_entry_alone(tmp_path: Path) -> None:
+    """It hid the whole tree (exit 4); now it is an unreadable file, skipped on request."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "4"]
+    )
+    assert made.exit_code == 0, made.output
+    samples = sorted(run.glob("traj_payload/*/*/samples"))[0]
+    (samples / "loop.json").symlink_to("loop.json")
+    (samples.parent.parent / "loop").symlink_to("loop")  # an instance-level folder too
+    failed = CliRunner().invoke(app, ["inspect", str(run)])
+    assert failed.exit_code == 3, failed.output
+    assert (
+        "loop.json: cannot look at it" in failed.stderr
+        or "loop: cannot look at it" in failed.stderr
+    )
+    skipped = CliRunner().invoke(app, ["inspect", str(run), "--on-bad-record", "skip", "--json"])
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout)["records"] == 17  # every other file read
