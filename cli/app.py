@@ -67,6 +67,9 @@ def main() -> None:
     """Console-script entry point: usage errors as one line, Ctrl-C as exit 130, SIGTERM
     as 143 (see :mod:`cli.errors`)."""
     on_sigterm_unwind()
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints escaped
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     from rich.console import Console
 
     Console.on_broken_pipe = reader_gone  # type: ignore[method-assign,assignment]  # also typer's help

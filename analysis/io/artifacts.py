@@ -54,6 +54,7 @@ from analysis.io.fields import (
     row_columns,
 )
 from analysis.io.jsonl import json_problem, parse_json
+from analysis.io.limits import printable
 
 if TYPE_CHECKING:  # imported when a helper is wanted (a circular import otherwise)
     from analysis.io.artifact_helper import HelperProcess
@@ -332,7 +333,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
         except (LogFormatError, MissingFieldError) as error:
             entries.append((number, None, (type(error).__name__, str(error))))
             continue
-        row["source"] = path
+        row["source"] = printable(path)
         row["record"] = number
         entries.append((number, row, None))
     return stamp, path, entries

@@ -133,3 +133,12 @@ def check_regular(path: Path) -> None:
             f"{path}: not a regular file (a device or socket, which may never end); "
             "give the log file itself"
         )
+
+
+def printable(text: str) -> str:
+    """A path's text as it can be stored and printed: a name that is not UTF-8 keeps its
+    bytes as ``\\xff`` escapes (Python decodes them as lone surrogates, which no table,
+    JSON or terminal takes)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

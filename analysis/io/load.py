@@ -35,7 +35,7 @@ from analysis.io.fields import (
 )
 from analysis.io.frames import FolderTable, KindsSeen, rows_to_frame, stacked, where_from
 from analysis.io.jsonl import jsonl_records, read_json_file
-from analysis.io.limits import LimitError, Limits
+from analysis.io.limits import LimitError, Limits, printable
 from analysis.io.options import ReadOptions
 from analysis.schema import (
     CANONICAL_SCHEMA,
@@ -325,7 +325,7 @@ class _Reading:
 
     def _records(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
         """A file read record by record (JSONL, a JSON document, a dump)."""
-        path_text = str(source.path)
+        path_text = printable(str(source.path))
         options = self.options
         within = None
         if (progress := options.progress) is not None:

@@ -8,6 +8,7 @@ resident memory under 1 GB measured by ``os.wait4`` (see :mod:`tests.hostile`).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,53 @@ def test_a_looping_link_in_an_artifact_tree_is_that_entry_alone(tmp_path: Path) 
     skipped = CliRunner().invoke(app, ["inspect", str(run), "--on-bad-record", "skip", "--json"])
     assert skipped.exit_code == 0, skipped.output
     assert json.loads(skipped.stdout)["records"] == 17  # every other file read
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems take only UTF-8 names")
+def test_names_that_are_not_utf8_are_printed_escaped(tmp_path: Path) -> None:
+    """Python reads such a name as lone surrogates, which no table, JSON or terminal takes:
+    they were an internal error (exit 1); the name is kept with \\xff escapes."""
+    import os
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    folder = os.fsencode(tmp_path / "logs")
+    os.mkdir(folder + b"\xfe")
+    log = _runner_log(tmp_path / "plain")
+    os.rename(log, folder + b"\xfe/a\xff.jsonl")
+    run = tmp_path / "run"
+    assert (
+        CliRunner().invoke(app, ["simulate", "--format", "artifacts", "-o", str(run)]).exit_code
+        == 0
+    )
+    instance = sorted(os.listdir(os.fsencode(run / "traj_payload")))[0]
+    moved = os.fsencode(run / "traj_payload") + b"/" + instance
+    os.rename(moved, moved + b"\xff")
+    inputs = os.fsdecode(folder + b"\xfe")
+    out = tmp_path / "c.parquet"
+    for args in (
+        ["inspect", inputs, "--json"], ["replay", inputs], ["convert", inputs, "-o", str(out)],
+        ["replay", str(run), "--json"], ["inspect", str(run)],
+    ):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *args], cwd=hostile.ROOT, capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, (args, done.stderr)
+    import polars as pl
+
+    assert pl.read_parquet(out)["source"][0].endswith("logs\\xfe/a\\xff.jsonl")
+
+
+def test_a_lone_surrogate_in_json_is_a_bad_record(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    bad = tmp_path / "surrogate.jsonl"
+    bad.write_text('{"group_index": "\\ud800"}\n')
+    refused = CliRunner().invoke(app, ["inspect", str(bad)])
+    assert refused.exit_code == 5 and "lone surrogate" in refused.stderr
