@@ -96,6 +96,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+            limits=limit,
         )  # fmt: skip
         replay_run_folder(
             inputs[0], keep_versions, one_max_preempts(max_preempts),

@@ -97,3 +97,16 @@ def test_limits_are_settings_with_checked_values(tmp_path: Path) -> None:
     skipped = analysis.LoadReport()
     analysis.load_logs([path], max_record_bytes=longest - 1, on_bad_record="skip", report=skipped)
     assert skipped.skipped["damaged file"] >= 1
+
+
+def test_the_readme_limits_table_matches_the_code() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Limits", 1)[1].split("Beside these", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, re.MULTILINE)
+    assert [name for name, _ in rows] == list(Limits.names())
+    shown = {"32 MiB": 32 << 20, "100": 100, "134,217,728 (2^27)": 1 << 27}
+    for name, default in rows:
+        text = default.strip()
+        assert (shown[text] if text in shown else int(text)) == getattr(Limits(), name)
