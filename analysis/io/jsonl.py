@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import os
+import select
 import stat
 import sys
 import zlib
@@ -17,7 +18,14 @@ from typing import Any, BinaryIO, cast
 import orjson
 
 from analysis.errors import DamagedFileError, InputNotFoundError, LogFormatError
-from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, LimitError, Limits, over_limit
+from analysis.io.limits import (
+    DEFAULT_LIMITS,
+    INFLATION_FLOOR,
+    LimitError,
+    Limits,
+    is_pipe,
+    over_limit,
+)
 
 
 def parse_json(data: bytes) -> Any:
@@ -118,12 +126,29 @@ def jsonl_records(
     compressed bytes of a gzip file; not for a pipe, whose size is unknown)."""
     try:
         # Lines of token-level logs run to megabytes: a large buffer saves re-copying them.
-        with open(path, "rb", buffering=1 << 22) as raw:
+        with _open(path) as raw:
             yield from _Lines(path, raw, limits, progress).records()
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
         raise DamagedFileError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
+
+
+def _open(path: Path) -> BinaryIO:
+    """The file, opened to be read once. A FIFO is opened without blocking and waited on
+    half a second at a time: blocked in ``open()`` until a writer comes, the process would
+    not see a Ctrl-C the system hands to one of its other threads."""
+    if not is_pipe(path):
+        return open(path, "rb", buffering=1 << 22)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while not select.select([fd], [], [], 0.5)[0]:
+            pass  # no writer yet (Linux reports none until one has come)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb", buffering=1 << 22)
 
 
 _CHECK_EVERY = 1 << 20

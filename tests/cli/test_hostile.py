@@ -275,3 +275,41 @@ def test_a_lone_surrogate_in_json_is_a_bad_record(tmp_path: Path) -> None:
     bad.write_text('{"group_index": "\\ud800"}\n')
     refused = CliRunner().invoke(app, ["inspect", str(bad)])
     assert refused.exit_code == 5 and "lone surrogate" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_token_list_of_a_hundred_million_labels(tmp_path: Path) -> None:
+    """Alternating versions: ~400 MB of one line, a few hundred KB gzipped."""
+    path = tmp_path / "log.jsonl.gz"
+    head = b'{"group_index": 0, "metadata": {"parent_traj_id": "t", "full_versions": ['
+    path.write_bytes(hostile.gzip_of([(head, 1), (b'"0","1",', 5 * 10**7), (b'"1"]}}\n', 1)]))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=")
+    # Past the inflation limit, the line is past the line limit: a bad record, skipped.
+    raised = hostile.run_bounded(
+        "inspect", str(path), "--limit", "max_inflation=100000", "--on-bad-record", "skip"
+    )
+    assert raised.code == 0, raised.stderr
+    assert "--limit max_record_bytes=" in raised.stderr
+    assert raised.peak_mb < PEAK_MB and raised.seconds < 30
+
+
+@pytest.mark.slow
+def test_a_fifo_without_a_writer_waits_and_ctrl_c_ends_the_wait(tmp_path: Path) -> None:
+    """As cat does, it waits for a writer (documented); Ctrl-C ends it with 130."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    fifo = tmp_path / "log.jsonl"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli", "inspect", str(fifo)], cwd=hostile.ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(4)  # imported, and waiting in open()
+    assert child.poll() is None
+    child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=10) == 130
+    assert child.stderr is not None
+    assert child.stderr.read().decode().startswith("Interrupted")
