@@ -217,6 +217,7 @@ def file_format(path: Path) -> Format:
         return "pt"
     if is_pipe(path):
         return "jsonl"  # read once, as JSONL, gzipped or not (told apart as it is read)
+    check_regular(path)  # a device would be sniffed, and might never end
     try:
         with path.open("rb") as handle:
             head = handle.read(8)

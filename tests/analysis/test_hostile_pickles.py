@@ -126,10 +126,16 @@ def test_an_archive_with_two_data_pkl_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_a_link_to_a_device_is_refused_unread(tmp_path: Path) -> None:
+    import analysis
+
     link = tmp_path / "x.pt"
     link.symlink_to("/dev/zero")
     with pytest.raises(ReplayError, match="not a regular file"):
         load_pickled(link)
+    for name in ("x.jsonl", "x"):
+        (tmp_path / name).symlink_to("/dev/urandom")
+        with pytest.raises(analysis.InputNotFoundError, match="not a regular file"):
+            analysis.load_logs([tmp_path / name])
 
 
 # --------------------------------------------------------------------------- fuzzing
@@ -166,7 +172,7 @@ def _fuzz_one(data: bytes) -> None:
     assert peak < 64 << 20
 
 
-@settings(max_examples=150)
+@settings(max_examples=80)
 @given(opcode_streams())
 def test_random_opcode_streams_end_in_a_documented_error(data: bytes) -> None:
     _fuzz_one(data)
@@ -177,3 +183,49 @@ def test_random_opcode_streams_end_in_a_documented_error(data: bytes) -> None:
 @given(opcode_streams())
 def test_random_opcode_streams_at_length(data: bytes) -> None:
     _fuzz_one(data)
+
+
+# --------------------------------------------------------------------------- the count
+
+
+def _reference_count(value: object) -> int:
+    """What check_built counts, by plain recursion over the tree a DAG unfolds to."""
+    if isinstance(value, dict):
+        return 1 + sum(_reference_count(k) + _reference_count(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return 1 + sum(_reference_count(item) for item in value)
+    if isinstance(value, (str, bytes, bytearray)):
+        return 1 + len(value) // 8
+    return 1
+
+
+@st.composite
+def shared_values(draw: st.DrawFn) -> object:
+    """Values whose lists and dicts may be referenced many times (as memo reuse makes)."""
+    pool: list[object] = []
+    leaves = st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=30) | st.none()
+    for _ in range(draw(st.integers(1, 12))):
+        parts = [
+            draw(st.sampled_from(pool)) if pool and draw(st.booleans()) else draw(leaves)
+            for _ in range(draw(st.integers(0, 4)))
+        ]
+        kind = draw(st.sampled_from(["list", "tuple", "dict"]))
+        built: object = (
+            parts if kind == "list" else tuple(parts) if kind == "tuple"
+            else {f"k{i}": part for i, part in enumerate(parts)}
+        )  # fmt: skip
+        pool.append(built)
+    return pool[-1]
+
+
+@settings(max_examples=100)
+@given(shared_values(), st.integers(1, 400))
+def test_the_count_agrees_with_plain_recursion(value: object, budget: int) -> None:
+    from analysis.io import pickle_guard
+
+    expected = _reference_count(value)
+    if expected > budget:
+        with pytest.raises(pickle_guard.PickleTooBig):
+            pickle_guard.check_built(value, Limits(max_pickle_values=budget))
+    else:
+        pickle_guard.check_built(value, Limits(max_pickle_values=budget))

@@ -39,8 +39,20 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
         (lambda: hostile.huge_memo(2_000_000_000), "memo index"),
         (hostile.self_containing, "contains itself"),
         (lambda: hostile.deflated_pt(256 << 20), "--limit max_inflation="),
+        (lambda: hostile.PROTO + b"cbuiltins\nbytearray\nJ\x00\xf2\x05\x2a\x85R.", "bytes"),
+        (lambda: hostile.PROTO + b"\x8e" + (5 * 10**9).to_bytes(8, "little") + b"ab.", "past"),
     ],
-    ids=["laughs", "memo-reuse", "laughs-in-samples", "deep", "huge-memo", "cycle", "zip-bomb"],
+    ids=[
+        "laughs",
+        "memo-reuse",
+        "laughs-in-samples",
+        "deep",
+        "huge-memo",
+        "cycle",
+        "zip-bomb",
+        "bytearray-5e9",
+        "bytes8-5e9",
+    ],
 )
 def test_pickle_bombs(tmp_path: Path, make: object, option: str) -> None:
     path = tmp_path / "0.pt"
@@ -57,11 +69,16 @@ def test_a_pickle_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     assert "damaged file" in skipped.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
-@pytest.mark.parametrize("name", ["x.pt", "x.jsonl", "x.jsonl.gz", "x.json"])
-def test_a_link_to_an_endless_device_is_refused(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "device"),
+    [("x.pt", "/dev/zero"), ("x.jsonl", "/dev/urandom"), ("x.jsonl.gz", "/dev/zero"),
+     ("x.json", "/dev/urandom"), ("x", "/dev/zero")],
+)  # fmt: skip
+def test_a_link_to_an_endless_device_is_refused(tmp_path: Path, name: str, device: str) -> None:
     link = tmp_path / name
-    link.symlink_to("/dev/zero")
+    link.symlink_to(device)
     _refused(hostile.run_bounded("inspect", str(link)), 3, "not a regular file")
 
 
@@ -94,6 +111,7 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory_and_time(tmp_path: Path) -> No
     _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
 
 
+@pytest.mark.slow
 def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     with path.open("wb") as out:
