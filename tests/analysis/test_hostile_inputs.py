@@ -37,6 +37,12 @@ def test_gzip_progress_counts_compressed_bytes(tmp_path: Path) -> None:
     assert seen[-1] == (size, size) and len(seen) >= 2
     assert all(total == size for _, total in seen)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    # load_logs reports the file's bytes as parts of its source (per mille of a file)
+    calls: list[tuple[int, int]] = []
+    analysis.load_logs([packed, packed], progress=lambda d, t: calls.append((d, t)))
+    assert calls[-1] == (2, 2)
+    within = [done for done, total in calls if total == 2000]
+    assert within == sorted(within) and 0 < min(within) < 1000 < max(within) <= 2000
 
 
 @pytest.mark.parametrize("compressed", [False, True])

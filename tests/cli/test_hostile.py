@@ -331,3 +331,28 @@ def test_a_fifo_without_a_writer_waits_and_ctrl_c_ends_the_wait(tmp_path: Path) 
     assert child.wait(timeout=10) == 130
     assert child.stderr is not None
     assert child.stderr.read().decode().startswith("Interrupted")
+
+
+def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clean-up of an interrupted folder write is itself interrupted by Ctrl-C: the
+    signal arrives as the temporary folder is being removed."""
+    import os
+    import shutil
+    import signal
+
+    from analysis.io import tables
+
+    remove = shutil.rmtree
+
+    def interrupted_rmtree(path: object, *args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
+        remove(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt), tables.atomic_folder(tmp_path / "run") as temp:
+        (temp / "a").mkdir()
+        (temp / "a" / "b.json").write_text("{}")
+        raise KeyboardInterrupt  # the first
+    assert list(tmp_path.iterdir()) == []
