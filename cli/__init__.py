@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing takes tens of ms to import: a Ctrl-C there would be unguarded
+    from typing import Any
 
 
 class Terminated(KeyboardInterrupt):

@@ -70,10 +70,10 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints escaped
         if stream is not None and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    from rich.console import Console
-
-    Console.on_broken_pipe = reader_gone  # type: ignore[method-assign,assignment]  # also typer's help
     try:
+        from rich.console import Console  # an import takes time: Ctrl-C may land in it
+
+        Console.on_broken_pipe = reader_gone  # type: ignore[method-assign,assignment]  # also typer's help
         code = app(standalone_mode=False)
     except BaseException as error:
         sys.exit(ended_outside_command(error))

@@ -356,3 +356,45 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
         (temp / "a" / "b.json").write_text("{}")
         raise KeyboardInterrupt  # the first
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_wrapped_by_python_is_still_an_interrupt() -> None:
+    """Ctrl-C inside a class body being made (as matplotlib is imported) comes out as a
+    RuntimeError ("Error calling __set_name__"): it was an internal error, exit 1."""
+    from cli.errors import command_failed
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__") from interrupt
+    except RuntimeError as wrapped:
+        assert command_failed(wrapped, show_traceback=False) == 130
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_a_run_is_130_without_a_traceback(tmp_path: Path) -> None:
+    """A race, as a loop over the moment of the signal (bounded in time): the start, the
+    imports (matplotlib's too), the reading, the figure."""
+    import signal
+    import subprocess
+    import time
+
+    log = _runner_log(tmp_path)
+    deadline = time.monotonic() + 90
+    for step in range(30):
+        if time.monotonic() > deadline:
+            break
+        child = subprocess.Popen(
+            [sys.executable, "-m", "cli", "plot", "sweep", str(log), "-o", str(tmp_path / "p.png"),
+             "-k", "0..3", "-m", "none"],
+            cwd=hostile.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        time.sleep(0.2 + step * 0.08)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        err = child.stderr.read().decode()
+        code = child.wait(timeout=60)
+        # -SIGINT: Python's own start, before any handler (the shell says 130 too)
+        assert code in (0, 130, -signal.SIGINT), (step, code, err)
+        assert "internal error" not in err and (code != 130 or "Traceback" not in err), err
