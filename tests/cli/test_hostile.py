@@ -398,3 +398,36 @@ def test_ctrl_c_at_any_moment_of_a_run_is_130_without_a_traceback(tmp_path: Path
         # -SIGINT: Python's own start, before any handler (the shell says 130 too)
         assert code in (0, 130, -signal.SIGINT), (step, code, err)
         assert "internal error" not in err and (code != 130 or "Traceback" not in err), err
+
+
+SIGTERM_IN_FINALIZER = """
+import os, signal, sys, threading, time
+from cli import Terminated, on_sigterm_unwind
+on_sigterm_unwind()
+class Finalized:
+    def __del__(self):
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        start = time.monotonic()
+        while time.monotonic() - start < 0.5:  # the signal lands in here
+            pass
+Finalized()
+try:
+    start = time.monotonic()
+    while time.monotonic() - start < 5:
+        pass
+except Terminated:
+    print("unwound")
+    sys.exit(143)
+print("ran on")
+"""
+
+
+def test_a_sigterm_in_a_finalizer_still_unwinds_the_command() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_IN_FINALIZER], cwd=hostile.ROOT, capture_output=True,
+        text=True, timeout=30,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (143, "unwound\n"), done.stderr
+    assert "Exception ignored" not in done.stderr
