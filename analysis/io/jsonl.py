@@ -106,7 +106,9 @@ class _Counted:
         self.stream, self.count = stream, 0
 
     def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size)
+        # In small pieces: the inflation ratio is then seen after a few lines of a bomb
+        # (gzip asks for 128 KiB at a time: 4 GB of newlines are 13 million lines to it).
+        data = self.stream.read(min(size, 1 << 13) if size >= 0 else 1 << 13)
         self.count += len(data)
         return data
 

@@ -45,6 +45,8 @@ for _op in pickletools.opcodes:
 _NUMBERS = re.compile(rb"(?:J....|G.{8}|M..|K.|[N\x88\x89])*+", re.DOTALL)
 """A run of small ints, floats, None and booleans (no memo, no length prefix)."""
 
+_NUMBER_CODES = frozenset(b"JGMKN\x88\x89")
+
 _PUT, _BINPUT, _LONG_BINPUT, _MEMOIZE, _STOP = ord("p"), ord("q"), ord("r"), 0x94, ord(".")
 
 
@@ -60,26 +62,20 @@ def scan(data: bytes) -> None:
     """Refuse memo indices the unpickler would allocate a table for and lengths past the
     end of ``data`` (raises ValueError); the unpickler reports any other damage."""
     pos, end, memoised = 0, len(data), 0
+    numbers, skip = _NUMBER_CODES, _NUMBERS.match
     while pos < end:
-        pos = _NUMBERS.match(data, pos).end()  # type: ignore[union-attr]  # always matches
-        if pos >= end:
-            return
+        if data[pos] in numbers:
+            pos = skip(data, pos).end()  # type: ignore[union-attr]  # always matches
+            if pos >= end:
+                return
         code = data[pos]
         pos += 1
         layout = _LAYOUT.get(code)
         if layout is None:
             raise ValueError(f"unknown opcode {code:#04x} at byte {pos - 1}")
-        kind, size, signed = layout
         start = pos
-        if kind == _FIXED:
-            pos += size
-        elif kind == _LINE:
-            pos = _line_end(data, pos)
-        elif kind == _TWO_LINES:
-            pos = _line_end(data, _line_end(data, pos))
-        else:
-            count = int.from_bytes(data[pos : pos + size], "little", signed=signed)
-            pos += size + max(count, 0)
+        kind, size, _ = layout
+        pos = pos + size if kind == _FIXED else _argument_end(data, pos, layout)
         if pos > end:
             raise ValueError(f"an opcode at byte {start - 1} runs past the end of the data")
         if code in (_PUT, _BINPUT, _LONG_BINPUT):
@@ -91,6 +87,18 @@ def scan(data: bytes) -> None:
             memoised += 1
         elif code == _STOP:
             return
+
+
+def _argument_end(data: bytes, pos: int, layout: tuple[int, int, bool]) -> int:
+    """Where the argument of an opcode that starts at ``pos`` ends (a line, two lines, or
+    a length and that many bytes)."""
+    kind, size, signed = layout
+    if kind == _LINE:
+        return _line_end(data, pos)
+    if kind == _TWO_LINES:
+        return _line_end(data, _line_end(data, pos))
+    count = int.from_bytes(data[pos : pos + size], "little", signed=signed)
+    return pos + size + max(count, 0)
 
 
 def _line_end(data: bytes, pos: int) -> int:
