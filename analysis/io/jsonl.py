@@ -153,7 +153,7 @@ def _open(path: Path) -> BinaryIO:
     return open(fd, "rb", buffering=1 << 22)
 
 
-_CHECK_EVERY = 1 << 20
+_CHECK_EVERY = 1 << 18
 """Bytes of lines read between two checks of the inflation ratio (and progress calls)."""
 
 
@@ -213,7 +213,7 @@ class _Lines:
             self.counted.count = self.read
         taken = self.counted.count
         ratio = self.limits.max_inflation
-        if self.compressed and self.read > INFLATION_FLOOR and self.read > ratio * taken:
+        if self.compressed and self.read >= INFLATION_FLOOR and self.read > ratio * taken:
             raise over_limit(
                 self.path,
                 f"a gzip stream that inflates more than {ratio} times ({taken:,} bytes "
