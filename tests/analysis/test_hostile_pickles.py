@@ -229,3 +229,21 @@ def test_the_count_agrees_with_plain_recursion(value: object, budget: int) -> No
             pickle_guard.check_built(value, Limits(max_pickle_values=budget))
     else:
         pickle_guard.check_built(value, Limits(max_pickle_values=budget))
+
+
+def test_numeric_keys_in_a_sample_are_named_not_an_internal_error(tmp_path: Path) -> None:
+    """A pickled sample's keys may be numbers: the message listing the fields present
+    joined them as text (TypeError, exit 1, also under on_bad_record='skip')."""
+    import analysis
+
+    sample = {1: 2, (3, 4): 5, "metadata": {"parent_traj_id": "t", 7: 8}}
+    path = tmp_path / "0.pt"
+    path.write_bytes(pickle.dumps({"rollout_id": 0, "samples": [sample]}, protocol=2))
+    with pytest.raises(
+        analysis.MissingFieldError,
+        match=r"fields present: 1, \(3, 4\), metadata\.parent_traj_id, metadata\.7",
+    ):
+        analysis.load_logs([path])
+    report = analysis.LoadReport()
+    analysis.load_logs([path], on_bad_record="skip", report=report)
+    assert report.skipped["missing field"] == 1
