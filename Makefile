@@ -41,6 +41,7 @@ lint: $(STAMP) ## ruff check (with a complexity limit), ruff format --check, myp
 	$(BIN)/mypy --strict analysis cli
 
 bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m tests.bench.bench
 
 bench-large: $(STAMP) ## The same plus the multi-GB convert (peak memory)

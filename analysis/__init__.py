@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.io.dressage_run import RunLog, is_run_folder, read_run
     from analysis.io.fields import FieldMap
+    from analysis.io.limits import Limits
     from analysis.io.load import (
         LoadReport,
         iter_log_chunks,
@@ -96,6 +97,7 @@ _HOME: dict[str, str] = {
     "FRAME_FORMATS": "analysis.io.tables",
     "FieldMap": "analysis.io.fields",
     "InputNotFoundError": "analysis.errors",
+    "Limits": "analysis.io.limits",
     "LOOP_DECISIONS": "analysis.engine",
     "LoadReport": "analysis.io.load",
     "LogFormatError": "analysis.errors",
@@ -169,6 +171,7 @@ __all__ = [
     "ExitCode",
     "FieldMap",
     "InputNotFoundError",
+    "Limits",
     "LoadReport",
     "LogFormatError",
     "LogInspection",

@@ -41,10 +41,16 @@ def _no_breaks_at_hyphens() -> None:
 
         def init(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> None:
             kwargs.setdefault("break_on_hyphens", False)
-            kwargs.setdefault("break_long_words", False)
             _original(self, *args, **kwargs)
 
+        def long_word(
+            self: Any, chunks: list[str], line: list[str], length: int, width: int
+        ) -> None:
+            if not line:  # a word longer than the column goes whole on a line of its own
+                line.append(chunks.pop())
+
         wrapper.__init__ = init
+        wrapper._handle_long_word = long_word
         wrapper._whole_words = True
 
 
@@ -112,10 +118,13 @@ def main() -> None:
     """Console-script entry point: usage errors as one line, Ctrl-C as exit 130, SIGTERM
     as 143 (see :mod:`cli.errors`)."""
     on_sigterm_unwind()
-    from rich.console import Console
-
-    Console.on_broken_pipe = reader_gone  # type: ignore[method-assign,assignment]  # also typer's help
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints escaped
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
+        from rich.console import Console  # an import takes time: Ctrl-C may land in it
+
+        Console.on_broken_pipe = reader_gone  # type: ignore[method-assign,assignment]  # also typer's help
         code = app(standalone_mode=False)
     except BaseException as error:
         sys.exit(ended_outside_command(error))

@@ -56,10 +56,23 @@ class ReportingCommand(TyperCommand):
             raise typer.Exit(command_failed(error, show_traceback=show)) from None
 
 
+def _interrupt_inside(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM) an error was raised from, if any: one that lands in a class
+    body being made (as matplotlib is imported) comes out as a RuntimeError of Python's."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def command_failed(error: BaseException, *, show_traceback: bool) -> int:
     """Say what stopped a command (call it while handling ``error``); the exit code."""
-    if isinstance(error, KeyboardInterrupt):
-        return interrupted(error)
+    if (interrupt := _interrupt_inside(error)) is not None:
+        return interrupted(interrupt)
     if isinstance(error, BrokenPipeError):
         return stdout_gone()
     if show_traceback:

@@ -24,6 +24,12 @@ FLAGS = {
     "log_format": "--format",
     "admission": "--admission",
     "policy": "--policy",  # docs/semantics.md §13
+    # the limits that protect memory (analysis.io.limits): --limit NAME=VALUE
+    "limits": "--limit",
+    "max_record_bytes": "--limit max_record_bytes=",
+    "max_inflation": "--limit max_inflation=",
+    "max_pickle_values": "--limit max_pickle_values=",
+    "max_depth": "--limit max_depth=",
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)
     "workers": "--workers",
@@ -52,6 +58,8 @@ def say_setting(name: str, value: str | None) -> str:
     flag = FLAGS.get(name)
     if flag is None:
         return name if value is None else f"{name}={value}"
+    if flag.endswith("="):  # one of several settings behind one flag (--limit NAME=VALUE)
+        return flag.rstrip("=") if value is None else f"{flag}{value}"
     return flag if value in (None, "True") else f"{flag} {value}"
 
 

@@ -245,6 +245,18 @@ OrderBy = Annotated[
         metavar="FIELD",
     ),
 ]
+LimitOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--limit",
+        help="NAME=VALUE: raise a limit that protects memory from hostile input, e.g. "
+        "max_record_bytes=256M (see the README's Limits). Names: "
+        + ", ".join(analysis.Limits.names())
+        + ".",
+        metavar="NAME=VALUE",
+        show_default=False,
+    ),
+]
 Traceback = Annotated[
     bool,
     typer.Option(
@@ -295,17 +307,21 @@ BatchGroups = Annotated[
 def read_options(
     *, field: list[str] | None, on_bad_record: BadRecordPolicy, trust_pickle: bool,
     order_by: str | None = None, include_eval: bool = False, log_format: str | None = None,
+    limit: list[str] | None = None,
 ) -> analysis.ReadOptions:  # fmt: skip
-    """The read options the shared flags give; a --field that does not parse is a usage error."""
+    """The read options the shared flags give; a --field or --limit that does not parse
+    is a usage error."""
     try:
         fields = analysis.FieldMap.parse(field or [])
+        limits = analysis.Limits.parse(limit or [])
     except analysis.SettingSyntaxError as error:
         raise usage_error(error) from None
-    return analysis.ReadOptions(
+    options = analysis.ReadOptions(
         fields=fields, extra_fields=(order_by,) if order_by else (),
         on_bad_record=on_bad_record.value, trust_pickle=trust_pickle, include_eval=include_eval,
         log_format=log_format,
     )  # fmt: skip
+    return analysis.ReadOptions.of(options, **limits)
 
 
 @dataclass(frozen=True)
@@ -341,10 +357,12 @@ def reading(
     inputs: Sequence[Path], *, field: list[str] | None, on_bad_record: BadRecordPolicy,
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,
     include_eval: bool = False, log_format: InputFormat | None = None,
+    limit: list[str] | None = None,
 ) -> Reading:  # fmt: skip
     """What the shared options of a command that reads logs say."""
     options = read_options(
         field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by,
         include_eval=include_eval, log_format=None if log_format is None else log_format.value,
+        limit=limit,
     )  # fmt: skip
     return Reading(inputs, options, order_by, quiet)

@@ -128,6 +128,9 @@ class NumpyDtype:
 class NumpyArrayType:
     """Stands in for ``numpy.ndarray``, the only class ``_reconstruct`` accepts."""
 
+    def __setstate__(self, state: Any) -> None:  # a BUILD on the class itself
+        raise ArrayError("a BUILD opcode on numpy.ndarray")
+
 
 class NumpyArray:
     """An array being unpickled; ``__setstate__`` gets its shape, dtype and bytes."""
@@ -183,6 +186,9 @@ class TorchStorageType:
 
     def __init__(self, name: str) -> None:
         self.format = TORCH_STORAGES[name]
+
+    def __setstate__(self, state: Any) -> None:  # BUILD would set its format
+        raise ArrayError("a BUILD opcode on a torch storage type")
 
 
 def storage_bytes_expected(kind: TorchStorageType, numel: object) -> int:

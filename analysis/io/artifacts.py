@@ -54,6 +54,7 @@ from analysis.io.fields import (
     row_columns,
 )
 from analysis.io.jsonl import json_problem, parse_json
+from analysis.io.limits import printable
 
 if TYPE_CHECKING:  # imported when a helper is wanted (a circular import otherwise)
     from analysis.io.artifact_helper import HelperProcess
@@ -332,7 +333,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
         except (LogFormatError, MissingFieldError) as error:
             entries.append((number, None, (type(error).__name__, str(error))))
             continue
-        row["source"] = path
+        row["source"] = printable(path)
         row["record"] = number
         entries.append((number, row, None))
     return stamp, path, entries
@@ -367,7 +368,7 @@ def _directories(path: str, problems: list[FileResult]) -> list[str]:
     """Sub-folders of ``path``; a folder that exists but cannot be listed goes to ``problems``."""
     try:
         with os.scandir(path) as entries:
-            return [entry.path for entry in entries if entry.is_dir()]
+            return [entry.path for entry in entries if _entry_is(entry, "dir", problems)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
@@ -389,7 +390,11 @@ def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
     """The ``*.json`` files of a session's ``samples`` folder (none when it has none)."""
     try:
         with os.scandir(samples) as entries:
-            return [e.path for e in entries if e.name.endswith(".json") and e.is_file()]
+            return [
+                e.path
+                for e in entries
+                if e.name.endswith(".json") and _entry_is(e, "file", problems)
+            ]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
@@ -397,6 +402,18 @@ def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
             _unreadable_entry(samples, f"{samples}: cannot list the folder ({exc.strerror})")
         )
         return []
+
+
+def _entry_is(entry: os.DirEntry[str], kind: str, problems: list[FileResult]) -> bool:
+    """Whether a folder's entry is a folder (``dir``) or a file; an entry that cannot be
+    looked at (a link that loops) goes to ``problems`` alone, not the whole folder."""
+    try:
+        return entry.is_dir() if kind == "dir" else entry.is_file()
+    except OSError as exc:
+        problems.append(
+            _unreadable_entry(entry.path, f"{entry.path}: cannot look at it ({exc.strerror})")
+        )
+        return False
 
 
 def _unreadable_entry(path: str, message: str) -> FileResult:

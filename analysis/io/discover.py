@@ -19,6 +19,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import is_artifact_folder, is_run_tree
+from analysis.io.limits import check_regular, is_pipe
 from analysis.io.peers import PEER_FORMATS, peer_files, peer_of_file, peer_tree
 from analysis.io.pickles import ZIP_MAGIC
 
@@ -96,7 +97,7 @@ def read_as(path: Path) -> Format:
     """The format a file is read as: by name and content, and a JSONL file whose first
     record has the shape of another system's log as that system's (analysis.io.peers)."""
     found = file_format(path)
-    if found == "jsonl":
+    if found == "jsonl" and not is_pipe(path):  # a pipe is read once: never probed
         return cast(Format, peer_of_file(path) or found)
     return found
 
@@ -274,6 +275,9 @@ def file_format(path: Path) -> Format:
         return "ipc"
     if name.endswith((".pt", ".pkl", ".pickle")):
         return "pt"
+    if is_pipe(path):
+        return "jsonl"  # read once, as JSONL, gzipped or not (told apart as it is read)
+    check_regular(path)  # a device would be sniffed, and might never end
     try:
         with path.open("rb") as handle:
             head = handle.read(8)
@@ -296,10 +300,16 @@ def file_format(path: Path) -> Format:
 
 def unreadable_error(path: Path) -> InputNotFoundError | None:
     """The error of an input file that cannot be opened (no permission, say), if any: one
-    line and exit 3, where reading it would fail in a way of the format's own."""
+    line and exit 3, where reading it would fail in a way of the format's own; a device
+    (a link to /dev/zero: it never ends) is refused too."""
     try:
+        check_regular(path)
+        if is_pipe(path):  # opened only to be read: a probe would lose its bytes
+            return None
         with open(path, "rb"):
             return None
+    except InputNotFoundError as error:
+        return error
     except FileNotFoundError:
         return InputNotFoundError(f"{path}: no such file; check the path")
     except OSError as exc:

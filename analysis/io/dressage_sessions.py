@@ -24,6 +24,7 @@ from analysis.io.dressage_log import (
 )
 from analysis.io.dressage_records import as_count, as_time
 from analysis.io.jsonl import read_json_file
+from analysis.io.limits import printable
 from analysis.labels import real_label
 
 PAYLOAD, ERRORS = "traj_payload", "traj_err"
@@ -259,9 +260,11 @@ def _read_payload_session(folder: Path) -> Trajectory:
             f"by it; {_FIX}"
         )
     first = segments[0] if segments else {}
-    instance = metadata.get("instance_id") or first.get("instance_id") or folder.parent.name
+    instance = (
+        metadata.get("instance_id") or first.get("instance_id") or printable(folder.parent.name)
+    )
     return Trajectory(
-        trajectory_id=folder.name,
+        trajectory_id=printable(folder.name),
         instance_id=str(instance),
         start_rollout_id=attempt_number(metadata.get("dressage_start_rollout_id")),
         retry_count=attempt_number(metadata.get("dressage_retry_count")) or 0,
@@ -318,8 +321,10 @@ def _read_error_session(folder: Path) -> Trajectory:
     kind, versions = classify_failure(error)
     real = list(dict.fromkeys(v for v in map(real_label, versions) if v is not None))
     return Trajectory(
-        trajectory_id=str(error.get("session_id") or folder.name),
-        instance_id=str(error.get("instance_id") or meta.get("instance_id") or folder.parent.name),
+        trajectory_id=str(error.get("session_id") or printable(folder.name)),
+        instance_id=str(
+            error.get("instance_id") or meta.get("instance_id") or printable(folder.parent.name)
+        ),
         start_rollout_id=attempt_number(meta.get("dressage_start_rollout_id")),
         retry_count=attempt_number(meta.get("dressage_retry_count")) or 0,
         finished_at=finished_at,

@@ -17,6 +17,7 @@ from analysis.errors import (
 )
 from analysis.io import arrays
 from analysis.io.discover import Source, is_eval_dump
+from analysis.io.limits import DEFAULT_LIMITS, Limits
 from analysis.io.pickles import ZIP_MAGIC, load_pickled
 from analysis.io.train_dumps import train_dump_layout
 
@@ -25,10 +26,12 @@ EVAL_GROUP_PREFIX = "eval:"
 they never merge with training groups and ``inspect`` can count them apart."""
 
 
-def dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[Any]]:
+def dump_samples(
+    path: Path, *, trust_pickle: bool, limits: Limits = DEFAULT_LIMITS
+) -> tuple[int | None, list[Any]]:
     """A dump's ``rollout_id`` and its samples as plain dicts; an evaluation dump's
     samples get group ids of their own (:func:`eval_group_ids`)."""
-    obj = load_pickled(path, trust_pickle=trust_pickle)
+    obj = load_pickled(path, trust_pickle=trust_pickle, limits=limits)
     layout = train_dump_layout(obj)
     if layout is not None:
         raise UnknownFormatError(
@@ -55,7 +58,8 @@ def dump_samples(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[An
     if not isinstance(samples, list):
         raise LogFormatError(f"{path}: 'samples' must be a list (found {type(samples).__name__})")
     try:
-        plain = [_plain(s) for s in samples]  # arrays are decoded here, within their budget
+        seen: dict[int, Any] = {}
+        plain = [_plain(s, seen) for s in samples]  # arrays are decoded here, within their budget
     except (arrays.ArrayError, RecursionError) as exc:
         problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise DamagedFileError(f"{path}: an array that cannot be read ({problem})") from exc
@@ -84,20 +88,35 @@ def eval_group_ids(samples: list[Any], rollout_id: int | None) -> list[Any]:
     return marked
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, seen: dict[int, Any]) -> Any:
     """Turn arrays and tensors (rebuilt by the safe reader, or from a trusted torch.load)
-    into lists, so fields read the same whichever way the file was read."""
+    into lists, so fields read the same whichever way the file was read. A dict or list
+    referenced many times is turned once (``seen``): copied at each reference, a pickle
+    that reuses one dict through its memo would grow without bound here."""
     if hasattr(value, "tolist") and not isinstance(value, (list, dict, str)):
         return value.tolist()
+    if not isinstance(value, (dict, list)):
+        return value
+    key = id(value)
+    if key in seen:
+        return seen[key]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        plain: dict[Any, Any] = {}
+        seen[key] = plain
+        plain.update((k, _plain(v, seen)) for k, v in value.items())
+        return plain
     # A list of arrays (a column of per-sample tensors); a list of numbers is left as it is.
-    if isinstance(value, list) and value and hasattr(value[0], "tolist"):
-        return [_plain(v) for v in value]
+    if value and hasattr(value[0], "tolist"):
+        plain_list: list[Any] = []
+        seen[key] = plain_list
+        plain_list.extend(_plain(v, seen) for v in value)
+        return plain_list
     return value
 
 
-def dump_rollout_id(path: Path, *, trust_pickle: bool) -> int | None:
+def dump_rollout_id(
+    path: Path, *, trust_pickle: bool, limits: Limits = DEFAULT_LIMITS
+) -> int | None:
     """A dump's ``rollout_id``, read from the first bytes of its pickle when it is the
     first key of the dump's dict (as slime saves it: ``dict(rollout_id=..., samples=...)``)
     or when the dump is a list (None); else from the whole dump, read and let go. So
@@ -105,7 +124,7 @@ def dump_rollout_id(path: Path, *, trust_pickle: bool) -> int | None:
     peeked = _peek_rollout_id(path)
     if peeked is not _UNKNOWN:
         return peeked  # type: ignore[return-value]
-    return dump_samples(path, trust_pickle=trust_pickle)[0]
+    return dump_samples(path, trust_pickle=trust_pickle, limits=limits)[0]
 
 
 _UNKNOWN = object()

@@ -231,11 +231,14 @@ def _is_skipped(value: Any) -> bool:
 
 
 def _fields_present(record: dict[str, Any]) -> str:
-    names = [k for k in record if k != "metadata"]
+    # str(): a pickled sample's keys may be numbers, or anything hashable
+    names = [str(k) for k in record if k != "metadata"]
     metadata = record.get("metadata")
     if isinstance(metadata, dict):
         names += [f"metadata.{k}" for k in metadata]
-    return ", ".join(names[:40]) + (" ..." if len(names) > 40 else "")
+    return ", ".join(short_repr(n)[1:-1] if len(n) > 60 else n for n in names[:40]) + (
+        " ..." if len(names) > 40 else ""
+    )
 
 
 def _as_int(value: Any, what: str, where: str) -> int | None:
@@ -318,6 +321,8 @@ def canonical_row(
         return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
     except ValueError as exc:  # a label of the wrong type, from analysis.labels
         raise LogFormatError(f"{where}: {exc}") from exc
+    except RecursionError as exc:  # JSON nests up to 1,024 deep; a value this deep is not a log's
+        raise LogFormatError(f"{where}: a value nested too deeply to read") from exc
 
 
 def _canonical_row(

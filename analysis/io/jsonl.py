@@ -4,15 +4,28 @@ JSONL files (plain or gzipped) record by record."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import os
+import select
+import stat
+import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import orjson
 
 from analysis.errors import DamagedFileError, InputNotFoundError, LogFormatError
+from analysis.io.limits import (
+    DEFAULT_LIMITS,
+    INFLATION_FLOOR,
+    LimitError,
+    Limits,
+    is_pipe,
+    over_limit,
+)
 
 
 def parse_json(data: bytes) -> Any:
@@ -22,11 +35,38 @@ def parse_json(data: bytes) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except UnicodeDecodeError as exc:
         raise json.JSONDecodeError(f"not UTF-8 ({exc.reason})", "", exc.start) from None
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer of more than 4,300 digits (CPython's limit)
+        digits = f"{sys.get_int_max_str_digits():,}"
+        raise json.JSONDecodeError(f"an integer of more than {digits} digits", "", 0) from None
+    if _lone_surrogate(value):  # orjson refuses them; text that no table or file takes
+        raise json.JSONDecodeError("a \\u escape of half a character (a lone surrogate)", "", 0)
+    return value
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a parsed value holds text with a lone surrogate (walked without recursion;
+    only what orjson refused, and the standard parser read, is walked)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+    return False
 
 
 def json_problem(error: json.JSONDecodeError) -> str:
@@ -35,66 +75,184 @@ def json_problem(error: json.JSONDecodeError) -> str:
     return f"{error.msg}{'' if error.msg.endswith(' at') else ','} column {error.colno}"
 
 
-def read_json_file(path: Path) -> Any:
+def read_json_file(path: Path, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """One JSON document, refused past ``max_record_bytes`` without being read whole."""
     try:
         with path.open("rb") as handle:
-            return parse_json(handle.read())
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})") from exc
+            data = handle.read(limits.max_record_bytes + 1)
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+    if len(data) > limits.max_record_bytes:
+        raise _too_long(path, "a JSON document", limits)
+    try:
+        return parse_json(data)
+    except json.JSONDecodeError as exc:
+        raise LogFormatError(f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})") from exc
+
+
+def _too_long(where: object, what: str, limits: Limits) -> LimitError:
+    return over_limit(
+        where,
+        f"{what} of more than {limits.max_record_bytes:,} bytes",
+        "max_record_bytes",
+        limits.max_record_bytes,
+    )
+
+
+class _Counted:
+    """A binary stream that counts the bytes read from it (a pipe has no position)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream, self.count = stream, 0
+
+    def read(self, size: int = -1) -> bytes:
+        # In small pieces: the inflation ratio is then seen after a few lines of a bomb
+        # (gzip asks for 128 KiB at a time: 4 GB of newlines are 13 million lines to it).
+        data = self.stream.read(min(size, 1 << 13) if size >= 0 else 1 << 13)
+        self.count += len(data)
+        return data
+
+
+Progress = Callable[[int, int], None]
 
 
 def jsonl_records(
-    path: Path, part: tuple[int, int, int] | None = None
+    path: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    *,
+    progress: Progress | None = None,
+    part: tuple[int, int, int] | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed object or the LogFormatError of an unparsable line).
 
+    Plain or gzipped, told apart by the first bytes, read once (a pipe or a FIFO can be
+    read only once). A line past ``max_record_bytes`` is a bad record, skipped unread
+    to its end; a gzip stream that inflates past ``max_inflation`` is refused.
+    ``progress(bytes read, bytes in all)`` is called as the file is read (the
+    compressed bytes of a gzip file; not for a pipe, whose size is unknown).
     ``part`` is (start, stop, number of its first line): the lines of the bytes from
     ``start`` (where a line starts) up to ``stop`` (just after a line ends) of an
     uncompressed file, numbered as in the whole file."""
     try:
-        with path.open("rb") as probe:
-            compressed = probe.read(2) == b"\x1f\x8b"
         # Lines of token-level logs run to megabytes: a large buffer saves re-copying them.
-        with gzip.open(path, "rb") if compressed else open(path, "rb", buffering=1 << 22) as handle:
-            lines: Iterator[bytes] = handle
-            first = 1
+        with _open(path) as raw:
+            lines = _Lines(path, raw, limits, progress)
             if part is not None:
-                start, stop, first = part
-                handle.seek(start)
-                lines = _lines_within(handle, stop - start)
-            yield from _parsed_lines(path, lines, first)
+                lines.within(*part)
+            yield from lines.records()
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
         raise DamagedFileError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
 
 
-def _lines_within(handle: Any, length: int) -> Iterator[bytes]:
-    """The lines of the next ``length`` bytes of ``handle`` (which end where a line does)."""
-    for line in handle:
-        yield line
-        length -= len(line)
-        if length <= 0:
-            return
+def _open(path: Path) -> BinaryIO:
+    """The file, opened to be read once. A FIFO is opened without blocking and waited on
+    half a second at a time: blocked in ``open()`` until a writer comes, the process would
+    not see a Ctrl-C the system hands to one of its other threads."""
+    if not is_pipe(path):
+        return open(path, "rb", buffering=1 << 22)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while not select.select([fd], [], [], 0.5)[0]:
+            pass  # no writer yet (Linux reports none until one has come)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb", buffering=1 << 22)
 
 
-def _parsed_lines(path: Path, lines: Iterator[bytes], first: int) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(lines, start=first):
-        if not line.strip():
-            continue
-        try:
-            yield number, parse_json(line)
-        except json.JSONDecodeError as exc:
-            # Yielded, not raised, so that --on-bad-record skip can go on reading.
-            # Past the line's own text: the record is cut short (or spans lines).
-            text = line.rstrip(b"\r\n").decode("utf-8", "replace")
-            at = (
-                json_problem(exc)
-                if exc.lineno == 1 and exc.pos < len(text)
-                else "the line ends before the record does ("
-                + (json_problem(exc) if exc.lineno == 1 else exc.msg)
-                + ")"
+_CHECK_EVERY = 1 << 18
+"""Bytes of lines read between two checks of the inflation ratio (and progress calls)."""
+
+
+class _Lines:
+    """The lines of one JSONL file, within the limits."""
+
+    def __init__(
+        self, path: Path, raw: BinaryIO, limits: Limits, progress: Progress | None
+    ) -> None:
+        self.path, self.limits, self.progress = path, limits, progress
+        self.counted = _Counted(raw)
+        self.compressed = cast(io.BufferedReader, raw).peek(2)[:2] == b"\x1f\x8b"
+        self.readline: Callable[[int], bytes] = raw.readline
+        if self.compressed:
+            unzipped = gzip.GzipFile(fileobj=cast(BinaryIO, self.counted), mode="rb")
+            self.readline = unzipped.readline
+        status = os.fstat(raw.fileno())
+        self.size = status.st_size if stat.S_ISREG(status.st_mode) else 0  # not a pipe's
+        self.read, self.next_check = 0, _CHECK_EVERY
+        self.raw, self.first, self.length = raw, 1, -1
+
+    def within(self, start: int, stop: int, first: int) -> None:
+        """Read only the lines of bytes ``start`` to ``stop`` of a plain file (numbered
+        from ``first``): one piece of a file read by several processes."""
+        self.raw.seek(start)
+        self.first, self.length = first, stop - start
+
+    def records(self) -> Iterator[tuple[int, Any]]:
+        path, most = self.path, self.limits.max_record_bytes
+        readline = self.readline
+        number = self.first - 1
+        while self.length < 0 or self.read < self.length:
+            if not (line := readline(most + 1)):
+                break
+            number += 1
+            self.read += len(line)
+            if self.read >= self.next_check:
+                self.check()
+            if len(line) > most and not line.endswith(b"\n"):
+                yield number, _too_long(f"{path}:{number}", "a line", self.limits)
+                self.skip_rest(readline)
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield number, parse_json(line)
+            except json.JSONDecodeError as exc:
+                # Yielded, not raised, so that --on-bad-record skip can go on reading.
+                yield number, _bad_line(path, number, line, exc)
+        if self.progress is not None and self.size:
+            self.progress(self.size, self.size)
+
+    def skip_rest(self, readline: Callable[[int], bytes]) -> None:
+        """Read on to the end of a line too long to hold, a bounded piece at a time."""
+        while piece := readline(_CHECK_EVERY):
+            self.read += len(piece)
+            if self.read >= self.next_check:
+                self.check()
+            if piece.endswith(b"\n"):
+                return
+
+    def check(self) -> None:
+        """Refuse a gzip stream inflating past the limit; say how far the file is read."""
+        self.next_check = self.read + _CHECK_EVERY
+        if not self.compressed:
+            self.counted.count = self.read
+        taken = self.counted.count
+        ratio = self.limits.max_inflation
+        if self.compressed and self.read >= INFLATION_FLOOR and self.read > ratio * taken:
+            raise over_limit(
+                self.path,
+                f"a gzip stream that inflates more than {ratio} times ({taken:,} bytes "
+                f"read gave {self.read:,})",
+                "max_inflation",
+                ratio,
             )
-            yield number, LogFormatError(f"{path}:{number}: not valid JSON ({at})")
+        if self.progress is not None and self.size:
+            self.progress(min(taken, self.size), self.size)
+
+
+def _bad_line(path: Path, number: int, line: bytes, exc: json.JSONDecodeError) -> LogFormatError:
+    """A line that is not JSON, saying where (past the line's own text: the record is cut
+    short, or spans lines)."""
+    text = line.rstrip(b"\r\n").decode("utf-8", "replace")
+    at = (
+        json_problem(exc)
+        if exc.lineno == 1 and exc.pos < len(text)
+        else "the line ends before the record does ("
+        + (json_problem(exc) if exc.lineno == 1 else exc.msg)
+        + ")"
+    )
+    return LogFormatError(f"{path}:{number}: not valid JSON ({at})")

@@ -157,11 +157,12 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
     from analysis.errors import LogFormatError, MissingFieldError, ReplayError
     from analysis.io.fields import canonical_row, row_columns
     from analysis.io.jsonl import jsonl_records
+    from analysis.io.limits import printable
 
-    text, fail = str(path), options.on_bad_record != "skip"
+    text, fail = printable(str(path)), options.on_bad_record != "skip"
     rows: list[dict[str, Any]] = []
     errors: list[ReplayError] = []
-    records = jsonl_records(path, (piece.start, piece.stop, piece.first_line))
+    records = jsonl_records(path, options.limits, part=(piece.start, piece.stop, piece.first_line))
     while not (errors and fail):
         try:
             number, record = next(records)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from analysis.io.frames import (
 )
 from analysis.io.jsonl import jsonl_records, read_json_file
 from analysis.io.jsonl_parts import Piece, read_in_pieces, split_wanted
+from analysis.io.limits import LimitError, Limits, printable
 from analysis.io.options import ReadOptions
 from analysis.io.peer_records import at
 from analysis.io.peers import PEER_FORMATS, peer_rows, peer_warnings
@@ -53,6 +54,7 @@ from analysis.schema import (
 _SKIP_REASONS = {
     "LogFormatError": "bad record",
     "DamagedFileError": "damaged file",
+    "LimitError": "damaged file",
     "MissingFieldError": "missing field",
     "InputNotFoundError": "unreadable file",
 }
@@ -288,8 +290,9 @@ class _Reading:
                 continue
             try:
                 self.dump_ids[source.path] = dump_rollout_id(
-                    source.path, trust_pickle=self.options.trust_pickle
-                )
+                    source.path, trust_pickle=self.options.trust_pickle,
+                    limits=self.options.limits,
+                )  # fmt: skip
             except UnsafePickleError:
                 raise  # never skipped: the user must decide whether to trust the file
             except LogFormatError as error:
@@ -305,6 +308,8 @@ class _Reading:
         if self.options.on_bad_record == "skip":
             self.report.skip(error)
             return
+        if isinstance(error, LimitError):
+            raise LimitError(f"{error.raw}, or pass {setting('on_bad_record', 'skip')}") from error
         if isinstance(error, DamagedFileError):
             raise DamagedFileError(
                 f"{error.raw}; check that the file is whole (copy it again) "
@@ -388,7 +393,7 @@ class _Reading:
     ) -> Iterator[pl.DataFrame]:
         """A file read record by record (JSONL, a JSON document, a dump); a large JSONL
         file on two cores (:mod:`analysis.io.jsonl_parts`), ``part`` one piece of it."""
-        path_text = str(source.path)
+        path_text = printable(str(source.path))
         options = self.options
         if part is None and source.format == "jsonl":
             size = _size(source.path)
@@ -401,7 +406,16 @@ class _Reading:
                     frame_of=lambda data: columns_frame(data, options.extra_fields, where=path_text),
                 )  # fmt: skip
                 return
-        records = _raw_records(source, self.dump_ids, trust_pickle=options.trust_pickle, part=part)
+        within = None
+        if (progress := options.progress) is not None and part is None:
+            # The file's bytes as parts of this one source (per mille).
+            def within(done: int, size: int) -> None:
+                progress(before * 1000 + done * 1000 // size, total * 1000)
+
+        records = _raw_records(
+            source, self.dump_ids, trust_pickle=options.trust_pickle, limits=options.limits,
+            progress=within, part=part,
+        )  # fmt: skip
         while True:
             # A file that breaks midway (a truncated .gz) keeps the records read before.
             try:
@@ -446,17 +460,17 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 
 
 def _raw_records(
-    source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool,
-    part: Piece | None = None,
+    source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool, limits: Limits,
+    progress: Callable[[int, int], None] | None = None, part: Piece | None = None,
 ) -> Iterator[tuple[str, int, int | None, Any]]:  # fmt: skip
     """Yield (location, record number, file-level step, raw record) for one source (of a
     JSONL file, the lines of ``part`` only when given)."""
     if source.format == "jsonl":
         lines = None if part is None else (part.start, part.stop, part.first_line)
-        for number, record in jsonl_records(source.path, lines):
+        for number, record in jsonl_records(source.path, limits, progress=progress, part=lines):
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
-        document = read_json_file(source.path)
+        document = read_json_file(source.path, limits)
         if isinstance(document, list):
             for number, record in enumerate(document, start=1):
                 yield f"{source.path}: record {number}", number, None, record
@@ -464,7 +478,7 @@ def _raw_records(
             yield source.path.as_posix(), 1, None, document
     elif source.format == "pt":
         # Read now, in rollout_id order: one dump's samples in memory at a time.
-        rollout_id, samples = dump_samples(source.path, trust_pickle=trust_pickle)
+        rollout_id, samples = dump_samples(source.path, trust_pickle=trust_pickle, limits=limits)
         if rollout_id != dump_ids[source.path]:  # only a dict that repeats the key
             raise LogFormatError(
                 f"{source.path}: the dump gives rollout_id twice ({dump_ids[source.path]} "

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from analysis.errors import ConfigError, setting
 from analysis.io.fields import FieldMap
+from analysis.io.limits import DEFAULT_LIMITS, LIMIT_NAMES, Limits
 from analysis.schema import CANONICAL_COLUMNS
 
 OnBadRecord = Literal["fail", "skip"]
@@ -45,6 +46,15 @@ class ReadOptions:
     """Read every file given, and a folder's JSONL files, as this format (``jsonl``,
     ``prime-rl``, ``areal``, ``verl``, ``nemo-rl``, ...) instead of the one found
     (docs/semantics.md, "Other systems' logs")."""
+    # Limits that protect memory from hostile input (analysis.io.limits; README "Limits").
+    max_record_bytes: int = DEFAULT_LIMITS.max_record_bytes
+    """Largest JSONL line or JSON document, in bytes."""
+    max_inflation: int = DEFAULT_LIMITS.max_inflation
+    """Largest decompressed/compressed ratio of a gzip stream or a deflated zip member."""
+    max_pickle_values: int = DEFAULT_LIMITS.max_pickle_values
+    """Most values one pickle may hold, each object counted every time it is referenced."""
+    max_depth: int = DEFAULT_LIMITS.max_depth
+    """Deepest nesting of containers in a pickle."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_fields", tuple(self.extra_fields))
@@ -60,6 +70,12 @@ class ReadOptions:
             raise ValueError(f"not canonical columns: {', '.join(unknown)}")
         if self.chunk_records < 1:
             raise ValueError(f"chunk_records must be >= 1 (found {self.chunk_records})")
+        self.limits  # noqa: B018  # checks them
+
+    @property
+    def limits(self) -> Limits:
+        """The limits that protect memory, as one value for the readers."""
+        return Limits(**{name: getattr(self, name) for name in LIMIT_NAMES})
 
     @classmethod
     def of(cls, options: ReadOptions | None = None, **settings: Any) -> ReadOptions:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import io
 import pickle
+import types
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from analysis.errors import DamagedFileError, LogFormatError, UnsafePickleError, setting
-from analysis.io import arrays
+from analysis.io import arrays, pickle_guard
+from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, check_regular, over_limit
 
 ZIP_MAGIC = b"PK\x03\x04"
 
@@ -41,6 +43,34 @@ def _bytes(*args: Any) -> bytes:
     raise ValueError("bytes() of anything but text or bytes is not read")
 
 
+def _encode(text: object, encoding: object = "utf-8") -> bytes:
+    """``_codecs.encode`` as protocol 2 writes bytes: text only (``str()`` of a nested list
+    built from memo references could be gigabytes)."""
+    if not isinstance(text, str) or not isinstance(encoding, str):
+        raise ValueError("_codecs.encode of anything but text is not read")
+    return text.encode(encoding)
+
+
+class _Sealed:
+    """An allowed callable as the unpickler sees it: it can be called, and a BUILD opcode
+    on it is refused (BUILD sets attributes: on the function itself it would change its
+    defaults, or a class's methods, for every later file of the process)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __setstate__(self, state: Any) -> None:
+        raise ValueError("a BUILD opcode on an allowed callable")
+
+    def __reduce__(self) -> Any:  # never pickled; keeps copy and pickle from guessing
+        raise TypeError("not picklable")
+
+
 # Globals that only rebuild plain values; none can run code of the file's choosing.
 _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "bytes"): _bytes,
@@ -52,7 +82,7 @@ _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "bytearray"): _bytearray,
     ("__builtin__", "bytearray"): _bytearray,
     ("collections", "OrderedDict"): dict,
-    ("_codecs", "encode"): lambda text, encoding="utf-8": str(text).encode(encoding),
+    ("_codecs", "encode"): _encode,
     # NumPy arrays and scalars (numpy 2 moved numpy.core to numpy._core), rebuilt as lists.
     ("numpy", "ndarray"): arrays.NumpyArrayType,
     ("numpy", "dtype"): arrays.NumpyDtype,
@@ -61,6 +91,14 @@ _SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     ("numpy.core.multiarray", "scalar"): arrays.numpy_scalar,
     ("numpy._core.multiarray", "scalar"): arrays.numpy_scalar,
 }
+
+
+_SEALED: dict[tuple[str, str], Any] = {
+    key: _Sealed(value) if isinstance(value, types.FunctionType) else value
+    for key, value in _SAFE_GLOBALS.items()
+}
+"""What the unpickler is given: the functions sealed, the classes as they are (each
+refuses BUILD: its ``__setstate__`` needs an instance)."""
 
 
 class _Skipped:
@@ -88,6 +126,9 @@ def _rebuild_tensor(storage: Any, *args: Any) -> Any:
     return SKIPPED if storage is SKIPPED else arrays.TorchTensor(storage, *args)
 
 
+_SEALED_REBUILD_TENSOR = _Sealed(_rebuild_tensor)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(
         self,
@@ -102,10 +143,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self.storages: dict[str, arrays.TorchStorage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _SAFE_GLOBALS:
-            return _SAFE_GLOBALS[(module, name)]
+        if (module, name) in _SEALED:
+            return _SEALED[(module, name)]
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
-            return _rebuild_tensor
+            return _SEALED_REBUILD_TENSOR
         if module == "torch" and name in arrays.TORCH_STORAGES:
             return arrays.TorchStorageType(name)
         if module == "torch" or module.startswith("torch."):
@@ -138,53 +179,88 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def _restricted_load(
-    data: bytes, *, where: str, storage_bytes: Callable[[str, int], bytes] | None = None
+    data: bytes,
+    *,
+    where: str,
+    storage_bytes: Callable[[str, int], bytes] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Any:
     try:
+        pickle_guard.scan(data)
         with arrays.file_budget():
-            return _RestrictedUnpickler(
+            built = _RestrictedUnpickler(
                 io.BytesIO(data), where=where, storage_bytes=storage_bytes
             ).load()
+        pickle_guard.check_built(built, limits)
+        return built
     except UnsafePickleError:
         raise
+    except pickle_guard.PickleTooBig as exc:
+        raise over_limit(where, f"a pickle of {exc.what}", exc.name, exc.value) from exc
     except Exception as exc:  # pickle raises many types on corrupt input
         raise DamagedFileError(
             f"{where}: not a readable pickle ({type(exc).__name__}: {exc})"
         ) from exc
 
 
-def load_pickled(path: Path, *, trust_pickle: bool = False) -> Any:
+def load_pickled(path: Path, *, trust_pickle: bool = False, limits: Limits = DEFAULT_LIMITS) -> Any:
     """Return the object in a ``.pt`` zip archive or a bare pickle file."""
+    check_regular(path)
     raw = path.read_bytes()
     if raw.startswith(ZIP_MAGIC):
         if trust_pickle:
             return _torch_load(path)
-        try:
-            archive = zipfile.ZipFile(io.BytesIO(raw))
-            names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-            if not names:
-                raise LogFormatError(
-                    f"{path}: a zip archive without data.pkl, not a torch.save file"
-                )
-            member = min(names, key=len)
-            payload = archive.read(member)
-        except LogFormatError:
-            raise
-        except Exception as exc:  # zipfile raises many types on damaged archives
-            raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
-        prefix = member[: -len("data.pkl")]
+        archive, member = _open_archive(path, raw, limits)
+        prefix = member.filename[: -len("data.pkl")]
         with archive:
+            try:
+                payload = archive.read(member)
+            except Exception as exc:  # zipfile raises many types on damaged archives
+                raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
             return _restricted_load(
                 payload,
                 where=str(path),
                 storage_bytes=lambda key, size: _member(archive, f"{prefix}data/{key}", size),
+                limits=limits,
             )
     if trust_pickle:
         try:
             return pickle.loads(raw)
         except Exception as exc:
             raise DamagedFileError(f"{path}: not a readable pickle ({exc})") from exc
-    return _restricted_load(raw, where=str(path))
+    return _restricted_load(raw, where=str(path), limits=limits)
+
+
+def _open_archive(
+    path: Path, raw: bytes, limits: Limits
+) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
+    """A torch.save archive and its one ``data.pkl``, refused unread when it would
+    inflate past ``max_inflation`` or when there are several (torch.load and this
+    reader could then pick different ones: what was checked would not be what is read)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+        members = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
+    except Exception as exc:  # zipfile raises many types on damaged archives
+        raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
+    if not members:
+        raise LogFormatError(f"{path}: a zip archive without data.pkl, not a torch.save file")
+    if len(members) > 1:
+        names = ", ".join(info.filename for info in members[:3])
+        raise DamagedFileError(
+            f"{path}: a zip archive with {len(members)} data.pkl members ({names}); a "
+            "torch.save file has one"
+        )
+    member = members[0]
+    ratio = limits.max_inflation
+    if member.file_size > INFLATION_FLOOR and member.file_size > ratio * member.compress_size:
+        raise over_limit(
+            path,
+            f"{member.filename} inflates from {member.compress_size:,} to "
+            f"{member.file_size:,} bytes",
+            "max_inflation",
+            ratio,
+        )
+    return archive, member
 
 
 def _member(archive: zipfile.ZipFile, name: str, size: int) -> bytes:

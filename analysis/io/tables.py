@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,10 +28,21 @@ if TYPE_CHECKING:
     from analysis.engine import LoopReplay, PreparedLog, ReplayResult
 
 
-def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
-    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``."""
-    target = output.resolve()
+def _matched(inputs: Iterable[Path]) -> Iterator[Path]:
+    """Each input, and for a glob pattern the tool expands itself (quoted on the command
+    line: ``'g/*.jsonl'``), every file it matches."""
     for source in inputs:
+        text = str(source)
+        if any(c in text for c in "*?[") and not Path(source).exists():
+            yield from map(Path, glob.glob(text))
+        yield Path(source)
+
+
+def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
+    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``, or one of
+    the files a glob pattern among them matches."""
+    target = output.resolve()
+    for source in _matched(inputs):
         resolved = Path(source).resolve()
         if target == resolved or resolved in target.parents:
             raise OutputError(
@@ -107,7 +121,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
     finally:
-        temp.unlink(missing_ok=True)
+        with _no_interrupts():
+            temp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -129,15 +144,49 @@ def atomic_folder(path: Path) -> Iterator[Path]:
     try:
         # mkdtemp creates the folder private (0700); give it what a plain mkdir() would.
         temp.chmod(0o777 & ~_umask())
-        yield temp
+        # Held open, the folder keeps its inode: one removed and made again differs.
+        held = os.open(temp, os.O_RDONLY)
+        try:
+            yield temp
+            _check_same_folder(path, temp, os.fstat(held))
+        finally:
+            os.close(held)
         if path.exists():
             path.rmdir()
         os.replace(temp, path)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
     finally:
-        if temp.exists():
-            shutil.rmtree(temp, ignore_errors=True)
+        with _no_interrupts():  # a second Ctrl-C would leave the folder half removed
+            if temp.exists():
+                shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ctrl-C ignored for the clean-up in the block (the main thread only can set it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _check_same_folder(path: Path, temp: Path, made: os.stat_result) -> None:
+    """Refuse to publish a temporary folder that was removed while it was written (and
+    perhaps made again, partly, by a writer's ``mkdir(parents=True)``)."""
+    try:
+        now = temp.stat()
+    except OSError:
+        now = None
+    if now is None or made.st_nlink == 0 or (now.st_ino, now.st_dev) != (made.st_ino, made.st_dev):
+        raise OutputError(
+            f"{path}: its temporary folder {temp.name} was removed while it was being "
+            "written, so what it holds is not whole; nothing was written, run again"
+        )
 
 
 def write_frame(frame: pl.DataFrame, path: Path) -> None:

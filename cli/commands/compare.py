@@ -15,6 +15,7 @@ from cli.options import (
     BatchGroups,
     FieldOption,
     IncludeEval,
+    LimitOption,
     OnBadRecord,
     Quiet,
     Traceback,
@@ -93,6 +94,7 @@ def compare(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -110,7 +112,7 @@ log-prob drift by gap."""
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
     loaded = [
         reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet, include_eval=include_eval).load()
+                quiet=quiet, include_eval=include_eval, limit=limit).load()
         for path in (first, second)
     ]  # fmt: skip
     (table_a, _), (table_b, _) = loaded

@@ -13,6 +13,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     LogFormatOption,
     OnBadRecord,
     Quiet,
@@ -46,6 +47,7 @@ def convert(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     workers: Annotated[
         int | None,
@@ -76,7 +78,7 @@ def convert(
     cluster (README: Performance)."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format, limit=limit,
     )  # fmt: skip
     if not output.suffix:
         _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)

@@ -14,6 +14,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     LogFormatOption,
     OnBadRecord,
     Quiet,
@@ -32,6 +33,7 @@ def inspect(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     log_format: LogFormatOption = None,
     admission: Annotated[
@@ -54,7 +56,7 @@ def inspect(
     for another system's log (prime-rl, AReaL, verl, NeMo-RL), what it can and cannot tell."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval, log_format=log_format,
+        include_eval=include_eval, log_format=log_format, limit=limit,
     )  # fmt: skip
     rules = _admission_rules(admission or [])
     table, report = logs.load()

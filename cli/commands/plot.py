@@ -17,6 +17,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     KeepVersionsList,
+    LimitOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -72,6 +73,7 @@ def plot(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -85,7 +87,7 @@ def plot(
             kind, [one_policy(text) for text in policy], inputs, output, batch_groups=batch_groups,
             quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
             ),
         )  # fmt: skip
         return
@@ -93,7 +95,7 @@ def plot(
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:

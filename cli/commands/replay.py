@@ -16,6 +16,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LimitOption,
     OnBadRecord,
     OrderBy,
     PolicyOption,
@@ -82,6 +83,7 @@ def replay(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -110,7 +112,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
             decisions=decisions, trajectories=trajectories, bias=bias,
             reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
             ),
         )  # fmt: skip
         return
@@ -118,13 +120,14 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+            limits=limit,
         )  # fmt: skip
         if isinstance(chosen, DressagePolicy):
-            keep_versions, limit = chosen.keep_versions, chosen.max_preempts
+            keep_versions, preempts = chosen.keep_versions, chosen.max_preempts
         else:
-            limit = one_max_preempts(max_preempts)
+            preempts = one_max_preempts(max_preempts)
         replay_run_folder(
-            inputs[0], keep_versions, limit, json_output=json_output, decisions=decisions,
+            inputs[0], keep_versions, preempts, json_output=json_output, decisions=decisions,
             trajectories=trajectories, policy=None if chosen is None else chosen.to_dict(),
         )  # fmt: skip
         return
@@ -135,7 +138,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     )
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
                 decisions=decisions, trajectories=trajectories)  # fmt: skip

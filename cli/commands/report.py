@@ -18,6 +18,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     KeepVersionsList,
+    LimitOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -51,6 +52,7 @@ def report(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -63,7 +65,7 @@ def report(
     analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
     command = _reproduce(

@@ -17,6 +17,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     KeepVersionsList,
+    LimitOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -61,6 +62,7 @@ def sweep(
     field: FieldOption = None,
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
+    limit: LimitOption = None,
     include_eval: IncludeEval = False,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -83,7 +85,7 @@ def sweep(
             inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
             quiet=quiet, reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
             ),
         )  # fmt: skip
         return
@@ -92,7 +94,7 @@ def sweep(
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
     with progress_bar("replaying settings", quiet=quiet) as update:

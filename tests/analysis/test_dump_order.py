@@ -80,8 +80,8 @@ def test_a_folder_is_read_in_rollout_order_one_dump_at_a_time(
     read: list[int] = []
     real = load.dump_samples
 
-    def spy(path: Path, *, trust_pickle: bool) -> tuple[int | None, list[Any]]:
-        found = real(path, trust_pickle=trust_pickle)
+    def spy(path: Path, *, trust_pickle: bool, **limits: Any) -> tuple[int | None, list[Any]]:
+        found = real(path, trust_pickle=trust_pickle, **limits)
         read.append(found[0])  # type: ignore[arg-type]
         return found
 

@@ -186,6 +186,54 @@ def bench_jsonl_ingestion() -> list[dict[str, Any]]:
     ]
 
 
+DUCKDB_SPANS = """
+WITH t AS (SELECT row_number() OVER () AS r, metadata.full_versions AS v
+           FROM read_json('{path}', format='newline_delimited',
+                          columns={{'metadata': 'STRUCT(full_versions VARCHAR[])'}})),
+u AS (SELECT r, unnest(v) AS label, generate_subscripts(v, 1) AS i FROM t),
+g AS (SELECT r, i, label, i - row_number() OVER (PARTITION BY r, label ORDER BY i) AS run
+      FROM u)
+SELECT count(*) FROM (SELECT r, label, min(i), max(i) FROM g GROUP BY r, label, run)
+"""
+"""The run-length spans of every record's full_versions, as the tool computes them."""
+
+
+def bench_jsonl_against_duckdb() -> list[dict[str, Any]]:
+    """Target 1 of issue 17: JSONL ingest (both cores) vs the faster of polars' streaming
+    scan and DuckDB's read_json, each computing the same spans, on the same file."""
+    try:
+        import duckdb
+    except ImportError:
+        print("13. JSONL vs DuckDB: duckdb is not installed (pip install '.[bench]')", flush=True)
+        return []
+    path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
+    size = path.stat().st_size / 1e6
+
+    def polars_scan() -> None:
+        pl.scan_ndjson(path).select(
+            spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
+        ).collect(engine="streaming")
+
+    def duckdb_spans() -> None:
+        duckdb.sql(DUCKDB_SPANS.format(path=path)).fetchall()
+
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "out.parquet"
+        ours, scan, duck = best_of_each(
+            [lambda: analysis.convert_logs([path], output), polars_scan, duckdb_spans], repeat=2
+        )
+    faster = min(scan, duck)
+    return [
+        row(
+            "13. JSONL convert (both cores) vs faster of polars/DuckDB",
+            f"{size / ours:.0f} vs {size / scan:.0f} (polars), {size / duck:.0f} (DuckDB) MB/s "
+            f"= {faster / ours:.2f}x",
+            ">= 1.0x",
+            faster / ours >= 1.0,
+        )
+    ]
+
+
 def bench_jsonl_two_workers() -> list[dict[str, Any]]:
     """Target 2 of issue 17: one large JSONL file read by this process and a helper,
     byte ranges each, vs this process alone (``DRESSAGE_REPLAY_HELPERS=0``)."""
@@ -493,6 +541,7 @@ def main() -> None:
     results += bench_against_reference()
     results += bench_jsonl_ingestion()
     results += bench_jsonl_two_workers()
+    results += bench_jsonl_against_duckdb()
     results += bench_artifacts()
     results += bench_start()
     results += bench_simulate()

@@ -1,0 +1,118 @@
+"""Streams and sizes an attacker (or an unlucky shell) might hand the readers (issue 18):
+pipes and FIFOs read once, progress on gzip input by compressed bytes, limits as settings."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import analysis
+from analysis.errors import ConfigError, SettingSyntaxError
+from analysis.io.jsonl import jsonl_records
+from analysis.io.limits import LimitError, Limits
+from analysis.io.raw_writers import write_jsonl
+from analysis.simulator import SimulationConfig, simulate
+
+RECORDS = list(simulate(SimulationConfig(n_groups=40, n_samples_per_prompt=2, seed=3)))
+
+
+def _log(folder: Path) -> tuple[Path, bytes]:
+    path = folder / "log.jsonl"
+    write_jsonl(RECORDS, path)
+    return path, path.read_bytes()
+
+
+def test_gzip_progress_counts_compressed_bytes(tmp_path: Path) -> None:
+    _, text = _log(tmp_path)
+    packed = tmp_path / "big.jsonl.gz"
+    packed.write_bytes(gzip.compress(text * 8, compresslevel=1))
+    seen: list[tuple[int, int]] = []
+    count = sum(1 for _ in jsonl_records(packed, progress=lambda d, t: seen.append((d, t))))
+    assert count == 8 * len(RECORDS)
+    size = packed.stat().st_size
+    assert seen[-1] == (size, size) and len(seen) >= 2
+    assert all(total == size for _, total in seen)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    # load_logs reports the file's bytes as parts of its source (per mille of a file)
+    calls: list[tuple[int, int]] = []
+    analysis.load_logs([packed, packed], progress=lambda d, t: calls.append((d, t)))
+    assert calls[-1] == (2, 2)
+    within = [done for done, total in calls if total == 2000]
+    assert within == sorted(within) and 0 < min(within) < 1000 < max(within) <= 2000
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_fifo_is_read_once_whole(tmp_path: Path, compressed: bool) -> None:
+    """A probe that opened it first would take its first bytes (or kill its writer)."""
+    path, text = _log(tmp_path)
+    fifo = tmp_path / "stream"  # no extension: the format is not guessed by opening it
+    os.mkfifo(fifo)
+    data = gzip.compress(text) if compressed else text
+
+    def write() -> None:
+        with open(fifo, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    table = analysis.load_logs([fifo])
+    writer.join(timeout=30)
+    assert table.drop("source").equals(analysis.load_logs([path]).drop("source"))
+
+
+def test_a_pipe_given_as_dev_fd_is_read_once(tmp_path: Path) -> None:
+    """``<(gzip -c log)`` hands the tool /dev/fd/N, a pipe."""
+    _, text = _log(tmp_path)
+    read_end, write_end = os.pipe()
+    data = gzip.compress(text)
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        table = analysis.load_logs([f"/dev/fd/{read_end}"])
+    finally:
+        writer.join(timeout=30)
+        os.close(read_end)
+    assert table.height == len(RECORDS)
+
+
+def test_limits_are_settings_with_checked_values(tmp_path: Path) -> None:
+    assert Limits.parse(["max_record_bytes=2K", "max-depth=7"]) == {
+        "max_record_bytes": 2048,
+        "max_depth": 7,
+    }
+    for bad in (["max_record_bytes"], ["size=3"], ["max_depth=-1"], ["max_depth=1.5"]):
+        with pytest.raises(SettingSyntaxError):
+            Limits.parse(bad)
+    with pytest.raises(ConfigError, match="max_inflation"):
+        analysis.ReadOptions(max_inflation=0)
+    path, _ = _log(tmp_path)
+    longest = max(len(line) for line in path.read_bytes().splitlines())
+    with pytest.raises(LimitError, match="max_record_bytes=") as caught:
+        analysis.load_logs([path], max_record_bytes=longest - 1)
+    assert "max_record_bytes=" in str(caught.value)
+    assert analysis.load_logs([path], max_record_bytes=longest + 1).height == len(RECORDS)
+    skipped = analysis.LoadReport()
+    analysis.load_logs([path], max_record_bytes=longest - 1, on_bad_record="skip", report=skipped)
+    assert skipped.skipped["damaged file"] >= 1
+
+
+def test_the_readme_limits_table_matches_the_code() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Limits", 1)[1].split("Beside these", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, re.MULTILINE)
+    assert [name for name, _ in rows] == list(Limits.names())
+    shown = {"32 MiB": 32 << 20, "100": 100, "134,217,728 (2^27)": 1 << 27}
+    for name, default in rows:
+        text = default.strip()
+        assert (shown[text] if text in shown else int(text)) == getattr(Limits(), name)

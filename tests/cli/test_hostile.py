@@ -1,0 +1,433 @@
+"""Inputs built to exhaust memory or time, run as the command line runs them (issue 18).
+
+Each ends with an exit code of the README's table and a one-line error naming the limit
+and the option that raises it, in under 10 s (plus the interpreter's start), with a peak
+resident memory under 1 GB measured by ``os.wait4`` (see :mod:`tests.hostile`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import hostile
+
+PEAK_MB = 1024
+SECONDS = 10 + 5  # the bound, and the start of an interpreter that imports polars
+
+
+def _refused(run: hostile.Run, code: int, *words: str) -> None:
+    assert run.code == code, run.stderr
+    assert run.stderr.startswith("Error: ") and run.stderr.count("\n") == 1, run.stderr
+    for word in words:
+        assert word in run.stderr, run.stderr
+    assert run.peak_mb < PEAK_MB, run.peak_mb
+    assert run.seconds < SECONDS, run.seconds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("make", "option"),
+    [
+        (lambda: hostile.laughs(40), "--limit max_pickle_values="),
+        (lambda: hostile.memo_reuse(1 << 20, 200_000), "--limit max_pickle_values="),
+        (lambda: hostile.dump_of(hostile.laughs(40)), "--limit max_pickle_values="),
+        (lambda: hostile.deep_lists(200_000), "--limit max_depth="),
+        (lambda: hostile.huge_memo(2_000_000_000), "memo index"),
+        (hostile.self_containing, "contains itself"),
+        (lambda: hostile.deflated_pt(256 << 20), "--limit max_inflation="),
+        (lambda: hostile.PROTO + b"cbuiltins\nbytearray\nJ\x00\xf2\x05\x2a\x85R.", "bytes"),
+        (lambda: hostile.PROTO + b"\x8e" + (5 * 10**9).to_bytes(8, "little") + b"ab.", "past"),
+    ],
+    ids=[
+        "laughs",
+        "memo-reuse",
+        "laughs-in-samples",
+        "deep",
+        "huge-memo",
+        "cycle",
+        "zip-bomb",
+        "bytearray-5e9",
+        "bytes8-5e9",
+    ],
+)
+def test_pickle_bombs(tmp_path: Path, make: object, option: str) -> None:
+    path = tmp_path / "0.pt"
+    path.write_bytes(make())  # type: ignore[operator]
+    _refused(hostile.run_bounded("inspect", str(path)), 5, option)
+
+
+def test_a_pickle_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    path = tmp_path / "0.pt"
+    path.write_bytes(hostile.dump_of(hostile.memo_reuse(1 << 20, 100_000)))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_pickle_values=")
+    skipped = hostile.run_bounded("inspect", str(path), "--on-bad-record", "skip")
+    assert skipped.code == 0, skipped.stderr  # skipped as a damaged file, and said so
+    assert "damaged file" in skipped.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+@pytest.mark.parametrize(
+    ("name", "device"),
+    [("x.pt", "/dev/zero"), ("x.jsonl", "/dev/urandom"), ("x.jsonl.gz", "/dev/zero"),
+     ("x.json", "/dev/urandom"), ("x", "/dev/zero")],
+)  # fmt: skip
+def test_a_link_to_an_endless_device_is_refused(tmp_path: Path, name: str, device: str) -> None:
+    link = tmp_path / name
+    link.symlink_to(device)
+    _refused(hostile.run_bounded("inspect", str(link)), 3, "not a regular file")
+
+
+# --------------------------------------------------------------------------- gzip and JSON
+
+RECORD = (
+    b'{"group_index": 0, "metadata": {"parent_traj_id": "t", "dressage_end_token_version": "1"}}\n'
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [(b"0", 512 << 20)],  # one line of zeros
+        [(b"\n", 512 << 20)],  # nothing but newlines
+        [(RECORD, 10**7)],  # ten million tiny records
+    ],
+    ids=["one-line", "newlines", "tiny-records"],
+)
+def test_gzip_bombs(tmp_path: Path, pieces: list[tuple[bytes, int]]) -> None:
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(hostile.gzip_of(pieces))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
+
+
+def test_a_gzip_bomb_is_refused_in_bounded_memory_and_time(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(hostile.gzip_of([(b"0", 96 << 20)]))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
+
+
+@pytest.mark.slow
+def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    with path.open("wb") as out:
+        out.write(RECORD)
+        out.write(b'{"group_index": 1, "tokens": [' + b"1," * (20 << 20) + b"1]}\n")  # 40 MB
+        out.write(RECORD.replace(b'"t"', b'"u"'))
+    _refused(
+        hostile.run_bounded("inspect", str(path)), 5, f"{path}:2:", "--limit max_record_bytes="
+    )
+    skipped = hostile.run_bounded("inspect", str(path), "--on-bad-record", "skip")
+    assert skipped.code == 0, skipped.stderr
+    assert "skipped 1 damaged file" in skipped.stderr or "skipped 1" in skipped.stderr
+    assert skipped.peak_mb < PEAK_MB
+    raised = hostile.run_bounded("inspect", str(path), "--limit", "max_record_bytes=64M")
+    assert raised.code == 0, raised.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (b"9" * 5000, b"an integer of more than 4,300 digits"),
+        (b"[" * 1020 + b"]" * 1020, b"nested too deeply"),
+        (b"[" * 5000 + b"]" * 5000, b"nested too deeply"),
+    ],
+    ids=["long-integer", "nested-1020", "nested-5000"],
+)
+@pytest.mark.parametrize("field", [b"reward", b"status", b"index"])
+def test_json_values_past_what_python_reads(
+    tmp_path: Path, value: bytes, problem: bytes, field: bytes
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(
+        RECORD + RECORD[:-2].replace(b"{", b'{"' + field + b'": ' + value + b", ", 1) + b"}\n"
+    )
+    failed = CliRunner().invoke(app, ["inspect", str(path)])
+    if field == b"reward" and value.startswith(b"[") and len(value) < 4000:  # JSON reads it
+        assert failed.exit_code == 0, failed.output  # a reward that is not a number is null
+        return
+    assert failed.exit_code == 5, failed.output
+    assert problem.decode() in failed.stderr and failed.stderr.count("\n") == 1
+    skipped = CliRunner().invoke(app, ["inspect", str(path), "--on-bad-record", "skip", "--json"])
+    assert skipped.exit_code == 0, skipped.output
+
+
+# --------------------------------------------------------------------------- beyond sizes
+
+
+def _runner_log(folder: Path) -> Path:
+    from analysis.io.raw_writers import write_jsonl
+    from analysis.simulator import SimulationConfig, simulate
+
+    folder.mkdir(exist_ok=True)
+    path = folder / "a.jsonl"
+    write_jsonl(simulate(SimulationConfig(n_groups=8, n_samples_per_prompt=2, seed=1)), path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["convert", "sweep"])
+def test_a_quoted_glob_that_matches_the_output_is_refused(tmp_path: Path, command: str) -> None:
+    """The tool expands a quoted pattern itself: the output is compared with the files it
+    matched, not with the pattern's text."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    folder = tmp_path / "g"
+    log = _runner_log(folder)
+    if command == "convert":
+        CliRunner().invoke(app, ["convert", str(log), "-o", str(folder / "a.parquet")])
+        pattern, output = folder / "*.parquet", folder / "a.parquet"
+    else:
+        pattern, output = folder / "*.jsonl", folder / "rows.jsonl"
+        output.write_bytes(log.read_bytes())
+    before = output.read_bytes()
+    result = CliRunner().invoke(app, [command, str(pattern), "-o", str(output)])
+    assert result.exit_code == 8, result.output
+    assert "refusing to write over the input" in result.stderr
+    assert output.read_bytes() == before
+
+
+def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
+    """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
+    of the writer) must not be published as a whole run."""
+    import shutil
+
+    from analysis.errors import OutputError
+    from analysis.io.raw_writers import write_artifacts
+    from analysis.simulator import SimulationConfig, simulate
+
+    output = tmp_path / "run"
+
+    def records():  # type: ignore[no-untyped-def]
+        for number, record in enumerate(simulate(SimulationConfig(n_groups=6, seed=2))):
+            if number == 5:
+                (temp,) = tmp_path.glob(".run.*.tmp")
+                shutil.rmtree(temp)
+            yield record
+
+    with pytest.raises(OutputError, match="was removed while it was being written"):
+        write_artifacts(records(), output)
+    assert not output.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_looping_link_in_an_artifact_tree_is_that_entry_alone(tmp_path: Path) -> None:
+    """It hid the whole tree (exit 4); now it is an unreadable file, skipped on request."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "4"]
+    )
+    assert made.exit_code == 0, made.output
+    samples = sorted(run.glob("traj_payload/*/*/samples"))[0]
+    (samples / "loop.json").symlink_to("loop.json")
+    (samples.parent.parent / "loop").symlink_to("loop")  # an instance-level folder too
+    failed = CliRunner().invoke(app, ["inspect", str(run)])
+    assert failed.exit_code == 3, failed.output
+    assert (
+        "loop.json: cannot look at it" in failed.stderr
+        or "loop: cannot look at it" in failed.stderr
+    )
+    skipped = CliRunner().invoke(app, ["inspect", str(run), "--on-bad-record", "skip", "--json"])
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout)["records"] == 17  # every other file read
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems take only UTF-8 names")
+def test_names_that_are_not_utf8_are_printed_escaped(tmp_path: Path) -> None:
+    """Python reads such a name as lone surrogates, which no table, JSON or terminal takes:
+    they were an internal error (exit 1); the name is kept with \\xff escapes."""
+    import os
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    folder = os.fsencode(tmp_path / "logs")
+    os.mkdir(folder + b"\xfe")
+    log = _runner_log(tmp_path / "plain")
+    os.rename(log, folder + b"\xfe/a\xff.jsonl")
+    run = tmp_path / "run"
+    assert (
+        CliRunner().invoke(app, ["simulate", "--format", "artifacts", "-o", str(run)]).exit_code
+        == 0
+    )
+    instance = sorted(os.listdir(os.fsencode(run / "traj_payload")))[0]
+    moved = os.fsencode(run / "traj_payload") + b"/" + instance
+    os.rename(moved, moved + b"\xff")
+    inputs = os.fsdecode(folder + b"\xfe")
+    out = tmp_path / "c.parquet"
+    for args in (
+        ["inspect", inputs, "--json"], ["replay", inputs], ["convert", inputs, "-o", str(out)],
+        ["replay", str(run), "--json"], ["inspect", str(run)],
+    ):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *args], cwd=hostile.ROOT, capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, (args, done.stderr)
+    import polars as pl
+
+    assert pl.read_parquet(out)["source"][0].endswith("logs\\xfe/a\\xff.jsonl")
+
+
+def test_a_lone_surrogate_in_json_is_a_bad_record(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    bad = tmp_path / "surrogate.jsonl"
+    bad.write_text('{"group_index": "\\ud800"}\n')
+    refused = CliRunner().invoke(app, ["inspect", str(bad)])
+    assert refused.exit_code == 5 and "lone surrogate" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_token_list_of_a_hundred_million_labels(tmp_path: Path) -> None:
+    """Alternating versions: ~400 MB of one line, a few hundred KB gzipped."""
+    path = tmp_path / "log.jsonl.gz"
+    head = b'{"group_index": 0, "metadata": {"parent_traj_id": "t", "full_versions": ['
+    path.write_bytes(hostile.gzip_of([(head, 1), (b'"0","1",', 5 * 10**7), (b'"1"]}}\n', 1)]))
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=")
+    # Past the inflation limit, the line is past the line limit: a bad record, skipped.
+    raised = hostile.run_bounded(
+        "inspect", str(path), "--limit", "max_inflation=100000", "--on-bad-record", "skip"
+    )
+    assert raised.code == 0, raised.stderr
+    assert "--limit max_record_bytes=" in raised.stderr
+    assert raised.peak_mb < PEAK_MB and raised.seconds < 30
+
+
+@pytest.mark.slow
+def test_a_fifo_without_a_writer_waits_and_ctrl_c_ends_the_wait(tmp_path: Path) -> None:
+    """As cat does, it waits for a writer (documented); Ctrl-C ends it with 130."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    fifo = tmp_path / "log.jsonl"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli", "inspect", str(fifo)], cwd=hostile.ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(4)  # imported, and waiting in open()
+    assert child.poll() is None
+    child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=10) == 130
+    assert child.stderr is not None
+    assert child.stderr.read().decode().startswith("Interrupted")
+
+
+def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clean-up of an interrupted folder write is itself interrupted by Ctrl-C: the
+    signal arrives as the temporary folder is being removed."""
+    import os
+    import shutil
+    import signal
+
+    from analysis.io import tables
+
+    remove = shutil.rmtree
+
+    def interrupted_rmtree(path: object, *args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
+        remove(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt), tables.atomic_folder(tmp_path / "run") as temp:
+        (temp / "a").mkdir()
+        (temp / "a" / "b.json").write_text("{}")
+        raise KeyboardInterrupt  # the first
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_wrapped_by_python_is_still_an_interrupt() -> None:
+    """Ctrl-C inside a class body being made (as matplotlib is imported) comes out as a
+    RuntimeError ("Error calling __set_name__"): it was an internal error, exit 1."""
+    from cli.errors import command_failed
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__") from interrupt
+    except RuntimeError as wrapped:
+        assert command_failed(wrapped, show_traceback=False) == 130
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_a_run_is_130_without_a_traceback(tmp_path: Path) -> None:
+    """A race, as a loop over the moment of the signal (bounded in time): the start, the
+    imports (matplotlib's too), the reading, the figure."""
+    import signal
+    import subprocess
+    import time
+
+    log = _runner_log(tmp_path)
+    deadline = time.monotonic() + 90
+    for step in range(30):
+        if time.monotonic() > deadline:
+            break
+        child = subprocess.Popen(
+            [sys.executable, "-m", "cli", "plot", "sweep", str(log), "-o", str(tmp_path / "p.png"),
+             "-k", "0..3", "-m", "none"],
+            cwd=hostile.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        time.sleep(0.2 + step * 0.08)
+        child.send_signal(signal.SIGINT)
+        assert child.stderr is not None
+        err = child.stderr.read().decode()
+        code = child.wait(timeout=60)
+        # -SIGINT: Python's own start, before any handler (the shell says 130 too)
+        assert code in (0, 130, -signal.SIGINT), (step, code, err)
+        assert "internal error" not in err and (code != 130 or "Traceback" not in err), err
+
+
+SIGTERM_IN_FINALIZER = """
+import os, signal, sys, threading, time
+from cli import Terminated, on_sigterm_unwind
+on_sigterm_unwind()
+class Finalized:
+    def __del__(self):
+        threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        start = time.monotonic()
+        while time.monotonic() - start < 0.5:  # the signal lands in here
+            pass
+Finalized()
+try:
+    start = time.monotonic()
+    while time.monotonic() - start < 5:
+        pass
+except Terminated:
+    print("unwound")
+    sys.exit(143)
+print("ran on")
+"""
+
+
+def test_a_sigterm_in_a_finalizer_still_unwinds_the_command() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_IN_FINALIZER], cwd=hostile.ROOT, capture_output=True,
+        text=True, timeout=30,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (143, "unwound\n"), done.stderr
+    assert "Exception ignored" not in done.stderr

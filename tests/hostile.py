@@ -1,0 +1,140 @@
+"""Small generators of hostile inputs (bombs are made at test time, never committed) and a
+runner that measures a command's peak memory and time.
+
+Memory is measured as the child's peak resident size, from ``os.wait4``'s resource usage
+(``ru_maxrss``, the kernel's own count); an address-space limit (``RLIMIT_AS``, 3 GB,
+set in the child by ``preexec_fn``) keeps a regression from taking the machine down,
+and a timeout from running on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GUARD_BYTES = 3 << 30
+"""Address space a hostile run may map: well above what a bounded run needs (polars and
+its threads map ~1 GB they never touch), well below what would harm the machine."""
+
+
+@dataclass
+class Run:
+    code: int
+    stderr: str
+    seconds: float
+    peak_mb: float
+
+
+def run_bounded(*args: str, timeout: float = 60.0, cwd: Path = ROOT) -> Run:
+    """Run ``dressage-replay args`` in a child process; its exit code, stderr, time and
+    peak resident memory."""
+
+    def guard() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (GUARD_BYTES, GUARD_BYTES))
+
+    env = {**os.environ, "POLARS_MAX_THREADS": "2", "RAYON_NUM_THREADS": "2"}
+    start = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cli", *args], cwd=cwd, env=env, preexec_fn=guard,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    timer = threading.Timer(timeout, child.kill)
+    timer.start()
+    try:
+        assert child.stderr is not None
+        stderr = child.stderr.read().decode("utf-8", "replace")
+        _, status, usage = os.wait4(child.pid, 0)
+    finally:
+        timer.cancel()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return Run(child.returncode, stderr, time.monotonic() - start, usage.ru_maxrss / 1024)
+
+
+# --------------------------------------------------------------------------- pickles
+
+PROTO = b"\x80\x02"
+
+
+def _u4(n: int) -> bytes:
+    return n.to_bytes(4, "little")
+
+
+def laughs(levels: int = 40) -> bytes:
+    """A "billion laughs": list i holds list i-1 twice, through the memo (2**levels
+    references to one string, in a few hundred bytes)."""
+    out = [PROTO, b"X", _u4(5), b"hello", b"r", _u4(0), b"0"]
+    for i in range(1, levels + 1):
+        out += [b"]r", _u4(i), b"(j", _u4(i - 1), b"j", _u4(i - 1), b"e0"]
+    out += [b"j", _u4(levels), b"."]
+    return b"".join(out)
+
+
+def memo_reuse(text_bytes: int = 1 << 20, references: int = 100_000) -> bytes:
+    """One memoised string of ``text_bytes`` referenced ``references`` times in a list."""
+    return b"".join(
+        [PROTO, b"X", _u4(text_bytes), b"a" * text_bytes, b"r", _u4(0), b"0](",
+         b"h\x00" * references, b"e."]
+    )  # fmt: skip
+
+
+def huge_memo(index: int = 10**8) -> bytes:
+    """A memo slot far past any object: the unpickler would grow its table to twice it."""
+    return PROTO + b"]r" + _u4(index) + b"."
+
+
+def deep_lists(depth: int = 100_000) -> bytes:
+    """Lists nested ``depth`` deep."""
+    return PROTO + b"]" * depth + b"a" * (depth - 1) + b"."
+
+
+def self_containing() -> bytes:
+    """A list that contains itself."""
+    return PROTO + b"]q\x00h\x00a."
+
+
+def dump_of(samples_pickle: bytes) -> bytes:
+    """A pickled ``{"rollout_id": 0, "samples": <the pickled value>}`` (``samples_pickle``
+    without its protocol and STOP)."""
+    body = samples_pickle.removeprefix(PROTO).removesuffix(b".")
+    return PROTO + b"}(X" + _u4(10) + b"rollout_id" + b"K\x00X" + _u4(7) + b"samples" + body + b"u."
+
+
+def deflated_pt(inflated: int = 32 << 20) -> bytes:
+    """A torch.save-shaped archive whose data.pkl inflates ``inflated`` bytes from ~1000
+    times fewer (a zip bomb of a dump)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+            member.write(PROTO + b"X" + _u4(inflated - 8))
+            chunk = b"a" * (1 << 20)
+            for _ in range(inflated >> 20):
+                member.write(chunk)
+        archive.writestr("archive/version", b"3\n")
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- gzip
+
+
+def gzip_of(pieces: list[tuple[bytes, int]]) -> bytes:
+    """A gzip stream of each piece repeated its number of times, compressed as written
+    (no bomb is held in memory whole)."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9, mtime=0) as stream:
+        for piece, times in pieces:
+            block = piece * max(1, (1 << 20) // max(len(piece), 1))
+            whole, rest = divmod(times * len(piece), len(block))
+            for _ in range(whole):
+                stream.write(block)
+            stream.write(block[:rest])
+    return buffer.getvalue()
