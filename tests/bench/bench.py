@@ -214,8 +214,10 @@ def bench_jsonl_against_duckdb() -> list[dict[str, Any]]:
             spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
         ).collect(engine="streaming")
 
+    connection = duckdb.connect(config={"enable_progress_bar": False})
+
     def duckdb_spans() -> None:
-        duckdb.sql(DUCKDB_SPANS.format(path=path)).fetchall()
+        connection.sql(DUCKDB_SPANS.format(path=path)).fetchall()
 
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "out.parquet"
