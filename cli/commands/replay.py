@@ -26,8 +26,8 @@ from cli.options import (
     TrustPickle,
     one_keep_versions,
     one_max_preempts,
-    one_policy,
     reading,
+    the_policy,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
 
@@ -96,7 +96,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     chosen = (
         None
         if policy is None
-        else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
+        else the_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
     )
     run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
     from analysis.policies import DressagePolicy  # the engine (polars): not at start

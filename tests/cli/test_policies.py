@@ -122,7 +122,10 @@ def test_sweep_policies_is_one_table_with_the_same_columns() -> None:
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
-        (["--policy", "areal:eta=1"], 7, "no policy named 'areal'; known: dressage:"),
+        (["--policy", "tinker:eta=1"], 7, "no policy named 'tinker'; known: dressage:"),
+        (["--policy", "areal:eta=1"], 7, "give it as --admission areal:max_head_offpolicyness=N"),
+        (["--policy", "dressage:k=2000000"], 7, "require k= (keep_versions) between 0 and"),
+        (["--policy", "dressage:k=2,k=3"], 7, "keep_versions is given twice"),
         (["--policy", "prime-rl:max_off_policy_steps=-1"], 7, "between 0 and"),
         (["--policy", "nemo-windowed:max_staleness_versions=1,order=random"], 7, "fifo, freshest"),
         (["--policy", "prime-rl", "-k", "2"], 2, "give K and M"),
@@ -138,6 +141,28 @@ def test_bad_policy_specs_are_one_line(args: list[str], code: int, says: str) ->
         error = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(error) == 1 and says in error[0], result.stderr
         assert error[0].startswith("Error: --policy ")
+
+
+def test_replay_takes_one_policy_and_says_a_default_bound() -> None:
+    two = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl", "--policy", "dressage"])
+    assert two.exit_code == 2 and "replay takes one policy (given 2)" in two.stderr
+    alone = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl", "--json"])
+    assert alone.exit_code == 0, alone.stderr
+    assert json.loads(alone.stdout)["policy"]["knobs"]["max_off_policy_steps"] == 8
+    assert "note: --policy prime-rl: max_off_policy_steps=8, prime-rl's default" in alone.stderr
+    given = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl:max_off_policy_steps=8"])
+    assert "default" not in given.stderr
+
+
+def test_sweep_gives_a_policy_given_twice_one_row() -> None:
+    result = runner.invoke(app, [
+        "sweep", SAMPLES[0], "--json", "--policy", "prime-rl:max_off_policy_steps=1",
+        "--policy", "dressage:k=2", "--policy", "prime-rl:max_off_policy_steps=1,clock=versions",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["policy"] for row in rows] == ["prime-rl:max_off_policy_steps=1", "dressage:k=2,m=none"]
+    assert "prime-rl:max_off_policy_steps=1,clock=versions: given twice; one row" in result.stderr
 
 
 def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
