@@ -197,10 +197,17 @@ def test_groups_without_start_or_step_are_counted_as_unknown() -> None:
     ("spec", "error", "words"),
     [
         ("tinker:k=1", SettingSyntaxError, "unknown rule 'tinker'; write one of areal:"),
-        ("tinker:k=1", SettingSyntaxError, "staleness_threshold=X,required_samples=R \\(inspect "
-         "needs R; simulate defaults it to the batch size\\)"),
-        ("prime-rl:max_off_policy_steps=1", SettingSyntaxError, "it is a staleness policy, "
-         "replayed as policy=prime-rl:KNOB=VALUE"),
+        (
+            "tinker:k=1",
+            SettingSyntaxError,
+            "staleness_threshold=X,required_samples=R \\(inspect "
+            "needs R; simulate defaults it to the batch size\\)",
+        ),
+        (
+            "prime-rl:max_off_policy_steps=1",
+            SettingSyntaxError,
+            "it is a staleness policy, replayed as policy=prime-rl:KNOB=VALUE",
+        ),
         ("areal:", SettingSyntaxError, "give max_head_offpolicyness=N"),
         ("areal:eta=1.5", SettingSyntaxError, "must be a whole number"),
         ("areal:k=1", SettingSyntaxError, "'k=1' is not one of areal's knobs"),

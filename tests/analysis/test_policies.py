@@ -390,19 +390,36 @@ def test_specs_name_their_knobs(text: str, knobs: dict[str, Any]) -> None:
     [
         ("tinker:k=1", SettingSyntaxError, "no policy named 'tinker'"),
         ("prime-rl:m=1", SettingSyntaxError, "'m' is not a prime-rl knob"),
-        ("dressage:k=2,clock=steps", SettingSyntaxError, "'clock' is not a dressage knob; its "
-         "knobs: keep_versions \\(k\\), max_preempts \\(m\\)"),
-        ("prime-rl:max_off_policy_steps", SettingSyntaxError, "max_off_policy_steps needs a "
-         "value: write max_off_policy_steps=VALUE"),
+        (
+            "dressage:k=2,clock=steps",
+            SettingSyntaxError,
+            "'clock' is not a dressage knob; its "
+            "knobs: keep_versions \\(k\\), max_preempts \\(m\\)",
+        ),
+        (
+            "prime-rl:max_off_policy_steps",
+            SettingSyntaxError,
+            "max_off_policy_steps needs a value: write max_off_policy_steps=VALUE",
+        ),
         ("dressage:k=2,keep_versions=3", SettingSyntaxError, "keep_versions is given twice"),
-        ("verl-drop:max_off_policy_threshold=2,max_off_policy_threshold=3", SettingSyntaxError,
-         "max_off_policy_threshold is given twice"),
-        ("dressage:k=2000000", ConfigError, "require k= \\(keep_versions\\) between 0 and "
-         "1,000,000 \\(found 2,000,000\\)"),
+        (
+            "verl-drop:max_off_policy_threshold=2,max_off_policy_threshold=3",
+            SettingSyntaxError,
+            "max_off_policy_threshold is given twice",
+        ),
+        (
+            "dressage:k=2000000",
+            ConfigError,
+            "require k= \\(keep_versions\\) between 0 and 1,000,000 \\(found 2,000,000\\)",
+        ),
         ("dressage:m=2000000", ConfigError, "require m= \\(max_preempts\\) between"),
         ("prime-rl:max_off_policy_steps=2000000", ConfigError, "\\(found 2,000,000\\)"),
-        ("areal:eta=1", SettingSyntaxError, "areal is admission control, not a policy replayed "
-         "here: give it as admission=areal:max_head_offpolicyness=N"),
+        (
+            "areal:eta=1",
+            SettingSyntaxError,
+            "areal is admission control, not a policy replayed "
+            "here: give it as admission=areal:max_head_offpolicyness=N",
+        ),
         ("prime-rl:max_off_policy_steps=x", SettingSyntaxError, "whole number"),
         ("prime-rl:max_off_policy_steps=-1", ConfigError, "between 0 and"),
         ("verl-drop:max_off_policy_threshold=0", ConfigError, "between 1 and"),

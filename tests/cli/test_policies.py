@@ -150,7 +150,9 @@ def test_replay_takes_one_policy_and_says_a_default_bound() -> None:
     assert alone.exit_code == 0, alone.stderr
     assert json.loads(alone.stdout)["policy"]["knobs"]["max_off_policy_steps"] == 8
     assert "note: --policy prime-rl: max_off_policy_steps=8, prime-rl's default" in alone.stderr
-    given = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl:max_off_policy_steps=8"])
+    given = runner.invoke(
+        app, ["replay", SAMPLES[0], "--policy", "prime-rl:max_off_policy_steps=8"]
+    )
     assert "default" not in given.stderr
 
 
@@ -161,7 +163,10 @@ def test_sweep_gives_a_policy_given_twice_one_row() -> None:
     ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
-    assert [row["policy"] for row in rows] == ["prime-rl:max_off_policy_steps=1", "dressage:k=2,m=none"]
+    assert [row["policy"] for row in rows] == [
+        "prime-rl:max_off_policy_steps=1",
+        "dressage:k=2,m=none",
+    ]
     assert "prime-rl:max_off_policy_steps=1,clock=versions: given twice; one row" in result.stderr
 
 
