@@ -99,9 +99,11 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
     (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
     config = summary.config
-    limit = "none" if config.max_preempts is None else config.max_preempts
-    title = (
-        f"Replay: keep_versions={config.keep_versions}  max_preempts={limit}  "
+    from analysis.views._figures import k_label, m_label
+
+    title = (  # a control that is off: K off, M none (as the policy label and the plots)
+        f"Replay: keep_versions={k_label(config.keep_versions)}  "
+        f"max_preempts={m_label(config.max_preempts)}  "
         f"batch_groups={config.batch_groups}"
     )
     if policy is not None:

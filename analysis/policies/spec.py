@@ -84,9 +84,20 @@ class DressagePolicy(Policy):
         ReplayConfig(keep_versions=self.keep_versions, max_preempts=self.max_preempts)
 
     def label(self) -> str:
-        """``dressage:k=2,m=none``: both controls, by the short names of their spec."""
-        limit = "none" if self.max_preempts is None else self.max_preempts
-        return f"{self.name}:k={self.keep_versions},m={limit}"
+        """``dressage:k=2,m=none``: both controls, by the short names of their spec; a
+        control that is off reads as everywhere else: K as ``off``, M as ``none``."""
+        from analysis.views._figures import k_label, m_label
+
+        return f"{self.name}:k={k_label(self.keep_versions)},m={m_label(self.max_preempts)}"
+
+    def spec(self) -> str:
+        """``dressage:keep_versions=off,max_preempts=none``: every knob, off as the label says."""
+        from analysis.views._figures import k_label, m_label
+
+        return (
+            f"{self.name}:keep_versions={k_label(self.keep_versions)},"
+            f"max_preempts={m_label(self.max_preempts)}"
+        )
 
     def config(self, batch_groups: int | None) -> ReplayConfig:
         return ReplayConfig(

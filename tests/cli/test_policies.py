@@ -34,8 +34,6 @@ def test_replay_policy_on_every_sample_format(sample: str, spec: str) -> None:
     policy = parse_policy(spec)
     assert summary["policy"]["name"] == policy.name
     assert summary["policy"]["knobs"] == policy.knobs()
-    if sample.endswith("artifacts") and policy.name == "dressage":
-        return  # Dressage's own loop over a run folder (README: Your run's logs)
     assert summary["groups"]["total"] == 40
     assert set(summary["token_weighted"]) == {
         "version_gap_mean", "version_span_mean_kept", "version_span_mean_all",
@@ -63,12 +61,9 @@ def test_replay_policy_on_a_real_run_folder(run_folders: dict[str, Path], spec: 
     summary = json.loads(result.stdout)
     assert summary["policy"]["knobs"] == parse_policy(spec).knobs()
     assert summary["groups"]["total"] == 47
-    if spec.startswith("dressage"):
-        # Dressage's own loop, as `replay RUN -k 2` (its checks against the run's files).
-        assert summary["checks"]["agree"] == summary["checks"]["total"]
-    else:
-        assert summary["config"] == {"batch_groups": 2}  # the run's own batch size
-        assert "the run's own batch size" in result.stderr
+    assert summary["config"]["batch_groups"] == 2  # the run's own batch size
+    assert "the run's own batch size" in result.stderr
+    assert "checks" not in summary  # the simple loop, as sweep --policy: not the run's loop
 
 
 def test_replay_policy_writes_decisions_with_the_start_version(tmp_path: Path) -> None:
@@ -216,15 +211,36 @@ def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> N
     assert "id='policies'" not in plain.read_text()
 
 
-def test_dressage_policy_on_a_run_folder_is_its_loop_and_refuses_the_simple_loops_options(
+def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     run_folders: dict[str, Path],
 ) -> None:
-    folder = str(run_folders["k2-m1"])
-    by_policy = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "--json"])
-    by_flag = runner.invoke(app, ["replay", folder, "-k", "2", "--json"])
-    summary = json.loads(by_policy.stdout)
-    assert summary.pop("policy")["knobs"] == {"keep_versions": 2, "max_preempts": None}
-    assert summary == json.loads(by_flag.stdout)
-    refused = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "-b", "3"])
-    assert refused.exit_code == 2
-    assert "--batch-groups" in refused.stderr
+    """replay --policy and sweep --policy replay a run folder alike (the simple loop, the
+    run's own B), and the JSON's spec is what was applied; replay -k is the run's loop."""
+    folder = str(run_folders["k3-m2-n8"])
+    spec = "dressage:k=3,m=2"
+    replayed = runner.invoke(app, ["replay", folder, "--policy", spec, "--json"])
+    swept = runner.invoke(app, ["sweep", folder, "--policy", spec, "--json"])
+    assert replayed.exit_code == 0 and swept.exit_code == 0, replayed.stderr + swept.stderr
+    summary, row = json.loads(replayed.stdout), json.loads(swept.stdout)[0]
+    assert row["groups_kept_pct"] == pytest.approx(100 * summary["groups"]["rates"]["kept"])
+    assert summary["policy"]["spec"] == "dressage:keep_versions=3,max_preempts=2"
+    assert summary["config"]["max_preempts"] == 2  # as the spec says: applied
+    assert "--max-preempts" not in replayed.stderr and "is not applied" not in replayed.stderr
+    assert "`replay` without a policy, and `verify`, replay the run as Dressage's own" in (
+        replayed.stderr
+    )
+    own = json.loads(runner.invoke(app, ["replay", folder, "-k", "3", "--json"]).stdout)
+    assert own["groups"]["kept"] != summary["groups"]["kept"]  # the run's loop: 58.8%, not 76.5%
+
+
+def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spec() -> None:
+    """K off is "off" and M off is "none" everywhere: the replay title, the policy's label
+    and spec (as in the plots' legends); both parse back to the same policy."""
+    title = runner.invoke(app, ["replay", SAMPLES[0], "-k", "off", "-m", "off"]).stdout
+    assert title.splitlines()[0].startswith("Replay: keep_versions=off  max_preempts=none  ")
+    policy = parse_policy("dressage:k=0,m=off")
+    assert policy.label() == "dressage:k=off,m=none"
+    assert policy.spec() == "dressage:keep_versions=off,max_preempts=none"
+    assert parse_policy(policy.label()) == parse_policy(policy.spec()) == policy
+    by_policy = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "dressage:k=off"]).stdout
+    assert by_policy.splitlines()[0] == title.splitlines()[0]
