@@ -244,3 +244,33 @@ def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spe
     assert parse_policy(policy.label()) == parse_policy(policy.spec()) == policy
     by_policy = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "dressage:k=off"]).stdout
     assert by_policy.splitlines()[0] == title.splitlines()[0]
+
+
+def test_a_policy_sweep_with_long_specs_reads_at_80_columns() -> None:
+    """At 80 columns, long specs would leave one data column per table (14 tables, headers
+    cut to "sampl…"): the table names each policy P1, P2, ... and lists the specs under it;
+    at 120 columns the specs stay in the table."""
+    import io
+
+    from rich.console import Console
+
+    from analysis.policies import sweep_policies
+    from cli.render import print_policy_sweep
+
+    specs = [
+        "dressage:k=3,m=2",
+        "prime-rl:max_off_policy_steps=1,clock=steps",
+        "nemo-windowed:max_staleness_versions=1,order=freshest",
+    ]
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    rows = sweep_policies(prepared, [parse_policy(spec) for spec in specs]).rows
+    narrow = io.StringIO()
+    print_policy_sweep(rows, Console(file=narrow, width=80))
+    text = narrow.getvalue()
+    assert text.count("Sweep (shares in %)") <= 2 and "…" not in text
+    assert all(len(line.rstrip()) <= 80 for line in text.splitlines())
+    for n, spec in enumerate(specs, start=1):
+        assert f"P{n}  {parse_policy(spec).label()}" in text
+    wide = io.StringIO()
+    print_policy_sweep(rows, Console(file=wide, width=120))
+    assert "P1" not in wide.getvalue() and specs[2] in wide.getvalue()
