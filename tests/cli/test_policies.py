@@ -172,7 +172,7 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
     result = sweep_policies(prepared, [parse_policy(s) for s in SPECS])
     scatter_ax, loss_ax = plot_policies(result).axes
-    legend = [text.get_text() for text in scatter_ax.get_legend().get_texts()]
+    legend = [text.get_text().split("  [")[0] for text in scatter_ax.get_legend().get_texts()]
     assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
     # One bar per policy and outcome, of the outcome's share.
     assert len(loss_ax.patches) == 4 * len(SPECS)
@@ -189,6 +189,68 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
         app, ["plot", "spans", SAMPLES[0], "-o", str(out), "--policy", SPECS[1]]
     )
     assert refused.exit_code == 2
+
+
+def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_the_way() -> None:
+    """Policies that decide alike are tagged [a], [b] in the legend and drawn side by side;
+    the legend is under the axes (ten policies covered the points and the y label); the
+    losses are greys, not any policy's colour."""
+    from matplotlib.colors import to_rgba
+
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import coinciding, plot_policies
+
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    specs = [*SPECS, "prime-rl:max_off_policy_steps=2", "dressage:k=1", "dressage:k=3",
+             "verl-drop:max_off_policy_threshold=3", "prime-rl:max_off_policy_steps=1,clock=steps"]  # fmt: skip
+    result = sweep_policies(prepared, [parse_policy(s) for s in specs])
+    alike = coinciding(result.rows, "tokens_kept_pct")
+    assert [1, 2, 3, 4] in alike  # prime-rl M=1, verl T=2 and both NeMo-RL orders (§13.4)
+    figure = plot_policies(result)
+    scatter_ax, loss_ax = figure.axes
+    legend = scatter_ax.get_legend()
+    labels = [text.get_text() for text in legend.get_texts()]
+    tag = labels[1].split("  ")[-1]
+    assert tag.startswith("[") and all(labels[i].endswith(tag) for i in (1, 2, 3, 4))
+    assert "decide alike" in legend.get_title().get_text()
+    offsets = {round(c.get_offset_transform().transform((0, 0))[1] - scatter_ax.transData.transform((0, 0))[1], 3)
+               for c in scatter_ax.collections[2:10:2]}  # fmt: skip
+    assert len(offsets) > 1  # the alike ones are not drawn on top of each other
+    kept = [v for v in result.rows["tokens_kept_pct"].to_list() if v is not None]
+    low, high = scatter_ax.get_ylim()
+    assert low < min(kept) and max(kept) < high  # every point in view, shifted ones too
+    figure.canvas.draw()  # type: ignore[no-untyped-call]
+    box, axes = legend.get_window_extent(), scatter_ax.get_window_extent()
+    assert box.y1 <= axes.y0  # under the axes, not over the points
+    policy_colours = {to_rgba(f"C{n}") for n in range(10)}
+    assert not {to_rgba(bar.get_facecolor()) for bar in loss_ax.patches} & policy_colours
+
+
+@pytest.mark.parametrize(
+    ("log", "says"),
+    [
+        ("empty", "no records: no kept share to show"),
+        ("verl", "no weight versions in the log: no version gap to show"),
+    ],
+)
+def test_plot_of_policies_says_why_it_is_blank(tmp_path: Path, log: str, says: str) -> None:
+    from tests.fixtures.peer_logs import write_all
+
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    if log == "verl":
+        path = write_all(tmp_path)["verl"]
+    out = tmp_path / "policies.png"
+    done = runner.invoke(app, ["plot", "sweep", str(path), "-b", "2", "-o", str(out),
+                               "--policy", "prime-rl:max_off_policy_steps=1"])  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import plot_policies
+
+    table = analysis.load_logs([path])
+    result = sweep_policies(analysis.prepare(table), [parse_policy("dressage:k=2")], batch_groups=2)
+    scatter_ax = plot_policies(result).axes[0]
+    assert says in [text.get_text() for text in scatter_ax.texts]
 
 
 def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> None:
