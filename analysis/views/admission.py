@@ -85,8 +85,9 @@ def _whole_or_not(value: float) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def parse_admission(spec: str) -> AdmissionRule:
-    """An admission rule from its spec (see :class:`AdmissionRule`).
+def parse_admission(spec: str, *, required_samples: int | None = None) -> AdmissionRule:
+    """An admission rule from its spec (see :class:`AdmissionRule`); ``required_samples``
+    is verl-async's R when the spec does not give it (the simulator's batch size).
 
     Examples
     --------
@@ -114,6 +115,8 @@ def parse_admission(spec: str) -> AdmissionRule:
             offset = int(number)
         else:
             knobs[name] = number
+    if system == "verl-async" and required_samples is not None:
+        knobs.setdefault("required_samples", float(required_samples))
     return _checked(AdmissionRule(system, knobs, offset), spec)
 
 
