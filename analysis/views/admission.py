@@ -168,7 +168,12 @@ def _checked(rule: AdmissionRule, spec: str) -> AdmissionRule:
     if negative or (rule.system == "verl-async" and rule.max_required < 1):
         raise ConfigError(
             f"{setting('admission', spec)}: "
-            + (f"{negative[0]} must not be negative" if negative else "allows no group at all")
+            + (
+                f"{negative[0]} must not be negative (found {_plain(rule.knobs[negative[0]])}); "
+                "give 0 or more"
+                if negative
+                else "allows no group at all: give a larger required_samples or staleness_threshold"
+            )
         )
     return rule
 

@@ -142,7 +142,11 @@ def test_inspect_admission_on_a_log_without_versions_says_none_was_checked(
         ("areal:eta=1.5", 7, "max_head_offpolicyness must be a whole number"),
         ("areal", 7, "give max_head_offpolicyness=N"),
         ("prime-rl:max_off_policy_steps=1", 7, "replayed as --policy prime-rl:KNOB=VALUE"),
-        ("skyrl:max_staleness_steps=-2", 7, "max_staleness_steps must not be negative"),
+        (
+            "skyrl:max_staleness_steps=-2",
+            7,
+            "max_staleness_steps must not be negative (found -2); give 0 or more",
+        ),
     ],
 )
 def test_inspect_admission_refuses_a_bad_rule(
