@@ -42,10 +42,7 @@ def simulation_rule(spec: str, *, batch_groups: int) -> AdmissionRule:
     """The rule of ``spec`` as the simulator runs it (verl's R defaults to ``batch_groups``)."""
     from analysis.views.admission import parse_admission
 
-    system = spec.partition(":")[0].strip().lower()
-    if system == "verl-async" and "required_samples" not in spec:
-        spec = f"{spec.rstrip(',')},required_samples={batch_groups}"
-    rule = parse_admission(spec)
+    rule = parse_admission(spec, required_samples=batch_groups)  # errors name the spec given
     if rule.system == "verl-async" and rule.knobs.get("trigger_parameter_sync_step", 1) != 1:
         raise ConfigError(
             f"{setting('admission', spec)}: the simulator updates the weights every trainer "

@@ -128,13 +128,13 @@ def parse_grid(keep_versions: str, max_preempts: str) -> tuple[list[int], list[i
 
 
 PolicyOption = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--policy",
         help="A staleness policy, as NAME:KNOB=VALUE,...: dressage:k=2,m=1, "
         "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
         "nemo-windowed:max_staleness_versions=1[,order=freshest] (docs/semantics.md §13); "
-        "replaces -k and -m.",
+        "replaces -k and -m. One; sweep, plot and report take several.",
         metavar="SPEC",
         show_default=False,
     ),
@@ -146,15 +146,50 @@ def one_policy(
 ) -> analysis.policies.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
-    one line with the known policies and knobs."""
+    one line with the known policies and knobs. A bound left at its default is said in a
+    note (``prime-rl`` alone is ``max_off_policy_steps=8``)."""
     from analysis.policies import parse_policy
+    from analysis.policies.spec import defaults_applied
 
     if keep_versions != 0 or max_preempts.strip().lower() not in ("none", "off"):
         raise typer.BadParameter(
             "give K and M inside the policy (dressage:k=K,m=M), not beside it",
             param_hint="--policy",
         )
-    return parse_policy(text)
+    policy = parse_policy(text)
+    for knob, value in defaults_applied(policy, text).items():
+        typer.echo(
+            f"note: --policy {text.strip()}: {knob}={value}, {policy.name}'s default "
+            f"(give {policy.name}:{knob}=N to choose)",
+            err=True,
+        )
+    return policy
+
+
+def the_policy(
+    texts: list[str], *, keep_versions: int = 0, max_preempts: str = "none"
+) -> analysis.policies.Policy:
+    """``replay --policy``: exactly one policy (replay replays one; sweep compares several)."""
+    if len(texts) > 1:
+        raise typer.BadParameter(
+            f"replay takes one policy (given {len(texts)}); to compare several, "
+            "give them to sweep (or plot sweep, report)",
+            param_hint="--policy",
+        )
+    return one_policy(texts[0], keep_versions=keep_versions, max_preempts=max_preempts)
+
+
+def some_policies(texts: list[str]) -> list[analysis.policies.Policy]:
+    """``--policy`` of sweep, plot and report: each policy once, in the order first given;
+    one given twice (under any spelling) is said in a note and gets one row."""
+    policies: list[analysis.policies.Policy] = []
+    for text in texts:
+        policy = one_policy(text)
+        if policy in policies:
+            typer.echo(f"note: --policy {text.strip()}: given twice; one row for it", err=True)
+            continue
+        policies.append(policy)
+    return policies
 
 
 # --------------------------------------------------------------------------- shared options

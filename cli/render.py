@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,34 @@ def _number(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else f"{value:,}"
 
 
+def _fitted_parts(
+    console: Console,
+    table: Callable[[Sequence[int], str, Sequence[Sequence[str]]], Table],
+    count: int,
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int,
+) -> list[list[int]]:
+    """The columns of each table a table of ``count`` columns is cut into to fit."""
+    # Measured on one row of each column's widest cell: a sweep may have thousands of rows.
+    widest = [max((row[i] for row in rows), key=len, default="") for i in range(count)]
+
+    def fits(columns: Sequence[int]) -> bool:
+        options = console.options.update(max_width=10_000)
+        measured = Measurement.get(console, options, table(columns, "", [widest]))
+        return measured.maximum <= console.width
+
+    if fits(range(count)):
+        return [list(range(count))]
+    parts: list[list[int]] = [list(range(keys))]
+    for column in range(keys, count):
+        if fits([*parts[-1], column]) or len(parts[-1]) == keys:
+            parts[-1].append(column)
+        else:
+            parts.append([*range(keys), column])
+    return parts
+
+
 def _print_fitted(
     console: Console,
     title: str,
@@ -73,23 +101,7 @@ def _print_fitted(
             shown.add_row(*(row[i] for i in columns))
         return shown
 
-    # Measured on one row of each column's widest cell: a sweep may have thousands of rows.
-    widest = [max((row[i] for row in rows), key=len, default="") for i in range(len(headers))]
-
-    def fits(columns: Sequence[int]) -> bool:
-        options = console.options.update(max_width=10_000)
-        measured = Measurement.get(console, options, table(columns, "", [widest]))
-        return measured.maximum <= console.width
-
-    parts: list[list[int]] = [list(range(keys))]
-    if fits(range(len(headers))):
-        parts = [list(range(len(headers)))]
-    else:
-        for column in range(keys, len(headers)):
-            if fits([*parts[-1], column]) or len(parts[-1]) == keys:
-                parts[-1].append(column)
-            else:
-                parts.append([*range(keys), column])
+    parts = _fitted_parts(console, table, len(headers), rows, keys=keys)
     for number, columns in enumerate(parts, start=1):
         part = "" if len(parts) == 1 else f" ({number} of {len(parts)})"
         console.print(table(columns, part, rows))
@@ -99,9 +111,11 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
     (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
     config = summary.config
-    limit = "none" if config.max_preempts is None else config.max_preempts
-    title = (
-        f"Replay: keep_versions={config.keep_versions}  max_preempts={limit}  "
+    from analysis.views._figures import k_label, m_label
+
+    title = (  # a control that is off: K off, M none (as the policy label and the plots)
+        f"Replay: keep_versions={k_label(config.keep_versions)}  "
+        f"max_preempts={m_label(config.max_preempts)}  "
         f"batch_groups={config.batch_groups}"
     )
     if policy is not None:
@@ -318,9 +332,33 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
         (name.replace(", ", "\n").replace(" ", "\n"), "left" if name in ("", "policy") else "right")
         for name in names
     ]
-    _print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
+    key = names.index("policy")
+    short = [[*row[:key], f"P{n}", *row[key + 1 :]] for n, row in enumerate(body, start=1)]
+    if len(_measured_parts(console, headers, short)) < len(_measured_parts(console, headers, body)):
+        # Long specs in a narrow terminal: a short name in the table, the specs under it.
+        _print_fitted(console, SWEEP_CAPTION, headers, short, keys=2)
+        for n, row in enumerate(body, start=1):
+            console.print(f"P{n}  {row[key]}", highlight=False, soft_wrap=True)
+    else:
+        _print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
     if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+
+
+def _measured_parts(
+    console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]]
+) -> list[list[int]]:
+    """How many tables ``rows`` would be printed as (``_print_fitted``'s cut)."""
+
+    def table(columns: Sequence[int], part: str, shown_rows: Sequence[Sequence[str]]) -> Table:
+        shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for i in columns:
+            shown.add_column(headers[i][0], justify=headers[i][1], no_wrap=True)  # type: ignore[arg-type]
+        for row in shown_rows:
+            shown.add_row(*(row[i] for i in columns))
+        return shown
+
+    return _fitted_parts(console, table, len(headers), rows, keys=2)
 
 
 def print_bias(report: BiasReport, console: Console) -> None:

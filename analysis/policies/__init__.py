@@ -71,6 +71,22 @@ class PolicyResult:
     def summary(self) -> ReplaySummary:
         return self.result.summary
 
+    def __repr__(self) -> str:
+        """``PolicyResult(prime-rl:max_off_policy_steps=1, B=4: 20 of 40 groups kept, ...)``:
+        the policy, not the K and M a peer rule does not have."""
+        groups = self.summary.counts["groups"]
+        said = [
+            f"{groups['kept']:,} of {groups['total']:,} groups kept",
+            f"{groups['dropped_stale']:,} dropped stale",
+        ]
+        if isinstance(self.policy, DressagePolicy):
+            said.append(f"{groups['rejected_span']:,} rejected")
+        said.append(f"{groups['failed']:,} failed")
+        return (
+            f"PolicyResult({self.policy.label()}, B={self.summary.config.batch_groups}: "
+            f"{', '.join(said)})"
+        )
+
     @functools.cached_property
     def decisions(self) -> pl.DataFrame:
         """The engine's decision table; for a peer rule, with the start version index the

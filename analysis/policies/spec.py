@@ -73,12 +73,31 @@ class DressagePolicy(Policy):
     max_preempts: int | None = None
 
     def __post_init__(self) -> None:
+        for short, name in self.aliases.items():
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if whole and not 0 <= value <= MAX_SETTING:
+                raise ConfigError(
+                    f"{setting('policy', self.name)}: require {short}= ({name}) between 0 "
+                    f"and {MAX_SETTING:,} (found {value:,})"
+                )
         ReplayConfig(keep_versions=self.keep_versions, max_preempts=self.max_preempts)
 
     def label(self) -> str:
-        """``dressage:k=2,m=none``: both controls, by the short names of their spec."""
-        limit = "none" if self.max_preempts is None else self.max_preempts
-        return f"{self.name}:k={self.keep_versions},m={limit}"
+        """``dressage:k=2,m=none``: both controls, by the short names of their spec; a
+        control that is off reads as everywhere else: K as ``off``, M as ``none``."""
+        from analysis.views._figures import k_label, m_label
+
+        return f"{self.name}:k={k_label(self.keep_versions)},m={m_label(self.max_preempts)}"
+
+    def spec(self) -> str:
+        """``dressage:keep_versions=off,max_preempts=none``: every knob, off as the label says."""
+        from analysis.views._figures import k_label, m_label
+
+        return (
+            f"{self.name}:keep_versions={k_label(self.keep_versions)},"
+            f"max_preempts={m_label(self.max_preempts)}"
+        )
 
     def config(self, batch_groups: int | None) -> ReplayConfig:
         return ReplayConfig(
@@ -236,21 +255,63 @@ def parse_policy(text: str) -> Policy:
     name, _, rest = text.strip().partition(":")
     cls = POLICIES.get(name.strip().lower())
     if cls is None:
+        from analysis.views.admission import RULES
+
+        admission = name.strip().lower()
+        if admission in RULES:
+            raise SettingSyntaxError(
+                f"{setting('policy', text)}: {admission} is admission control, not a policy "
+                f"replayed here: give it as {setting('admission', f'{admission}:{RULES[admission][0]}=N')} "
+                "to inspect or simulate (docs/semantics.md §13.6)"
+            )
         raise SettingSyntaxError(
             f"{setting('policy', text)}: no policy named {name.strip()!r}; known: {known_policies()}"
         )
     values: dict[str, Any] = {}
-    names = {f.name: f.name for f in fields(cls)}
     for part in (p.strip() for p in rest.split(",") if p.strip()):
-        knob, equals, value = part.partition("=")
-        knob = cls.aliases.get(knob.strip().lower(), knob.strip().lower())
-        if knob not in names or not equals:
+        knob, value = _knob(cls, part, text)
+        if knob in values:
             raise SettingSyntaxError(
-                f"{setting('policy', text)}: {cls.name} has no knob {part!r} (write knob=value); "
-                f"its knobs: {', '.join(names)}; known: {known_policies()}"
+                f"{setting('policy', text)}: {knob} is given twice; give each knob once"
             )
-        values[names[knob]] = _knob_value(cls, names[knob], value.strip(), text)
+        values[knob] = _knob_value(cls, knob, value, text)
     return cls(**values)
+
+
+def _knob_names(cls: type[Policy]) -> str:
+    """``keep_versions (k), max_preempts (m)``: a policy's knobs, with their short names."""
+    short = {name: alias for alias, name in cls.aliases.items()}
+    return ", ".join(
+        f"{f.name} ({short[f.name]})" if f.name in short else f.name for f in fields(cls)
+    )
+
+
+def _knob(cls: type[Policy], part: str, text: str) -> tuple[str, str]:
+    """One ``knob=value`` of a spec: the knob's own name and the value's text."""
+    written, equals, value = (piece.strip() for piece in part.partition("="))
+    knob = cls.aliases.get(written.lower(), written.lower())
+    if knob not in {f.name for f in fields(cls)}:
+        raise SettingSyntaxError(
+            f"{setting('policy', text)}: {written!r} is not a {cls.name} knob; its knobs: "
+            f"{_knob_names(cls)} (known: {known_policies()})"
+        )
+    if not equals or not value:
+        raise SettingSyntaxError(
+            f"{setting('policy', text)}: {written} needs a value: write {written}=VALUE"
+        )
+    return knob, value
+
+
+def defaults_applied(policy: Policy, text: str) -> dict[str, Any]:
+    """The bound knobs (those a label always says) that ``text`` left at their default:
+    ``prime-rl`` alone is ``max_off_policy_steps=8``, which a caller may want to say."""
+    _, _, rest = text.partition(":")
+    given = set()
+    for part in (p.strip() for p in rest.split(",") if p.strip()):
+        written = part.partition("=")[0].strip().lower()
+        given.add(policy.aliases.get(written, written))
+    knobs = policy.knobs()
+    return {name: knobs[name] for name in policy.always_said if name not in given}
 
 
 def _knob_value(cls: type[Policy], field_name: str, value: str, text: str) -> Any:
@@ -275,8 +336,15 @@ def _check_whole(policy: Policy, name: str, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_SETTING:
         raise ConfigError(
             f"{setting('policy', policy.name)}: require {name} between {low} and "
-            f"{MAX_SETTING:,} (found {value!r})"
+            f"{MAX_SETTING:,} (found {_said(value)})"
         )
+
+
+def _said(value: object) -> str:
+    """A value in an error: whole numbers as ``2,000,000`` (as every range error says)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return repr(value)
 
 
 def _check_choice(policy: Policy, name: str) -> None:

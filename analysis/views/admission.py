@@ -85,8 +85,9 @@ def _whole_or_not(value: float) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-def parse_admission(spec: str) -> AdmissionRule:
-    """An admission rule from its spec (see :class:`AdmissionRule`).
+def parse_admission(spec: str, *, required_samples: int | None = None) -> AdmissionRule:
+    """An admission rule from its spec (see :class:`AdmissionRule`); ``required_samples``
+    is verl-async's R when the spec does not give it (the simulator's batch size).
 
     Examples
     --------
@@ -98,10 +99,7 @@ def parse_admission(spec: str) -> AdmissionRule:
     system, _, rest = spec.partition(":")
     system = system.strip().lower()
     if system not in RULES:
-        raise SettingSyntaxError(
-            f"{setting('admission')}: {spec!r}: unknown rule {system!r}; one of "
-            + ", ".join(f"{name}:{knobs[0]}=N" for name, knobs in RULES.items())
-        )
+        raise SettingSyntaxError(f"{setting('admission', spec)}: {_unknown_rule(system)}")
     knobs: dict[str, float] = {}
     offset: int | None = None
     for item in filter(None, (part.strip() for part in rest.split(","))):
@@ -109,7 +107,7 @@ def parse_admission(spec: str) -> AdmissionRule:
         name = ALIASES.get(name, name)
         if name not in (*RULES[system], "step_offset") or not equals:
             raise SettingSyntaxError(
-                f"{setting('admission')}: {spec!r}: {item!r} is not one of {system}'s knobs "
+                f"{setting('admission', spec)}: {item!r} is not one of {system}'s knobs "
                 f"({', '.join((*RULES[system], 'step_offset'))}), written name=value"
             )
         number = _number(value, spec, name)
@@ -117,7 +115,27 @@ def parse_admission(spec: str) -> AdmissionRule:
             offset = int(number)
         else:
             knobs[name] = number
+    if system == "verl-async" and required_samples is not None:
+        knobs.setdefault("required_samples", float(required_samples))
     return _checked(AdmissionRule(system, knobs, offset), spec)
+
+
+def _unknown_rule(system: str) -> str:
+    """What to say of a rule name that is not one: a staleness policy points to --policy."""
+    from analysis.policies.spec import POLICIES
+
+    if system in POLICIES:
+        return (
+            f"{system} drops stale groups at batch assembly: it is a staleness policy, "
+            f"replayed as {setting('policy', system)}:KNOB=VALUE (docs/semantics.md §13), "
+            "not an admission rule"
+        )
+    rules = [f"{name}:{knobs[0]}=N" for name, knobs in RULES.items() if name != "verl-async"]
+    return (
+        f"unknown rule {system!r}; write one of {', '.join(rules)}, or "
+        "verl-async:staleness_threshold=X,required_samples=R (inspect needs R; simulate "
+        "defaults it to the batch size)"
+    )
 
 
 def _number(value: str, spec: str, name: str) -> float:
@@ -125,11 +143,11 @@ def _number(value: str, spec: str, name: str) -> float:
         number = float(value)
     except ValueError:
         raise SettingSyntaxError(
-            f"{setting('admission')}: {spec!r}: {name} must be a number (found {value!r})"
+            f"{setting('admission', spec)}: {name} must be a number (found {value!r})"
         ) from None
     if name != "staleness_threshold" and not number.is_integer():
         raise SettingSyntaxError(
-            f"{setting('admission')}: {spec!r}: {name} must be a whole number (found {value!r})"
+            f"{setting('admission', spec)}: {name} must be a whole number (found {value!r})"
         )
     return number
 
@@ -139,13 +157,23 @@ def _checked(rule: AdmissionRule, spec: str) -> AdmissionRule:
     missing = [name for name in needed if name not in rule.knobs]
     if missing:
         raise SettingSyntaxError(
-            f"{setting('admission')}: {spec!r}: give {', '.join(f'{name}=N' for name in missing)}"
+            f"{setting('admission', spec)}: give {', '.join(f'{name}=N' for name in missing)}"
+            + (
+                " (verl's samples per trainer step, in groups: a log does not record it)"
+                if "required_samples" in missing
+                else ""
+            )
         )
     negative = [name for name, value in rule.knobs.items() if value < 0]
     if negative or (rule.system == "verl-async" and rule.max_required < 1):
         raise ConfigError(
-            f"{setting('admission')}: {spec!r}: "
-            + (f"{negative[0]} must not be negative" if negative else "allows no group at all")
+            f"{setting('admission', spec)}: "
+            + (
+                f"{negative[0]} must not be negative (found {_plain(rule.knobs[negative[0]])}); "
+                "give 0 or more"
+                if negative
+                else "allows no group at all: give a larger required_samples or staleness_threshold"
+            )
         )
     return rule
 

@@ -33,7 +33,7 @@ def plot_policies(sweep: PolicySweep) -> Figure:
         "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
     )
     unit = "tokens" if kept_column == "tokens_kept_pct" else "samples"
-    figure = new_figure(13, 5.2)
+    figure = new_figure(13, 5.2 + 0.16 * math.ceil(rows.height / 2))  # the legend below
     scatter_ax, loss_ax = figure.subplots(1, 2, width_ratios=(1.2, 1))
     batch = rows["batch_groups"].unique().to_list() if rows.height else []
     figure.suptitle(
@@ -50,22 +50,69 @@ def plot_policies(sweep: PolicySweep) -> Figure:
         show_empty(scatter_ax, "no policies replayed")
         show_empty(loss_ax, "no policies replayed")
         return figure
-    _draw_points(scatter_ax, rows, kept_column)
+    kept = floats(rows[kept_column].to_list())
+    if all(math.isnan(value) for value in kept):  # as the heatmap says it
+        show_empty(scatter_ax, "no records: no kept share to show")
+        show_empty(loss_ax, "no records: no groups to lose")
+        return figure
+    if all(math.isnan(value) for value in floats(rows["version_gap_mean"].to_list())):
+        show_empty(scatter_ax, "no weight versions in the log: no version gap to show")
+    else:
+        _draw_points(scatter_ax, rows, kept_column)
     _draw_losses(loss_ax, rows)
     return figure
 
 
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+_DODGE_POINTS = 7.0
+"""How far apart (in points) the markers of policies at the same point are drawn."""
+_LOSS_COLORS = ("0.15", "0.4", "0.62", "0.82")
+"""Greys: the losses' colours are not any policy's (the left panel's colours are)."""
+
+
+def coinciding(rows: pl.DataFrame, kept_column: str) -> list[list[int]]:
+    """The rows (by position) that share a point (kept share, both gaps, to 1e-9): each
+    set of two or more, in row order."""
+    keys: dict[tuple[float, ...], list[int]] = {}
+    columns = (kept_column, "version_gap_mean", "version_gap_mean_tokens")
+    values = [floats(rows[column].to_list()) for column in columns]
+    for number in range(rows.height):
+        point = tuple(round(column[number], 9) for column in values)
+        if not any(math.isnan(v) for v in point[:2]):
+            keys.setdefault(point, []).append(number)
+    return [members for members in keys.values() if len(members) > 1]
+
+
 def _draw_points(ax: Axes, rows: pl.DataFrame, kept_column: str) -> None:
+    from matplotlib.transforms import offset_copy
+
     kept = floats(rows[kept_column].to_list())
     gaps = floats(rows["version_gap_mean"].to_list())
     weighted = floats(rows["version_gap_mean_tokens"].to_list())
+    shared = coinciding(rows, kept_column)
+    dodge, tag = {}, {}
+    for letter, members in zip("abcdefghijklmnopqrstuvwxyz", shared, strict=False):
+        for place, number in enumerate(members):
+            dodge[number] = (place - (len(members) - 1) / 2) * _DODGE_POINTS
+            tag[number] = letter
     for number, label in enumerate(rows["policy"].to_list()):
-        color = f"C{number % 10}"
-        ax.plot([gaps[number], weighted[number]], [kept[number]] * 2, color=color, linewidth=0.8)
-        ax.scatter([gaps[number]], [kept[number]], color=color, s=50, zorder=3, label=label)
-        ax.scatter(
-            [weighted[number]], [kept[number]], facecolors="none", edgecolors=color, s=50, zorder=3
+        color, marker = f"C{number % 10}", _MARKERS[number % len(_MARKERS)]
+        moved = offset_copy(
+            ax.transData, fig=ax.get_figure(root=True), y=dodge.get(number, 0.0), units="points"
         )
+        said = f"{label}  [{tag[number]}]" if number in tag else label
+        ax.plot([gaps[number], weighted[number]], [kept[number]] * 2, color=color,
+                linewidth=0.8, transform=moved)  # fmt: skip
+        ax.scatter([gaps[number]], [kept[number]], color=color, marker=marker, s=50, zorder=3,
+                   label=said, transform=moved)  # fmt: skip
+        ax.scatter([weighted[number]], [kept[number]], facecolors="none", edgecolors=color,
+                   marker=marker, s=50, zorder=3, transform=moved)  # fmt: skip
+    # Markers drawn with an offset are not counted by autoscaling: count the points.
+    ax.update_datalim(
+        [(x, y) for x, y in zip([*gaps, *weighted], kept * 2, strict=True) if x == x and y == y]
+    )
+    ax.margins(x=0.06, y=0.12)  # room for markers drawn side by side at the edges
+    ax.autoscale_view()
     pareto = rows.filter(pl.col("pareto"))
     if pareto.height:
         ax.scatter(
@@ -79,7 +126,14 @@ def _draw_points(ax: Axes, rows: pl.DataFrame, kept_column: str) -> None:
             label="Pareto-efficient",
         )
     ax.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: token-weighted gap")
-    ax.legend(fontsize=8, loc="best")
+    title = (
+        "[a], [b], ...: policies that decide alike, at one point, drawn one above the other"
+        if shared
+        else None
+    )
+    # Outside the axes, under them: ten policies would cover the points and the y label.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+              title=title, title_fontsize=8)  # fmt: skip
 
 
 def _draw_losses(ax: Axes, rows: pl.DataFrame) -> None:
@@ -88,9 +142,13 @@ def _draw_losses(ax: Axes, rows: pl.DataFrame) -> None:
     bottom = [0.0] * len(labels)
     for number, (column, name) in enumerate(_LOSSES):
         values = [0.0 if math.isnan(v) else v for v in floats(rows[column].to_list())]
-        ax.barh(positions, values, left=bottom, color=f"C{number + 5}", label=name)
+        ax.barh(positions, values, left=bottom, color=_LOSS_COLORS[number], label=name)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_yticks(positions, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("share of groups (%)")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(_LOSSES))
+    if not any(bottom):
+        ax.set_xlim(0, 100)
+        ax.text(0.5, 0.5, "no policy lost a group", transform=ax.transAxes, ha="center",
+                va="center", fontsize=11, color="0.35")  # fmt: skip
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=len(_LOSSES))

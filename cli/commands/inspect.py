@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 import analysis
-from cli.errors import usage_error
 from cli.options import (
     FLAG,
     BadRecordPolicy,
@@ -85,8 +84,6 @@ def inspect(
 
 
 def _admission_rules(specs: list[str]) -> list[analysis.AdmissionRule]:
-    """The --admission rules; one that does not parse is a usage error (exit 2)."""
-    try:
-        return [analysis.parse_admission(spec) for spec in specs]
-    except analysis.SettingSyntaxError as error:
-        raise usage_error(error) from None
+    """The --admission rules; one that does not parse is an invalid setting (exit 7), as
+    for --policy and simulate --admission."""
+    return [analysis.parse_admission(spec) for spec in specs]

@@ -26,9 +26,9 @@ from cli.options import (
     Traceback,
     TrustPickle,
     one_of,
-    one_policy,
     parse_grid,
     reading,
+    some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, warn
 
@@ -84,7 +84,7 @@ def plot(
 
     if policy:
         _plot_policies(
-            kind, [one_policy(text) for text in policy], inputs, output, batch_groups=batch_groups,
+            kind, some_policies(policy), inputs, output, batch_groups=batch_groups,
             quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
                 order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,

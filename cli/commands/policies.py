@@ -28,9 +28,9 @@ def replay_with_policy(
     bias: bool,
     reading_: Reading,
 ) -> None:
-    """One policy over the inputs on the simple loop (``replay`` itself replays a Dressage
-    run folder asked for Dressage's policy as Dressage's own loop); a run folder's records
-    are read as a log (traj_payload/ and traj_err/ in completion order)."""
+    """One policy over the inputs on the simple loop, as ``sweep --policy`` replays it, for
+    every policy and input; a run folder's records are read as a log (traj_payload/ and
+    traj_err/ in completion order), with the run's own B when none is given."""
     table, prepared, report = reading_.prepare(whole_table=bias)
     batch_groups = run_batch_groups(inputs, batch_groups)
     result = replay_policy(prepared, policy, batch_groups=batch_groups)

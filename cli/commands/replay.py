@@ -26,8 +26,8 @@ from cli.options import (
     TrustPickle,
     one_keep_versions,
     one_max_preempts,
-    one_policy,
     reading,
+    the_policy,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
 
@@ -91,19 +91,18 @@ def replay(
     """Replay both staleness controls for one setting and summarise what they would do.
 
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
-replayed as Dressage's own collector loop runs (README: Your run's logs)."""
+replayed as Dressage's own collector loop runs (README: Your run's logs); with --policy, \
+its records are replayed on the simple loop, as sweep --policy does."""
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     chosen = (
         None
         if policy is None
-        else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
+        else the_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
     )
     run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
-    from analysis.policies import DressagePolicy  # the engine (polars): not at start
-
-    if chosen is not None and not (run_folder and isinstance(chosen, DressagePolicy)):
+    if chosen is not None:  # every policy on the simple loop, as sweep --policy (§13.7)
         from cli.commands.policies import replay_with_policy
 
         replay_with_policy(
@@ -116,19 +115,15 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
             ),
         )  # fmt: skip
         return
-    if run_folder:  # Dressage's own loop, also for --policy dressage:k=K (docs/semantics.md §13.7)
+    if run_folder:  # Dressage's own loop (docs/semantics.md §12)
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
             limits=limit,
         )  # fmt: skip
-        if isinstance(chosen, DressagePolicy):
-            keep_versions, preempts = chosen.keep_versions, chosen.max_preempts
-        else:
-            preempts = one_max_preempts(max_preempts)
         replay_run_folder(
-            inputs[0], keep_versions, preempts, json_output=json_output, decisions=decisions,
-            trajectories=trajectories, policy=None if chosen is None else chosen.to_dict(),
+            inputs[0], keep_versions, one_max_preempts(max_preempts), json_output=json_output,
+            decisions=decisions, trajectories=trajectories,
         )  # fmt: skip
         return
     config = analysis.ReplayConfig(
@@ -202,11 +197,9 @@ def replay_run_folder(
     json_output: bool,
     decisions: Path | None,
     trajectories: Path | None,
-    policy: dict[str, Any] | None = None,
 ) -> None:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
-    run's own (its span rejections are on disk, its batch size in its log). ``policy``
-    (the Dressage policy it was asked as, docs/semantics.md §13) heads the JSON."""
+    run's own (its span rejections are on disk, its batch size in its log)."""
     if max_preempts is not None:
         typer.echo(
             f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
@@ -220,7 +213,7 @@ def replay_run_folder(
         typer.echo(f"wrote {path}", err=True)
     with results_out():
         if json_output:
-            print_json({"policy": policy, **result.to_dict()} if policy else result.to_dict())
+            print_json(result.to_dict())
         else:
             from cli.render import print_run_summary
 

@@ -25,9 +25,9 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
-    one_policy,
     parse_grid,
     reading,
+    some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, warn
 
@@ -61,7 +61,7 @@ def report(
     from analysis.views.report import REPORT_FORMATS, build_report, write_report
 
     ks, ms = parse_grid(keep_versions, max_preempts)
-    policies = [one_policy(text) for text in policy or ()]
+    policies = some_policies(policy or [])
     analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,

@@ -24,9 +24,9 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
-    one_policy,
     parse_grid,
     reading,
+    some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, results_out, stdout_console, warn
 
@@ -78,7 +78,7 @@ def sweep(
                 "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
                 param_hint="--policy",
             )
-        policies = [one_policy(text) for text in policy]
+        policies = some_policies(policy)
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
         sweep_with_policies(

@@ -196,7 +196,18 @@ def test_groups_without_start_or_step_are_counted_as_unknown() -> None:
 @pytest.mark.parametrize(
     ("spec", "error", "words"),
     [
-        ("tinker:k=1", SettingSyntaxError, "unknown rule 'tinker'"),
+        ("tinker:k=1", SettingSyntaxError, "unknown rule 'tinker'; write one of areal:"),
+        (
+            "tinker:k=1",
+            SettingSyntaxError,
+            "staleness_threshold=X,required_samples=R \\(inspect "
+            "needs R; simulate defaults it to the batch size\\)",
+        ),
+        (
+            "prime-rl:max_off_policy_steps=1",
+            SettingSyntaxError,
+            "it is a staleness policy, replayed as policy=prime-rl:KNOB=VALUE",
+        ),
         ("areal:", SettingSyntaxError, "give max_head_offpolicyness=N"),
         ("areal:eta=1.5", SettingSyntaxError, "must be a whole number"),
         ("areal:k=1", SettingSyntaxError, "'k=1' is not one of areal's knobs"),
@@ -208,7 +219,7 @@ def test_groups_without_start_or_step_are_counted_as_unknown() -> None:
 def test_bad_specs_say_what_is_wrong(spec: str, error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words) as raised:
         parse_admission(spec)
-    assert str(raised.value).startswith(f"admission: {spec!r}: ")
+    assert str(raised.value).startswith(f"admission={spec}: ")
 
 
 def test_specs_read_back() -> None:

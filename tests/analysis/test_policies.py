@@ -388,8 +388,38 @@ def test_specs_name_their_knobs(text: str, knobs: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("text", "error", "says"),
     [
-        ("areal:eta=1", SettingSyntaxError, "no policy named 'areal'"),
-        ("prime-rl:m=1", SettingSyntaxError, "has no knob 'm=1'"),
+        ("tinker:k=1", SettingSyntaxError, "no policy named 'tinker'"),
+        ("prime-rl:m=1", SettingSyntaxError, "'m' is not a prime-rl knob"),
+        (
+            "dressage:k=2,clock=steps",
+            SettingSyntaxError,
+            "'clock' is not a dressage knob; its "
+            "knobs: keep_versions \\(k\\), max_preempts \\(m\\)",
+        ),
+        (
+            "prime-rl:max_off_policy_steps",
+            SettingSyntaxError,
+            "max_off_policy_steps needs a value: write max_off_policy_steps=VALUE",
+        ),
+        ("dressage:k=2,keep_versions=3", SettingSyntaxError, "keep_versions is given twice"),
+        (
+            "verl-drop:max_off_policy_threshold=2,max_off_policy_threshold=3",
+            SettingSyntaxError,
+            "max_off_policy_threshold is given twice",
+        ),
+        (
+            "dressage:k=2000000",
+            ConfigError,
+            "require k= \\(keep_versions\\) between 0 and 1,000,000 \\(found 2,000,000\\)",
+        ),
+        ("dressage:m=2000000", ConfigError, "require m= \\(max_preempts\\) between"),
+        ("prime-rl:max_off_policy_steps=2000000", ConfigError, "\\(found 2,000,000\\)"),
+        (
+            "areal:eta=1",
+            SettingSyntaxError,
+            "areal is admission control, not a policy replayed "
+            "here: give it as admission=areal:max_head_offpolicyness=N",
+        ),
         ("prime-rl:max_off_policy_steps=x", SettingSyntaxError, "whole number"),
         ("prime-rl:max_off_policy_steps=-1", ConfigError, "between 0 and"),
         ("verl-drop:max_off_policy_threshold=0", ConfigError, "between 1 and"),
@@ -401,8 +431,17 @@ def test_specs_name_their_knobs(text: str, knobs: dict[str, Any]) -> None:
 def test_bad_specs_say_what_is_wrong(text: str, error: type[Exception], says: str) -> None:
     with pytest.raises(error, match=says) as raised:
         parse_policy(text)
-    if says.startswith(("no policy", "has no knob")):  # the hint lists every policy's knobs
+    if says.startswith(("no policy", "'m' is not")):  # the hint lists every policy's knobs
         assert "known: dressage:keep_versions=,max_preempts=; prime-rl:" in str(raised.value)
+
+
+def test_a_policy_result_shows_its_policy_not_k_and_m() -> None:
+    table = analysis.load_logs([Path("sample_data/rollouts.jsonl")])
+    peer = repr(replay_policy(table, parse_policy("prime-rl:max_off_policy_steps=1")))
+    assert peer.startswith("PolicyResult(prime-rl:max_off_policy_steps=1, B=4: ")
+    assert "K=" not in peer and "M=" not in peer and "rejected" not in peer
+    own = repr(replay_policy(table, parse_policy("dressage:k=2,m=1")))
+    assert own.startswith("PolicyResult(dressage:k=2,m=1, B=4: ") and "rejected" in own
 
 
 def test_sweep_of_policies_is_one_table(tmp_path: Path) -> None:

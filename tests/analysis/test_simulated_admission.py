@@ -83,6 +83,15 @@ def test_verl_async_needs_one_sync_per_step() -> None:
         )
 
 
+def test_a_bad_verl_async_spec_is_named_as_given() -> None:
+    """simulate gives verl-async R = B itself; an error names the spec the user wrote."""
+    with pytest.raises(ConfigError) as raised:
+        simulation_rule("verl-async:staleness_threshold=-3", batch_groups=4)
+    assert str(raised.value).startswith("admission=verl-async:staleness_threshold=-3: ")
+    rule = simulation_rule("verl-async:staleness_threshold=0.5", batch_groups=4)
+    assert rule.knobs["required_samples"] == 4 and rule.max_required == 6
+
+
 def test_simulate_admission_on_the_command_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "a.jsonl"
     result = CliRunner().invoke(

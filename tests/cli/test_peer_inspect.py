@@ -137,9 +137,16 @@ def test_inspect_admission_on_a_log_without_versions_says_none_was_checked(
 @pytest.mark.parametrize(
     ("spec", "code", "words"),
     [
-        ("areal:eta=x", 2, "max_head_offpolicyness must be a number (found 'x')"),
-        ("tinker:k=1", 2, "unknown rule 'tinker'"),
-        ("skyrl:max_staleness_steps=-2", 7, "max_staleness_steps must not be negative"),
+        ("areal:eta=x", 7, "max_head_offpolicyness must be a number (found 'x')"),
+        ("tinker:k=1", 7, "unknown rule 'tinker'"),
+        ("areal:eta=1.5", 7, "max_head_offpolicyness must be a whole number"),
+        ("areal", 7, "give max_head_offpolicyness=N"),
+        ("prime-rl:max_off_policy_steps=1", 7, "replayed as --policy prime-rl:KNOB=VALUE"),
+        (
+            "skyrl:max_staleness_steps=-2",
+            7,
+            "max_staleness_steps must not be negative (found -2); give 0 or more",
+        ),
     ],
 )
 def test_inspect_admission_refuses_a_bad_rule(
@@ -149,6 +156,11 @@ def test_inspect_admission_refuses_a_bad_rule(
                            terminal_width=300)  # fmt: skip
     assert result.exit_code == code
     assert words in " ".join(result.stderr.replace("│", " ").split())
+    # one line, naming the option and the spec, as simulate --admission and --policy say it
+    error = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(error) == 1 and error[0].startswith(f"Error: --admission {spec}: ")
+    simulated = runner.invoke(app, ["simulate", "--admission", spec, "-o", "unused.jsonl"])
+    assert simulated.exit_code == 7 and simulated.stderr.strip() == error[0]
 
 
 @pytest.mark.parametrize("name", ["verl", "nemo-rl"])

@@ -34,8 +34,6 @@ def test_replay_policy_on_every_sample_format(sample: str, spec: str) -> None:
     policy = parse_policy(spec)
     assert summary["policy"]["name"] == policy.name
     assert summary["policy"]["knobs"] == policy.knobs()
-    if sample.endswith("artifacts") and policy.name == "dressage":
-        return  # Dressage's own loop over a run folder (README: Your run's logs)
     assert summary["groups"]["total"] == 40
     assert set(summary["token_weighted"]) == {
         "version_gap_mean", "version_span_mean_kept", "version_span_mean_all",
@@ -63,12 +61,9 @@ def test_replay_policy_on_a_real_run_folder(run_folders: dict[str, Path], spec: 
     summary = json.loads(result.stdout)
     assert summary["policy"]["knobs"] == parse_policy(spec).knobs()
     assert summary["groups"]["total"] == 47
-    if spec.startswith("dressage"):
-        # Dressage's own loop, as `replay RUN -k 2` (its checks against the run's files).
-        assert summary["checks"]["agree"] == summary["checks"]["total"]
-    else:
-        assert summary["config"] == {"batch_groups": 2}  # the run's own batch size
-        assert "the run's own batch size" in result.stderr
+    assert summary["config"]["batch_groups"] == 2  # the run's own batch size
+    assert "the run's own batch size" in result.stderr
+    assert "checks" not in summary  # the simple loop, as sweep --policy: not the run's loop
 
 
 def test_replay_policy_writes_decisions_with_the_start_version(tmp_path: Path) -> None:
@@ -122,7 +117,10 @@ def test_sweep_policies_is_one_table_with_the_same_columns() -> None:
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
-        (["--policy", "areal:eta=1"], 7, "no policy named 'areal'; known: dressage:"),
+        (["--policy", "tinker:eta=1"], 7, "no policy named 'tinker'; known: dressage:"),
+        (["--policy", "areal:eta=1"], 7, "give it as --admission areal:max_head_offpolicyness=N"),
+        (["--policy", "dressage:k=2000000"], 7, "require k= (keep_versions) between 0 and"),
+        (["--policy", "dressage:k=2,k=3"], 7, "keep_versions is given twice"),
         (["--policy", "prime-rl:max_off_policy_steps=-1"], 7, "between 0 and"),
         (["--policy", "nemo-windowed:max_staleness_versions=1,order=random"], 7, "fifo, freshest"),
         (["--policy", "prime-rl", "-k", "2"], 2, "give K and M"),
@@ -140,6 +138,33 @@ def test_bad_policy_specs_are_one_line(args: list[str], code: int, says: str) ->
         assert error[0].startswith("Error: --policy ")
 
 
+def test_replay_takes_one_policy_and_says_a_default_bound() -> None:
+    two = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl", "--policy", "dressage"])
+    assert two.exit_code == 2 and "replay takes one policy (given 2)" in two.stderr
+    alone = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "prime-rl", "--json"])
+    assert alone.exit_code == 0, alone.stderr
+    assert json.loads(alone.stdout)["policy"]["knobs"]["max_off_policy_steps"] == 8
+    assert "note: --policy prime-rl: max_off_policy_steps=8, prime-rl's default" in alone.stderr
+    given = runner.invoke(
+        app, ["replay", SAMPLES[0], "--policy", "prime-rl:max_off_policy_steps=8"]
+    )
+    assert "default" not in given.stderr
+
+
+def test_sweep_gives_a_policy_given_twice_one_row() -> None:
+    result = runner.invoke(app, [
+        "sweep", SAMPLES[0], "--json", "--policy", "prime-rl:max_off_policy_steps=1",
+        "--policy", "dressage:k=2", "--policy", "prime-rl:max_off_policy_steps=1,clock=versions",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["policy"] for row in rows] == [
+        "prime-rl:max_off_policy_steps=1",
+        "dressage:k=2,m=none",
+    ]
+    assert "prime-rl:max_off_policy_steps=1,clock=versions: given twice; one row" in result.stderr
+
+
 def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
     from analysis.policies import sweep_policies
     from analysis.views.policy_plots import plot_policies
@@ -147,7 +172,7 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
     result = sweep_policies(prepared, [parse_policy(s) for s in SPECS])
     scatter_ax, loss_ax = plot_policies(result).axes
-    legend = [text.get_text() for text in scatter_ax.get_legend().get_texts()]
+    legend = [text.get_text().split("  [")[0] for text in scatter_ax.get_legend().get_texts()]
     assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
     # One bar per policy and outcome, of the outcome's share.
     assert len(loss_ax.patches) == 4 * len(SPECS)
@@ -164,6 +189,68 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
         app, ["plot", "spans", SAMPLES[0], "-o", str(out), "--policy", SPECS[1]]
     )
     assert refused.exit_code == 2
+
+
+def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_the_way() -> None:
+    """Policies that decide alike are tagged [a], [b] in the legend and drawn side by side;
+    the legend is under the axes (ten policies covered the points and the y label); the
+    losses are greys, not any policy's colour."""
+    from matplotlib.colors import to_rgba
+
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import coinciding, plot_policies
+
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    specs = [*SPECS, "prime-rl:max_off_policy_steps=2", "dressage:k=1", "dressage:k=3",
+             "verl-drop:max_off_policy_threshold=3", "prime-rl:max_off_policy_steps=1,clock=steps"]  # fmt: skip
+    result = sweep_policies(prepared, [parse_policy(s) for s in specs])
+    alike = coinciding(result.rows, "tokens_kept_pct")
+    assert [1, 2, 3, 4] in alike  # prime-rl M=1, verl T=2 and both NeMo-RL orders (§13.4)
+    figure = plot_policies(result)
+    scatter_ax, loss_ax = figure.axes
+    legend = scatter_ax.get_legend()
+    labels = [text.get_text() for text in legend.get_texts()]
+    tag = labels[1].split("  ")[-1]
+    assert tag.startswith("[") and all(labels[i].endswith(tag) for i in (1, 2, 3, 4))
+    assert "decide alike" in legend.get_title().get_text()
+    offsets = {round(c.get_offset_transform().transform((0, 0))[1] - scatter_ax.transData.transform((0, 0))[1], 3)
+               for c in scatter_ax.collections[2:10:2]}  # fmt: skip
+    assert len(offsets) > 1  # the alike ones are not drawn on top of each other
+    kept = [v for v in result.rows["tokens_kept_pct"].to_list() if v is not None]
+    low, high = scatter_ax.get_ylim()
+    assert low < min(kept) and max(kept) < high  # every point in view, shifted ones too
+    figure.canvas.draw()  # type: ignore[no-untyped-call]
+    box, axes = legend.get_window_extent(), scatter_ax.get_window_extent()
+    assert box.y1 <= axes.y0  # under the axes, not over the points
+    policy_colours = {to_rgba(f"C{n}") for n in range(10)}
+    assert not {to_rgba(bar.get_facecolor()) for bar in loss_ax.patches} & policy_colours
+
+
+@pytest.mark.parametrize(
+    ("log", "says"),
+    [
+        ("empty", "no records: no kept share to show"),
+        ("verl", "no weight versions in the log: no version gap to show"),
+    ],
+)
+def test_plot_of_policies_says_why_it_is_blank(tmp_path: Path, log: str, says: str) -> None:
+    from tests.fixtures.peer_logs import write_all
+
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    if log == "verl":
+        path = write_all(tmp_path)["verl"]
+    out = tmp_path / "policies.png"
+    done = runner.invoke(app, ["plot", "sweep", str(path), "-b", "2", "-o", str(out),
+                               "--policy", "prime-rl:max_off_policy_steps=1"])  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    from analysis.policies import sweep_policies
+    from analysis.views.policy_plots import plot_policies
+
+    table = analysis.load_logs([path])
+    result = sweep_policies(analysis.prepare(table), [parse_policy("dressage:k=2")], batch_groups=2)
+    scatter_ax = plot_policies(result).axes[0]
+    assert says in [text.get_text() for text in scatter_ax.texts]
 
 
 def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> None:
@@ -186,15 +273,66 @@ def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> N
     assert "id='policies'" not in plain.read_text()
 
 
-def test_dressage_policy_on_a_run_folder_is_its_loop_and_refuses_the_simple_loops_options(
+def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     run_folders: dict[str, Path],
 ) -> None:
-    folder = str(run_folders["k2-m1"])
-    by_policy = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "--json"])
-    by_flag = runner.invoke(app, ["replay", folder, "-k", "2", "--json"])
-    summary = json.loads(by_policy.stdout)
-    assert summary.pop("policy")["knobs"] == {"keep_versions": 2, "max_preempts": None}
-    assert summary == json.loads(by_flag.stdout)
-    refused = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2", "-b", "3"])
-    assert refused.exit_code == 2
-    assert "--batch-groups" in refused.stderr
+    """replay --policy and sweep --policy replay a run folder alike (the simple loop, the
+    run's own B), and the JSON's spec is what was applied; replay -k is the run's loop."""
+    folder = str(run_folders["k3-m2-n8"])
+    spec = "dressage:k=3,m=2"
+    replayed = runner.invoke(app, ["replay", folder, "--policy", spec, "--json"])
+    swept = runner.invoke(app, ["sweep", folder, "--policy", spec, "--json"])
+    assert replayed.exit_code == 0 and swept.exit_code == 0, replayed.stderr + swept.stderr
+    summary, row = json.loads(replayed.stdout), json.loads(swept.stdout)[0]
+    assert row["groups_kept_pct"] == pytest.approx(100 * summary["groups"]["rates"]["kept"])
+    assert summary["policy"]["spec"] == "dressage:keep_versions=3,max_preempts=2"
+    assert summary["config"]["max_preempts"] == 2  # as the spec says: applied
+    assert "--max-preempts" not in replayed.stderr and "is not applied" not in replayed.stderr
+    assert "`replay` without a policy, and `verify`, replay the run as Dressage's own" in (
+        replayed.stderr
+    )
+    own = json.loads(runner.invoke(app, ["replay", folder, "-k", "3", "--json"]).stdout)
+    assert own["groups"]["kept"] != summary["groups"]["kept"]  # the run's loop: 58.8%, not 76.5%
+
+
+def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spec() -> None:
+    """K off is "off" and M off is "none" everywhere: the replay title, the policy's label
+    and spec (as in the plots' legends); both parse back to the same policy."""
+    title = runner.invoke(app, ["replay", SAMPLES[0], "-k", "off", "-m", "off"]).stdout
+    assert title.splitlines()[0].startswith("Replay: keep_versions=off  max_preempts=none  ")
+    policy = parse_policy("dressage:k=0,m=off")
+    assert policy.label() == "dressage:k=off,m=none"
+    assert policy.spec() == "dressage:keep_versions=off,max_preempts=none"
+    assert parse_policy(policy.label()) == parse_policy(policy.spec()) == policy
+    by_policy = runner.invoke(app, ["replay", SAMPLES[0], "--policy", "dressage:k=off"]).stdout
+    assert by_policy.splitlines()[0] == title.splitlines()[0]
+
+
+def test_a_policy_sweep_with_long_specs_reads_at_80_columns() -> None:
+    """At 80 columns, long specs would leave one data column per table (14 tables, headers
+    cut to "sampl…"): the table names each policy P1, P2, ... and lists the specs under it;
+    at 120 columns the specs stay in the table."""
+    import io
+
+    from rich.console import Console
+
+    from analysis.policies import sweep_policies
+    from cli.render import print_policy_sweep
+
+    specs = [
+        "dressage:k=3,m=2",
+        "prime-rl:max_off_policy_steps=1,clock=steps",
+        "nemo-windowed:max_staleness_versions=1,order=freshest",
+    ]
+    prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
+    rows = sweep_policies(prepared, [parse_policy(spec) for spec in specs]).rows
+    narrow = io.StringIO()
+    print_policy_sweep(rows, Console(file=narrow, width=80))
+    text = narrow.getvalue()
+    assert text.count("Sweep (shares in %)") <= 2 and "…" not in text
+    assert all(len(line.rstrip()) <= 80 for line in text.splitlines())
+    for n, spec in enumerate(specs, start=1):
+        assert f"P{n}  {parse_policy(spec).label()}" in text
+    wide = io.StringIO()
+    print_policy_sweep(rows, Console(file=wide, width=120))
+    assert "P1" not in wide.getvalue() and specs[2] in wide.getvalue()
