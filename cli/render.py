@@ -233,6 +233,8 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         facts.add_row("of them Dressage attempts", f"{inspection.attempt_groups:,}")
     facts.add_row("format", ", ".join(inspection.formats) or "-")
     facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
+    if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
+        facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
     console.print(facts)
 
     quality = Table(show_header=False, title="Data quality", title_justify="left")
@@ -258,9 +260,12 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     )
 
 
-def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None:
+def print_admission(
+    bounds: Sequence[AdmissionReport], console: Console, *, unchecked: str | None = None
+) -> None:
     """Per admission rule: how many groups of the log started beyond its bound, and by how
-    much (docs/semantics.md, "Other systems' logs")."""
+    much (docs/semantics.md, "Other systems' logs"). ``unchecked``: why a rule that
+    checked no group could not (default: the log lacks start versions or trainer steps)."""
     table = Table(title="Admission bounds: groups that would have been held back",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
     for name in ("rule", "offset", "checked", "unknown", "broke it", "max over", "mean over"):
@@ -270,11 +275,14 @@ def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None
         )  # fmt: skip
     for bound in bounds:
         found = bound.to_dict()
-        share = found["violations"] / found["checked"] if found["checked"] else 0.0
+        broke = (
+            f"{found['violations']:,} {found['violations'] / found['checked']:.1%}"
+            if found["checked"]
+            else "-"  # none checked: no share to give
+        )
         table.add_row(
             dataclasses.replace(bound.rule, step_offset=None).spec, f"{found['step_offset']}",
-            f"{found['checked']:,}", f"{found['unknown']:,}",
-            f"{found['violations']:,} {share:.1%}", _fmt(found["max_over"]),
+            f"{found['checked']:,}", f"{found['unknown']:,}", broke, _fmt(found["max_over"]),
             _fmt(found["mean_over"], 2),
         )  # fmt: skip
     console.print(table)
@@ -282,8 +290,12 @@ def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None
         found = bound.to_dict()
         if found["unknown"] and not found["checked"]:
             console.print(
-                f"{found['rule']}: no group has both a start version and a trainer step, so "
-                "none could be checked (see what this log can and cannot tell)",
+                f"{found['rule']}: "
+                + (
+                    unchecked
+                    or "no group has both a start version and a trainer step, so none could "
+                    "be checked"
+                ),
                 highlight=False,
             )
 

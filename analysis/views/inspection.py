@@ -42,6 +42,9 @@ class LogInspection:
     limits: tuple[str, ...] = field(default=())
     """What another system's log carries and what it cannot tell, one line each
     (docs/semantics.md, "Other systems' logs"); empty for Dressage and slime logs."""
+    run_batch_groups: int | None = None
+    """A Dressage run folder's own batch size (dressage_log.txt's target_groups), which
+    its trajectory records do not carry: what the commands use when B is not given."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class LogInspection:
             "eval_records": self.eval_records,
             "attempt_groups": self.attempt_groups,
             "inferred_batch_groups": self.inferred_batch_groups,
+            "run_batch_groups": self.run_batch_groups,
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
             "quality": dict(self.quality),

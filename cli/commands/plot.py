@@ -17,6 +17,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     KeepVersionsList,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -26,6 +27,7 @@ from cli.options import (
     TrustPickle,
     one_of,
     one_policy,
+    own_batch_groups,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -73,6 +75,7 @@ def plot(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -85,7 +88,7 @@ def plot(
             kind, [one_policy(text) for text in policy], inputs, output, batch_groups=batch_groups,
             quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -93,9 +96,10 @@ def plot(
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying settings", quiet=quiet) as update:
         figure = make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,

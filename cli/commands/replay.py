@@ -17,6 +17,7 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     Inputs,
+    LogFormatOption,
     OnBadRecord,
     OrderBy,
     PolicyOption,
@@ -27,6 +28,7 @@ from cli.options import (
     one_keep_versions,
     one_max_preempts,
     one_policy,
+    own_batch_groups,
     reading,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
@@ -83,6 +85,7 @@ def replay(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -98,7 +101,8 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
         if policy is None
         else one_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
     )
-    run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    # --format reads a folder as that format's log, not as a run folder
+    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
     from analysis.policies import DressagePolicy  # the engine (polars): not at start
 
     if chosen is not None and not (run_folder and isinstance(chosen, DressagePolicy)):
@@ -110,7 +114,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
             decisions=decisions, trajectories=trajectories, bias=bias,
             reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -135,7 +139,7 @@ replayed as Dressage's own collector loop runs (README: Your run's logs)."""
     )
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
                 decisions=decisions, trajectories=trajectories)  # fmt: skip
@@ -153,6 +157,10 @@ def replay_logs(
 ) -> None:
     """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
     table, prepared, report = logs.prepare(whole_table=bias)
+    given = own_batch_groups(inputs, config.batch_groups, prepared, report)
+    config = analysis.ReplayConfig(
+        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
+    )
     result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)

@@ -16,8 +16,10 @@ from cli.options import (
     BatchGroups,
     FieldOption,
     IncludeEval,
+    InputFormat,
     Inputs,
     KeepVersionsList,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -25,6 +27,7 @@ from cli.options import (
     Traceback,
     TrustPickle,
     one_policy,
+    own_batch_groups,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -52,6 +55,7 @@ def report(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -63,12 +67,13 @@ def report(
     analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, loaded)
     command = _reproduce(
         inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
-        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     with progress_bar("replaying settings", quiet=quiet) as update:
@@ -94,6 +99,7 @@ def _reproduce(
     *,
     trust_pickle: bool,
     include_eval: bool,
+    log_format: InputFormat | None = None,
 ) -> str:
     """The command line that writes this report again: the grid always (a later default
     may differ), other options only when given; --quiet and --traceback change no figure."""
@@ -107,5 +113,6 @@ def _reproduce(
           if on_bad_record is not BadRecordPolicy.fail else []),
         *(["--trust-pickle"] if trust_pickle else []),
         *(["--eval"] if include_eval else []),
+        *(["--format", log_format.value] if log_format is not None else []),
     ]  # fmt: skip
     return shlex.join(words)

@@ -17,6 +17,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     KeepVersionsList,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -24,6 +25,7 @@ from cli.options import (
     Traceback,
     TrustPickle,
     one_policy,
+    own_batch_groups,
     parse_grid,
     reading,
 )  # fmt: skip
@@ -62,6 +64,7 @@ def sweep(
     on_bad_record: OnBadRecord = BadRecordPolicy.fail,
     trust_pickle: TrustPickle = False,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -83,7 +86,7 @@ def sweep(
             inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
             quiet=quiet, reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval,
+                order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -92,9 +95,10 @@ def sweep(
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval,
+        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying settings", quiet=quiet) as update:
         result = analysis.sweep(
             prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
