@@ -231,7 +231,11 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
                       f"{inspection.eval_records:,} records")  # fmt: skip
     if inspection.attempt_groups:  # records without a group id, grouped by attempt key
         facts.add_row("of them Dressage attempts", f"{inspection.attempt_groups:,}")
-    facts.add_row("format", ", ".join(inspection.formats) or "-")
+    converted = f" (converted from {', '.join(inspection.converted_from)})"
+    facts.add_row(
+        "format",
+        (", ".join(inspection.formats) or "-") + (converted if inspection.converted_from else ""),
+    )
     facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
     if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
         facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")

@@ -27,7 +27,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import read_artifact_folder
-from analysis.io.canonical import read_canonical
+from analysis.io.canonical import read_canonical, source_formats
 from analysis.io.discover import Source, detect_sources, read_as, unreadable_error
 from analysis.io.dumps import dump_rollout_id, dump_samples, order_dumps
 from analysis.io.fields import (
@@ -68,6 +68,9 @@ class LoadReport:
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_where: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    converted_from: list[str] = field(default_factory=list)
+    """The formats converted files (Parquet/Arrow) were read from, as their metadata
+    says (``analysis.io.canonical.source_formats``), each once."""
 
     @property
     def formats(self) -> list[str]:
@@ -343,6 +346,9 @@ class _Reading:
         except LogFormatError as error:
             self.skip_or_raise(error)
             return
+        new = [name for name in source_formats(source) if name not in self.report.converted_from]
+        self.report.converted_from += new
+        self.report.warnings += peer_warnings(new)  # as when the source itself is read
         yield table
 
     def _folder(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:

@@ -62,7 +62,7 @@ def inspect(
     # What another system's log cannot tell is listed by inspect itself, not warned about.
     from analysis.io.peers import peer_warnings
 
-    said = set(peer_warnings(report.formats))
+    said = set(peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
     run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
@@ -70,7 +70,10 @@ def inspect(
         target = analysis.read_run(inputs[0]).target_groups
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     bounds = [
-        analysis.admission_violations(table, rule, formats=tuple(report.formats)) for rule in rules
+        analysis.admission_violations(
+            table, rule, formats=(*report.formats, *report.converted_from)
+        )
+        for rule in rules
     ]
     with results_out():
         if json_output:

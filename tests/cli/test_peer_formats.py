@@ -3,6 +3,7 @@ format forced on a file of another kind said to be probably the wrong one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,40 @@ def test_a_forced_format_that_fits_says_nothing_of_it(peers: dict[str, Path]) ->
         app, ["inspect", str(SAMPLE), "--format", "verl", "--on-bad-record", "skip"]
     )  # skipping is what was asked: no hint, every record skipped
     assert "probably not" not in skip.stderr
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ""])
+def test_a_converted_peer_log_keeps_its_source_format(
+    suffix: str, peers: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / f"pv{suffix}"
+    extra = ["--workers", "1"] if not suffix else []
+    converted = runner.invoke(app, ["convert", str(peers["verl"]), "-o", str(output), *extra])
+    assert converted.exit_code == 0, converted.stderr
+    found = json.loads(runner.invoke(app, ["inspect", str(output), "--json"]).stdout)
+    assert found["converted_from"] == ["verl"]
+    assert any("no weight versions" in line for line in found["limits"])
+    table = runner.invoke(app, ["inspect", str(output)], terminal_width=300)
+    assert "converted from verl" in table.stdout
+    assert "What this log can and cannot tell:" in table.stdout
+    assert "no weight versions" not in table.stderr  # listed, not warned about
+    replayed = runner.invoke(app, ["replay", str(output), "-b", "1"], terminal_width=300)
+    assert "verl log: no weight versions" in replayed.stderr
+
+
+def test_a_log_converted_from_our_own_says_so_without_limits(tmp_path: Path) -> None:
+    output = tmp_path / "ours.parquet"
+    assert runner.invoke(app, ["convert", str(SAMPLE), "-o", str(output)]).exit_code == 0
+    found = json.loads(runner.invoke(app, ["inspect", str(output), "--json"]).stdout)
+    assert found["converted_from"] == ["jsonl"] and found["limits"] == []
+
+
+def test_convert_warns_once_in_its_own_words(tmp_path: Path) -> None:
+    logs = [peer_logs.write_all(tmp_path / f"copy{i}")["verl"] for i in range(3)]
+    for output, extra in ((tmp_path / "one.parquet", []), (tmp_path / "parts", ["--workers", "2"])):
+        result = runner.invoke(app, ["convert", *map(str, logs), "-o", str(output), *extra])
+        assert result.exit_code == 0, result.stderr
+        warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+        assert len(warnings) == 1, result.stderr
+        assert "the table written has none either" in warnings[0]
+        assert "a replay keeps every group" not in warnings[0]
