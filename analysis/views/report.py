@@ -329,8 +329,21 @@ def _facts_tables(inspection: LogInspection) -> str:
     if inspection.attempt_groups:
         facts.append(("of them Dressage attempts", number(inspection.attempt_groups)))
     facts += [
-        ("format", ", ".join(inspection.formats) or "-"),
+        (
+            "format",
+            (", ".join(inspection.formats) or "-")
+            + (
+                f" (converted from {', '.join(inspection.converted_from)})"
+                if inspection.converted_from
+                else ""
+            ),
+        ),
         ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
+        *(
+            [("run's batch groups", number(inspection.run_batch_groups))]
+            if inspection.run_batch_groups is not None
+            else []
+        ),
         ("versions observed", number(len(inspection.versions))),
     ]
     quality = [
@@ -348,7 +361,18 @@ def _facts_tables(inspection: LogInspection) -> str:
         f"<p class='note'>warning: {html.escape(warning)}</p>" for warning in inspection.warnings
     )
     tables = _table([], facts, caption="Log") + _table([], quality, caption="Data quality")
-    return f"<div class='side'>{tables}</div><p class='note'>{html.escape(versions)}</p>{warnings}"
+    return (
+        f"<div class='side'>{tables}</div>{_limits(inspection.limits)}"
+        f"<p class='note'>{html.escape(versions)}</p>{warnings}"
+    )
+
+
+def _limits(limits: Sequence[str]) -> str:
+    """What another system's log can and cannot tell, as ``inspect`` lists it."""
+    if not limits:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in limits)
+    return f"<h3 id='limits'>What this log can and cannot tell</h3><ul>{items}</ul>"
 
 
 def _sweep_table(rows: pl.DataFrame) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,9 +77,13 @@ def report(
         on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
+    inspection = analysis.inspect_log(table, loaded)
+    if log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+        target = analysis.read_run(inputs[0]).target_groups  # its own, whatever -b says
+        inspection = dataclasses.replace(inspection, run_batch_groups=target)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(
-            prepared, table, analysis.inspect_log(table, loaded),
+            prepared, table, inspection,
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies,
         )  # fmt: skip

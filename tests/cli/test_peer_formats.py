@@ -3,6 +3,7 @@ format forced on a file of another kind said to be probably the wrong one."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -97,3 +98,27 @@ def test_convert_warns_once_in_its_own_words(tmp_path: Path) -> None:
         assert len(warnings) == 1, result.stderr
         assert "the table written has none either" in warnings[0]
         assert "a replay keeps every group" not in warnings[0]
+
+
+def test_report_of_a_peer_log_says_what_it_can_and_cannot_tell(
+    peers: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / "verl.html"
+    result = runner.invoke(app, ["report", str(peers["verl"]), "-b", "1", "-o", str(output)])
+    assert result.exit_code == 0, result.stderr
+    page = output.read_text()
+    assert "What this log can and cannot tell" in page
+    limits = json.loads(runner.invoke(app, ["inspect", str(peers["verl"]), "--json"]).stdout)
+    for line in limits["limits"]:  # every line inspect lists, escaped as HTML escapes it
+        assert html.escape(line) in page
+
+
+def test_report_of_a_run_folder_shows_its_batch_size(
+    run_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    output = tmp_path / "run.html"
+    result = runner.invoke(app, ["report", str(run_folders["k2-m1"]), "-o", str(output)])
+    assert result.exit_code == 0, result.stderr
+    page = output.read_text()
+    assert "run&#x27;s batch groups" in page or "run's batch groups" in page
+    assert "What this log can and cannot tell" not in page
