@@ -325,6 +325,8 @@ def print_sweep(result: SweepResult, console: Console) -> None:
     _print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+    for note in result.notes:  # about the log, as replay prints them
+        console.print(f"note: {flagged(note)}", style="dim", highlight=False)
 
 
 def print_policy_sweep(rows: Any, console: Console) -> None:
@@ -341,13 +343,14 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
 
 def print_bias(report: BiasReport, console: Console) -> None:
     """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
+    from analysis.views.bias import OUTCOME_WORDS
     headers = (
         "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",
         "segments\nper traj.", "reward\nmean", "arrival delay\n(versions)",
     )  # fmt: skip
     rows = [
         [
-            row["outcome"],
+            OUTCOME_WORDS.get(row["outcome"], row["outcome"]),
             _fmt(row["groups"]),
             _fmt(row["trajectories"]),
             _fmt(row["tokens_per_trajectory_mean"]),

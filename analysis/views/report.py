@@ -21,7 +21,7 @@ import polars as pl
 from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
 from analysis.errors import render
 from analysis.io.tables import atomic_path, check_output
-from analysis.views.bias import who_gets_dropped
+from analysis.views.bias import OUTCOME_WORDS, who_gets_dropped
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import SWEEP_CAPTION, number, sweep_table
 
@@ -68,14 +68,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 ``cli/render.py``'s ``_NOT_PROBLEMS``; the library may not import the CLI): versions are
 ordered by first observation, not by sorting, so these are not defects."""
 
-_OUTCOMES = {
-    "kept": "kept",
-    "dropped_stale": "stale (arrival or pending)",
-    "rejected_span": "span rejected",
-    "failed": "failed",
-}
-"""The bias table's outcomes in the words ``replay`` prints (``cli/render.py``'s
-``_COLUMNS``); its one stale row counts both of replay's stale rows."""
 
 
 def tool_version() -> str:
@@ -390,7 +382,7 @@ def _bias_table(frame: pl.DataFrame) -> str:
     ]  # fmt: skip
     body = [
         [
-            _OUTCOMES.get(row["outcome"], row["outcome"]),
+            OUTCOME_WORDS.get(row["outcome"], row["outcome"]),
             number(row["groups"]),
             number(row["trajectories"]),
             number(row["tokens_per_trajectory_mean"]),
