@@ -127,7 +127,6 @@ def _plot_policies(
     from analysis.policies import sweep_policies
     from analysis.views.plots import FIGURE_FORMATS, save_figure
     from analysis.views.policy_plots import plot_policies
-    from cli.commands.policies import run_batch_groups
 
     if kind is not PlotKind.sweep or grid != ("0..4", "none,0..3"):
         raise typer.BadParameter(
@@ -136,7 +135,7 @@ def _plot_policies(
         )
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     _, prepared, report = reading_.prepare()
-    batch_groups = run_batch_groups(inputs, batch_groups)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying policies", quiet=quiet) as update:
         result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
     save_figure(plot_policies(result), output)

@@ -91,3 +91,15 @@ def test_a_slime_log_without_steps_names_the_file(tmp_path: Path) -> None:
     assert result.exit_code == 7
     assert result.stderr.startswith(f"Error: {log}: batch_groups cannot be inferred")
     assert "--field trainer_step=PATH" in result.stderr
+
+
+def test_policy_and_compare_paths_speak_of_the_peer_log_too(tmp_path: Path) -> None:
+    areal = str(peer_logs.write_all(tmp_path)["areal"])
+    for args in (
+        ["replay", areal, "--policy", "prime-rl:max_off_policy_steps=1"],
+        ["sweep", areal, "--policy", "dressage:k=1,m=0"],
+        ["compare", areal, areal, "--names", "a,b"],
+    ):
+        result = runner.invoke(app, args, terminal_width=400)
+        assert result.exit_code == 7, (args, result.stderr)
+        assert f"Error: {areal}: batch_groups cannot be inferred: AReaL logs" in result.stderr
