@@ -344,6 +344,7 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
 def print_bias(report: BiasReport, console: Console) -> None:
     """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
     from analysis.views.bias import OUTCOME_WORDS
+
     headers = (
         "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",
         "segments\nper traj.", "reward\nmean", "arrival delay\n(versions)",

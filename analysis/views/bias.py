@@ -21,7 +21,7 @@ from analysis.engine import (
 OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
 OUTCOME_WORDS = {
     "kept": "kept",
-    "dropped_stale": "stale (arrival or pending)",
+    "dropped_stale": "stale, any stage",
     "rejected_span": "span rejected",
     "failed": "failed",
 }

@@ -69,7 +69,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 ordered by first observation, not by sorting, so these are not defects."""
 
 
-
 def tool_version() -> str:
     """The installed dressage-replay version, or "unknown" (run from a source tree that
     was never installed)."""

@@ -101,7 +101,9 @@ def test_a_bad_line_in_a_piece_is_reported_with_its_line_in_the_file(
         convert_partitioned([log], tmp_path / "ds", piece_bytes=log.stat().st_size // 4)
     with pytest.raises(analysis.ReplayError) as theirs:
         analysis.load_logs([log])
-    assert str(ours.value) == str(theirs.value) and f"log.jsonl:{len(lines) - 2}:" in str(ours.value)
+    assert str(ours.value) == str(theirs.value) and f"log.jsonl:{len(lines) - 2}:" in str(
+        ours.value
+    )
 
 
 @pytest.mark.slow  # worker processes start: a few seconds on a loaded host

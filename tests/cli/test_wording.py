@@ -20,7 +20,7 @@ def test_bias_table_says_the_outcomes_as_the_summary_does() -> None:
     )
     assert result.exit_code == 0, result.stderr
     bias = result.stdout.split("Who gets dropped", 1)[1]
-    assert "span rejected" in bias and "stale (arrival or pending)" in bias
+    assert "span rejected" in bias and "stale, any stage" in bias
     assert "dropped_stale" not in bias and "rejected_span" not in bias
     # JSON keeps the decisions' names
     found = json.loads(runner.invoke(app, ["replay", str(SAMPLE), "-k", "2", "-m", "1",
