@@ -245,8 +245,14 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
                       f"{inspection.eval_records:,} records")  # fmt: skip
     if inspection.attempt_groups:  # records without a group id, grouped by attempt key
         facts.add_row("of them Dressage attempts", f"{inspection.attempt_groups:,}")
-    facts.add_row("format", ", ".join(inspection.formats) or "-")
+    converted = f" (converted from {', '.join(inspection.converted_from)})"
+    facts.add_row(
+        "format",
+        (", ".join(inspection.formats) or "-") + (converted if inspection.converted_from else ""),
+    )
     facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
+    if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
+        facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
     console.print(facts)
 
     quality = Table(show_header=False, title="Data quality", title_justify="left")
@@ -272,9 +278,12 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     )
 
 
-def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None:
+def print_admission(
+    bounds: Sequence[AdmissionReport], console: Console, *, unchecked: str | None = None
+) -> None:
     """Per admission rule: how many groups of the log started beyond its bound, and by how
-    much (docs/semantics.md, "Other systems' logs")."""
+    much (docs/semantics.md, "Other systems' logs"). ``unchecked``: why a rule that
+    checked no group could not (default: the log lacks start versions or trainer steps)."""
     table = Table(title="Admission bounds: groups that would have been held back",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
     for name in ("rule", "offset", "checked", "unknown", "broke it", "max over", "mean over"):
@@ -284,11 +293,14 @@ def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None
         )  # fmt: skip
     for bound in bounds:
         found = bound.to_dict()
-        share = found["violations"] / found["checked"] if found["checked"] else 0.0
+        broke = (
+            f"{found['violations']:,} {found['violations'] / found['checked']:.1%}"
+            if found["checked"]
+            else "-"  # none checked: no share to give
+        )
         table.add_row(
             dataclasses.replace(bound.rule, step_offset=None).spec, f"{found['step_offset']}",
-            f"{found['checked']:,}", f"{found['unknown']:,}",
-            f"{found['violations']:,} {share:.1%}", _fmt(found["max_over"]),
+            f"{found['checked']:,}", f"{found['unknown']:,}", broke, _fmt(found["max_over"]),
             _fmt(found["mean_over"], 2),
         )  # fmt: skip
     console.print(table)
@@ -296,8 +308,12 @@ def print_admission(bounds: Sequence[AdmissionReport], console: Console) -> None
         found = bound.to_dict()
         if found["unknown"] and not found["checked"]:
             console.print(
-                f"{found['rule']}: no group has both a start version and a trainer step, so "
-                "none could be checked (see what this log can and cannot tell)",
+                f"{found['rule']}: "
+                + (
+                    unchecked
+                    or "no group has both a start version and a trainer step, so none could "
+                    "be checked"
+                ),
                 highlight=False,
             )
 
@@ -323,6 +339,8 @@ def print_sweep(result: SweepResult, console: Console) -> None:
     _print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+    for note in result.notes:  # about the log, as replay prints them
+        console.print(f"note: {flagged(note)}", style="dim", highlight=False)
 
 
 def print_policy_sweep(rows: Any, console: Console) -> None:
@@ -363,13 +381,15 @@ def _measured_parts(
 
 def print_bias(report: BiasReport, console: Console) -> None:
     """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
+    from analysis.views.bias import OUTCOME_WORDS
+
     headers = (
         "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",
         "segments\nper traj.", "reward\nmean", "arrival delay\n(versions)",
     )  # fmt: skip
     rows = [
         [
-            row["outcome"],
+            OUTCOME_WORDS.get(row["outcome"], row["outcome"]),
             _fmt(row["groups"]),
             _fmt(row["trajectories"]),
             _fmt(row["tokens_per_trajectory_mean"]),

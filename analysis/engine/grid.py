@@ -62,6 +62,13 @@ class SweepResult:
             f"M {off + limits}; .rows has one row per setting)"
         )
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The notes about the log of every setting's replay, each once, in order (a
+        version observed after a newer one, unknown tokens, no versions at all)."""
+        found = dict.fromkeys(note for r in self.results for note in r.summary.log_notes)
+        return tuple(found)
+
     def _repr_html_(self) -> str:
         """A notebook shows the table of settings."""
         return str(self.rows._repr_html_())

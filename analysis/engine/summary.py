@@ -37,6 +37,9 @@ class ReplaySummary:
     notes: tuple[str, ...]
     token_weighted: dict[str, float | None] = field(default_factory=dict)
     """Mean version gap and span weighted by response tokens (docs/semantics.md §10.6)."""
+    log_notes: tuple[str, ...] = ()
+    """The notes of ``notes`` about the log rather than this setting's figures (a sweep
+    prints them once under its table, as ``replay`` prints them)."""
 
     @property
     def current_version_index(self) -> int | None:
@@ -179,6 +182,7 @@ def summarise(
     late = late_older_note(observation.versions, config.keep_versions)
     if late is not None:
         notes.append(late)
+    setting_notes = 1 if rejected else 0  # the rejected groups' note: this setting's count
     emitted = len(collection.batch_rows)
     return ReplaySummary(
         config=config,
@@ -193,6 +197,7 @@ def summarise(
         unchecked_trajectories=prepared.n_trajectories - len(arrays.span),
         notes=tuple(notes),
         token_weighted=token_weighted(prepared, observation, collection),
+        log_notes=tuple(notes[setting_notes:]),
     )
 
 

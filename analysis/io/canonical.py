@@ -23,6 +23,20 @@ from analysis.schema import (
     is_string_view,
 )
 
+SOURCE_FORMATS_KEY = "dressage_replay.source_formats"
+"""The key of a converted file's metadata naming the formats its rows were read from."""
+
+
+def source_formats(source: Source) -> list[str]:
+    """The formats a converted file's rows were read from (its metadata; `convert` keeps
+    them), e.g. ["verl"]; empty for a file that does not say."""
+    try:
+        schema = _ArrowFile(source).schema
+    except Exception:  # an unreadable file: reading it says why
+        return []
+    stored = (schema.metadata or {}).get(SOURCE_FORMATS_KEY.encode())
+    return [name for name in stored.decode(errors="replace").split(",") if name] if stored else []
+
 
 def read_canonical(
     source: Source, extra: Sequence[str], columns: Sequence[str] | None = None

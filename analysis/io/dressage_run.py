@@ -18,6 +18,7 @@ import polars as pl
 from analysis.errors import (
     InputNotFoundError,
     MissingFieldError,
+    ReplayError,
     UnknownFormatError,
 )
 from analysis.io.dressage_log import (
@@ -368,6 +369,29 @@ def _samples_per_prompt(
         key = (t.instance_id, t.start_rollout_id, t.retry_count)
         counts[key] = counts.get(key, 0) + 1
     return max(counts.values()) if counts else None
+
+
+def run_target_groups(path: str | Path) -> int | None:
+    """A Dressage run folder's own batch size, cheaply: the first rollout call's
+    target_groups in dressage_log.txt, else the metrics' or the dumps' (the whole run is
+    read only then); None when the run does not say, or cannot be read."""
+    import re
+
+    root = find_run_root(Path(path))
+    if root is None:
+        return None
+    pattern = re.compile(rb"target_groups=(\d+)")
+    try:
+        with (root / LOG).open("rb") as handle:
+            for line in handle:
+                if found := pattern.search(line):
+                    return int(found.group(1)) or None
+    except OSError:
+        pass  # no log: the slower way below
+    try:
+        return read_run(root).target_groups
+    except ReplayError:
+        return None
 
 
 def _target_groups(

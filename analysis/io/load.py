@@ -26,8 +26,8 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.artifacts import read_artifact_folder
-from analysis.io.canonical import read_canonical
-from analysis.io.discover import Source, detect_sources, unreadable_error
+from analysis.io.canonical import read_canonical, source_formats
+from analysis.io.discover import Source, detect_sources, read_as, unreadable_error
 from analysis.io.dumps import dump_rollout_id, dump_samples, order_dumps
 from analysis.io.fields import (
     FieldMap,
@@ -76,6 +76,9 @@ class LoadReport:
     skipped: Counter[str] = field(default_factory=Counter)
     skipped_where: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    converted_from: list[str] = field(default_factory=list)
+    """The formats converted files (Parquet/Arrow) were read from, as their metadata
+    says (``analysis.io.canonical.source_formats``), each once."""
 
     @property
     def formats(self) -> list[str]:
@@ -321,6 +324,25 @@ class _Reading:
             ) from error
         raise error
 
+    def _forced(self, error: ReplayError, source: Source) -> ReplayError:
+        """The first record of a file read as a format it was told to be read as, which
+        that format's reader refuses: most likely the wrong format, said with the one the
+        file would be read as (not "fix the record": every record would fail alike)."""
+        if self.options.log_format is None or self.options.on_bad_record == "skip":
+            return error
+        try:
+            found = read_as(source.path)
+        except ReplayError:
+            return error
+        if found == source.format:
+            return error
+        told, own = (_KINDS.get(name, f"a {name} file") for name in (source.format, found))
+        raise type(error)(  # its own exit code
+            f"{error.raw.split('; fix the record')[0]}; {source.path} is probably not "
+            f"{told} (its first record reads as {own}): leave out {setting('log_format')} or "
+            "give the file's own format"
+        ) from error
+
     def _take_errors(self, errors: list[ReplayError]) -> None:
         for error in errors:
             self.skip_or_raise(error)
@@ -337,6 +359,9 @@ class _Reading:
         except LogFormatError as error:
             self.skip_or_raise(error)
             return
+        new = [name for name in source_formats(source) if name not in self.report.converted_from]
+        self.report.converted_from += new
+        self.report.warnings += peer_warnings(new)  # as when the source itself is read
         yield table
 
     def _folder(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
@@ -370,17 +395,20 @@ class _Reading:
         path_text = str(source.path)
         items = peer_rows(source.format, source.path, jsonl_records(source.path))
         extra = [name for name in self.options.extra_fields if name not in CANONICAL_SCHEMA]
+        first = True
         while True:
             try:  # a file that breaks midway keeps the records read before
                 number, record, row = next(items)
             except StopIteration:
                 break
             except LogFormatError as error:
-                self.skip_or_raise(error)
+                self.skip_or_raise(self._forced(error, source) if first else error)
                 break
             if isinstance(row, ReplayError):
-                self.skip_or_raise(row)
+                self.skip_or_raise(self._forced(row, source) if first else row)
+                first = False
                 continue
+            first = False
             for name in extra:
                 row[name] = at(record, name)
             row["source"], row["record"] = path_text, number
@@ -433,13 +461,20 @@ class _Reading:
                     extra=options.extra_fields,
                 )  # fmt: skip
             except (LogFormatError, MissingFieldError) as error:
-                self.skip_or_raise(error)
+                self.skip_or_raise(self._forced(error, source) if number == 1 else error)
                 continue
             row["source"] = path_text
             row["record"] = number
             self.rows.append(row)
             if len(self.rows) >= options.chunk_records:
                 yield from self._flush(path_text)
+
+
+_KINDS = {
+    "prime-rl": "a prime-rl log", "areal": "an AReaL log", "verl": "a verl log",
+    "nemo-rl": "a NeMo-RL log", "jsonl": "a JSONL log of Dressage or slime records",
+}  # fmt: skip
+"""What a file read as each format is, in a message."""
 
 
 def _size(path: Path) -> int | None:

@@ -144,7 +144,9 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
             chunks = iter_log_chunks(list(unit.inputs), options, report=report)
         else:
             chunks = iter_piece_chunks(unit.inputs[0], unit.piece, options, report=report)
-        result.rows = write_canonical_chunks(chunks, target, inputs=[])
+        result.rows = write_canonical_chunks(
+            chunks, target, inputs=[], formats=lambda: report.formats
+        )
     except ReplayError as error:
         result.error = error
     except Exception as error:  # a bug: its type, message and where, for the driver to say
@@ -388,7 +390,7 @@ def _report(results: list[UnitResult], workers: str) -> PartitionedReport:
         for reason, count in result.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + count
         where += result.skipped_where
-        warnings += result.warnings
+        warnings += [warning for warning in result.warnings if warning not in warnings]
         formats.update(result.formats)
     return PartitionedReport(
         parts=len(results), rows=sum(r.rows for r in results), skipped=skipped,

@@ -70,6 +70,24 @@ def peer_warnings(formats: Iterable[str]) -> list[str]:
     ]
 
 
+def converted_warnings(warnings: Iterable[str], formats: Iterable[str]) -> list[str]:
+    """``warnings`` of a conversion, each once, with :func:`peer_warnings`' words for a
+    replay put for a convert: the table written carries no weight versions either."""
+    replay_words = set(peer_warnings(formats))
+    out: list[str] = []
+    for warning in warnings:
+        if warning in replay_words:
+            name = warning.split(" log: ", 1)[0]
+            warning = (
+                f"{name} log: no weight versions, so the table written has none either: "
+                "staleness cannot be computed from it, only steps (inspecting it says what "
+                "the log can tell)"
+            )
+        if warning not in out:
+            out.append(warning)
+    return out
+
+
 def ordered(log_format: str, paths: list[Path]) -> list[Path]:
     """Files of one system's log in arrival order: by the step or version their names
     give (numbers compared as numbers: step 10 after step 9), the others after them."""

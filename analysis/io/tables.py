@@ -9,13 +9,14 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from analysis.errors import LogFormatError, OutputError
+from analysis.io.canonical import SOURCE_FORMATS_KEY
 from analysis.io.load import (
     LoadReport,
     iter_log_chunks,
@@ -224,9 +225,17 @@ def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] =
 
 
 def write_canonical_chunks(
-    chunks: Iterable[pl.DataFrame], path: Path, *, inputs: Iterable[Path] = ()
+    chunks: Iterable[pl.DataFrame],
+    path: Path,
+    *,
+    inputs: Iterable[Path] = (),
+    formats: Callable[[], Sequence[str]] | None = None,
 ) -> int:
     """Write canonical chunks one after another (memory: one chunk); return the row count.
+
+    ``formats``: the formats the rows were read from, asked once the first chunk is read
+    and kept in the file's metadata (``SOURCE_FORMATS_KEY``), so that reading the file
+    tells what its source could and could not tell (an other system's log).
 
     The file appears only once every chunk is written: an error or Ctrl-C midway leaves
     nothing behind.
@@ -252,6 +261,8 @@ def write_canonical_chunks(
                 arrow = chunk.to_arrow()
                 if writer is None:
                     schema = arrow.schema
+                    if formats is not None and (found := formats()):
+                        schema = schema.with_metadata({SOURCE_FORMATS_KEY: ",".join(found)})
                     writer = open_writer(schema)
                 try:
                     arrow = arrow.cast(schema)
@@ -296,7 +307,9 @@ def convert_logs(
         # Raised before the file is renamed into place, so a refused field leaves no output.
         report_missing_extra_fields(missing, total, report)
 
-    return write_canonical_chunks(checked(), output, inputs=[Path(i) for i in inputs])
+    return write_canonical_chunks(
+        checked(), output, inputs=[Path(i) for i in inputs], formats=lambda: report.formats
+    )
 
 
 def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:

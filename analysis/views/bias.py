@@ -19,6 +19,15 @@ from analysis.engine import (
 )
 
 OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
+OUTCOME_WORDS = {
+    "kept": "kept",
+    "dropped_stale": "stale, any stage",
+    "rejected_span": "span rejected",
+    "failed": "failed",
+}
+"""The bias table's outcomes in the words the summary prints (``cli/render.py``'s
+``_COLUMNS``), in the terminal and the report alike; its one stale row counts both of
+the summary's stale rows. JSON keeps the decisions' names."""
 
 
 @dataclass(frozen=True)

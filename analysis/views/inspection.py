@@ -42,6 +42,11 @@ class LogInspection:
     limits: tuple[str, ...] = field(default=())
     """What another system's log carries and what it cannot tell, one line each
     (docs/semantics.md, "Other systems' logs"); empty for Dressage and slime logs."""
+    run_batch_groups: int | None = None
+    """A Dressage run folder's own batch size (dressage_log.txt's target_groups), which
+    its trajectory records do not carry: what the commands use when B is not given."""
+    converted_from: tuple[str, ...] = field(default=())
+    """The formats a converted (Parquet/Arrow) log was read from, as its metadata says."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +61,8 @@ class LogInspection:
             "eval_records": self.eval_records,
             "attempt_groups": self.attempt_groups,
             "inferred_batch_groups": self.inferred_batch_groups,
+            "run_batch_groups": self.run_batch_groups,
+            "converted_from": list(self.converted_from),
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
             "quality": dict(self.quality),
@@ -96,6 +103,7 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
     # first observation, so nothing is wrong (a warning on every run of 11+ integer
     # versions read as a problem to a new user).
     warnings = list(report.warnings)
+    sources = [*report.formats, *report.converted_from]  # a converted log: its source's
     evaluation = table.filter(pl.col("group_id").str.starts_with(EVAL_GROUP_PREFIX))
     return LogInspection(
         formats=tuple(report.formats),
@@ -114,7 +122,8 @@ def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogIns
         attempt_groups=table.filter(pl.col("group_id").str.contains(_ATTEMPT))[
             "group_id"
         ].n_unique(),
-        limits=peer_limits(report.formats) + _start_versions(table, report.formats),
+        limits=peer_limits(sources) + _start_versions(table, sources),
+        converted_from=tuple(report.converted_from),
     )
 
 

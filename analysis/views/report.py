@@ -21,7 +21,7 @@ import polars as pl
 from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
 from analysis.errors import render
 from analysis.io.tables import atomic_path, check_output
-from analysis.views.bias import who_gets_dropped
+from analysis.views.bias import OUTCOME_WORDS, who_gets_dropped
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import SWEEP_CAPTION, number, sweep_table
 
@@ -67,15 +67,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 """Data-quality counts the report leaves out, as ``inspect`` does (the same set as
 ``cli/render.py``'s ``_NOT_PROBLEMS``; the library may not import the CLI): versions are
 ordered by first observation, not by sorting, so these are not defects."""
-
-_OUTCOMES = {
-    "kept": "kept",
-    "dropped_stale": "stale (arrival or pending)",
-    "rejected_span": "span rejected",
-    "failed": "failed",
-}
-"""The bias table's outcomes in the words ``replay`` prints (``cli/render.py``'s
-``_COLUMNS``); its one stale row counts both of replay's stale rows."""
 
 
 def tool_version() -> str:
@@ -329,8 +320,21 @@ def _facts_tables(inspection: LogInspection) -> str:
     if inspection.attempt_groups:
         facts.append(("of them Dressage attempts", number(inspection.attempt_groups)))
     facts += [
-        ("format", ", ".join(inspection.formats) or "-"),
+        (
+            "format",
+            (", ".join(inspection.formats) or "-")
+            + (
+                f" (converted from {', '.join(inspection.converted_from)})"
+                if inspection.converted_from
+                else ""
+            ),
+        ),
         ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
+        *(
+            [("run's batch groups", number(inspection.run_batch_groups))]
+            if inspection.run_batch_groups is not None
+            else []
+        ),
         ("versions observed", number(len(inspection.versions))),
     ]
     quality = [
@@ -348,7 +352,18 @@ def _facts_tables(inspection: LogInspection) -> str:
         f"<p class='note'>warning: {html.escape(warning)}</p>" for warning in inspection.warnings
     )
     tables = _table([], facts, caption="Log") + _table([], quality, caption="Data quality")
-    return f"<div class='side'>{tables}</div><p class='note'>{html.escape(versions)}</p>{warnings}"
+    return (
+        f"<div class='side'>{tables}</div>{_limits(inspection.limits)}"
+        f"<p class='note'>{html.escape(versions)}</p>{warnings}"
+    )
+
+
+def _limits(limits: Sequence[str]) -> str:
+    """What another system's log can and cannot tell, as ``inspect`` lists it."""
+    if not limits:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in limits)
+    return f"<h3 id='limits'>What this log can and cannot tell</h3><ul>{items}</ul>"
 
 
 def _sweep_table(rows: pl.DataFrame) -> str:
@@ -366,7 +381,7 @@ def _bias_table(frame: pl.DataFrame) -> str:
     ]  # fmt: skip
     body = [
         [
-            _OUTCOMES.get(row["outcome"], row["outcome"]),
+            OUTCOME_WORDS.get(row["outcome"], row["outcome"]),
             number(row["groups"]),
             number(row["trajectories"]),
             number(row["tokens_per_trajectory_mean"]),

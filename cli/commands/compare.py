@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,15 +16,20 @@ from cli.options import (
     FieldOption,
     IncludeEval,
     LimitOption,
+    LogFormatOption,
     OnBadRecord,
     Quiet,
     Traceback,
     TrustPickle,
     one_keep_versions,
     one_max_preempts,
+    own_batch_groups,
     reading,
 )  # fmt: skip
 from cli.output import print_json, results_out, stdout_console, warn
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
@@ -96,6 +101,7 @@ def compare(
     trust_pickle: TrustPickle = False,
     limit: LimitOption = None,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -112,12 +118,16 @@ log-prob drift by gap."""
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
     loaded = [
         reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet, include_eval=include_eval, limit=limit).load()
+                quiet=quiet, include_eval=include_eval, limit=limit, log_format=log_format).load()
         for path in (first, second)
     ]  # fmt: skip
     (table_a, _), (table_b, _) = loaded
+    config_a, config_b = (
+        _own_config(config, path, table, report)
+        for path, (table, report) in zip((first, second), loaded, strict=True)
+    )
     result = analysis.compare_logs(
-        table_a, table_b, config_a=config, config_b=config, names=named,
+        table_a, table_b, config_a=config_a, config_b=config_b, names=named,
         train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle),
     )  # fmt: skip
     if plot_file is not None:
@@ -135,3 +145,15 @@ log-prob drift by gap."""
             print_compare(result, stdout_console())
     for _, report in loaded:  # skipped records and warnings were dropped unsaid before
         warn(report)
+
+
+def _own_config(
+    config: analysis.ReplayConfig, path: Path, table: pl.DataFrame, report: analysis.LoadReport
+) -> analysis.ReplayConfig:
+    """One side's setting: B as given, else its trainer steps' or its run folder's own."""
+    if config.batch_groups is not None:
+        return config
+    given = own_batch_groups([path], None, analysis.prepare(table), report)
+    return analysis.ReplayConfig(
+        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
+    )

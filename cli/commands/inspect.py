@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -62,11 +63,20 @@ def inspect(
     # What another system's log cannot tell is listed by inspect itself, not warned about.
     from analysis.io.peers import peer_warnings
 
-    said = set(peer_warnings(report.formats))
+    said = set(peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
+    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    if run_folder:  # its batch size is in its dressage_log.txt, not in its records
+        from analysis.io.dressage_run import run_target_groups
+
+        target = run_target_groups(inputs[0])
+        inspection = dataclasses.replace(inspection, run_batch_groups=target)
     bounds = [
-        analysis.admission_violations(table, rule, formats=tuple(report.formats)) for rule in rules
+        analysis.admission_violations(
+            table, rule, formats=(*report.formats, *report.converted_from)
+        )
+        for rule in rules
     ]
     with results_out():
         if json_output:
@@ -79,7 +89,9 @@ def inspect(
 
             print_inspection(inspection, stdout_console())
             if bounds:
-                print_admission(bounds, stdout_console())
+                print_admission(
+                    bounds, stdout_console(), unchecked=_unchecked(inspection, run_folder)
+                )
     warn(report)
 
 
@@ -87,3 +99,19 @@ def _admission_rules(specs: list[str]) -> list[analysis.AdmissionRule]:
     """The --admission rules; one that does not parse is an invalid setting (exit 7), as
     for --policy and simulate --admission."""
     return [analysis.parse_admission(spec) for spec in specs]
+
+
+def _unchecked(inspection: analysis.LogInspection, run_folder: bool) -> str | None:
+    """Why an admission rule checked no group, in the terms of this input."""
+    if run_folder:
+        return (
+            "not checked: a Dressage run folder's trajectory records carry no trainer step "
+            "(which step trained a group is in its rollout_data/ dumps, not joined to them), so "
+            "no group's lag can be measured; `verify` checks the run against its own files"
+        )
+    if inspection.limits:
+        return (
+            "no group has both a start version and a trainer step, so none could be checked "
+            "(see what this log can and cannot tell, above)"
+        )
+    return None

@@ -18,6 +18,7 @@ from cli.options import (
     Inputs,
     KeepVersionsList,
     LimitOption,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
@@ -26,6 +27,7 @@ from cli.options import (
     Traceback,
     TrustPickle,
     one_of,
+    own_batch_groups,
     parse_grid,
     reading,
     some_policies,
@@ -75,6 +77,7 @@ def plot(
     trust_pickle: TrustPickle = False,
     limit: LimitOption = None,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -88,6 +91,7 @@ def plot(
             quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
                 order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+                log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -96,8 +100,10 @@ def plot(
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+        log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying settings", quiet=quiet) as update:
         figure = make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
@@ -125,7 +131,6 @@ def _plot_policies(
     from analysis.policies import sweep_policies
     from analysis.views.plots import FIGURE_FORMATS, save_figure
     from analysis.views.policy_plots import plot_policies
-    from cli.commands.policies import run_batch_groups
 
     if kind is not PlotKind.sweep or grid != ("0..4", "none,0..3"):
         raise typer.BadParameter(
@@ -134,7 +139,7 @@ def _plot_policies(
         )
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     _, prepared, report = reading_.prepare()
-    batch_groups = run_batch_groups(inputs, batch_groups)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying policies", quiet=quiet) as update:
         result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
     save_figure(plot_policies(result), output)

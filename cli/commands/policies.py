@@ -12,7 +12,7 @@ import typer
 import analysis
 from analysis.io.tables import DECISION_COLUMNS
 from analysis.policies import DressagePolicy, Policy, PolicyResult, replay_policy, sweep_policies
-from cli.options import Reading
+from cli.options import Reading, own_batch_groups
 from cli.output import print_json, progress_bar, report_dict, results_out, stdout_console, warn
 
 
@@ -32,7 +32,7 @@ def replay_with_policy(
     every policy and input; a run folder's records are read as a log (traj_payload/ and
     traj_err/ in completion order), with the run's own B when none is given."""
     table, prepared, report = reading_.prepare(whole_table=bias)
-    batch_groups = run_batch_groups(inputs, batch_groups)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     result = replay_policy(prepared, policy, batch_groups=batch_groups)
     _write_tables(result, prepared, inputs, decisions=decisions, trajectories=trajectories)
     dropped = analysis.who_gets_dropped(prepared, result.result, table=table) if bias else None
@@ -48,18 +48,6 @@ def replay_with_policy(
             if dropped is not None:
                 print_bias(dropped, stdout_console())
     warn(report)
-
-
-def run_batch_groups(inputs: list[Path], batch_groups: int | None) -> int | None:
-    """B not given, for a Dressage run folder read as a log: the run's own batch size
-    (dressage/partial_rollout_target_groups, from its log or dumps), which its trajectory
-    records do not carry; said on standard error."""
-    if batch_groups is not None or len(inputs) != 1 or not analysis.is_run_folder(inputs[0]):
-        return batch_groups
-    target = analysis.read_run(inputs[0]).target_groups
-    if target is not None:
-        typer.echo(f"note: batch_groups={target}, the run's own batch size", err=True)
-    return target
 
 
 def _write_tables(
@@ -97,7 +85,7 @@ def sweep_with_policies(
 ) -> None:
     """Every policy over one load of the log: one row each, the same columns."""
     _, prepared, report = reading_.prepare()
-    batch_groups = run_batch_groups(inputs, batch_groups)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying policies", quiet=quiet) as update:
         result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
     if output is not None:

@@ -17,6 +17,7 @@ from cli.options import (
     IncludeEval,
     Inputs,
     LimitOption,
+    LogFormatOption,
     OnBadRecord,
     OrderBy,
     PolicyOption,
@@ -26,6 +27,7 @@ from cli.options import (
     TrustPickle,
     one_keep_versions,
     one_max_preempts,
+    own_batch_groups,
     reading,
     the_policy,
 )  # fmt: skip
@@ -85,6 +87,7 @@ def replay(
     trust_pickle: TrustPickle = False,
     limit: LimitOption = None,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -101,7 +104,8 @@ its records are replayed on the simple loop, as sweep --policy does."""
         if policy is None
         else the_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
     )
-    run_folder = len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    # --format reads a folder as that format's log, not as a run folder
+    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
     if chosen is not None:  # every policy on the simple loop, as sweep --policy (§13.7)
         from cli.commands.policies import replay_with_policy
 
@@ -112,6 +116,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
             reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
                 order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+                log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -134,6 +139,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+        log_format=log_format,
     )  # fmt: skip
     replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
                 decisions=decisions, trajectories=trajectories)  # fmt: skip
@@ -151,6 +157,10 @@ def replay_logs(
 ) -> None:
     """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
     table, prepared, report = logs.prepare(whole_table=bias)
+    given = own_batch_groups(inputs, config.batch_groups, prepared, report)
+    config = analysis.ReplayConfig(
+        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
+    )
     result = analysis.replay(prepared, config)
     if decisions is not None:
         analysis.write_decisions(result, decisions, inputs=inputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,15 +17,18 @@ from cli.options import (
     BatchGroups,
     FieldOption,
     IncludeEval,
+    InputFormat,
     Inputs,
     KeepVersionsList,
     LimitOption,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
     Quiet,
     Traceback,
     TrustPickle,
+    own_batch_groups,
     parse_grid,
     reading,
     some_policies,
@@ -54,6 +58,7 @@ def report(
     trust_pickle: TrustPickle = False,
     limit: LimitOption = None,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -66,16 +71,22 @@ def report(
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+        log_format=log_format,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, loaded)
     command = _reproduce(
         inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
-        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
+        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
+    inspection = analysis.inspect_log(table, loaded)
+    if log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+        target = analysis.read_run(inputs[0]).target_groups  # its own, whatever -b says
+        inspection = dataclasses.replace(inspection, run_batch_groups=target)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(
-            prepared, table, analysis.inspect_log(table, loaded),
+            prepared, table, inspection,
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies,
         )  # fmt: skip
@@ -96,6 +107,7 @@ def _reproduce(
     *,
     trust_pickle: bool,
     include_eval: bool,
+    log_format: InputFormat | None = None,
 ) -> str:
     """The command line that writes this report again: the grid always (a later default
     may differ), other options only when given; --quiet and --traceback change no figure."""
@@ -109,5 +121,6 @@ def _reproduce(
           if on_bad_record is not BadRecordPolicy.fail else []),
         *(["--trust-pickle"] if trust_pickle else []),
         *(["--eval"] if include_eval else []),
+        *(["--format", log_format.value] if log_format is not None else []),
     ]  # fmt: skip
     return shlex.join(words)

@@ -18,12 +18,14 @@ from cli.options import (
     Inputs,
     KeepVersionsList,
     LimitOption,
+    LogFormatOption,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
     Quiet,
     Traceback,
     TrustPickle,
+    own_batch_groups,
     parse_grid,
     reading,
     some_policies,
@@ -64,6 +66,7 @@ def sweep(
     trust_pickle: TrustPickle = False,
     limit: LimitOption = None,
     include_eval: IncludeEval = False,
+    log_format: LogFormatOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -86,6 +89,7 @@ def sweep(
             quiet=quiet, reading_=reading(
                 inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
                 order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+                log_format=log_format,
             ),
         )  # fmt: skip
         return
@@ -95,8 +99,10 @@ def sweep(
     logs = reading(
         inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
         order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
+        log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
+    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
     with progress_bar("replaying settings", quiet=quiet) as update:
         result = analysis.sweep(
             prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update

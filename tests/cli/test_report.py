@@ -229,7 +229,7 @@ def test_report_uses_the_command_lines_names(report_file: Path) -> None:
         "segments per traj.", "reward mean", "arrival delay (versions)",
     ]  # fmt: skip
     assert bias.column("outcome") == [
-        "kept", "stale (arrival or pending)", "span rejected", "failed"
+        "kept", "stale, any stage", "span rejected", "failed"
     ]  # fmt: skip
     assert "dropped_stale" not in report_file.read_text()
 
