@@ -12,6 +12,7 @@ step minus ``step_offset``; prime-rl's batch ``step`` trains version ``step - 1`
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -292,12 +293,18 @@ def _since_sync(groups: pl.DataFrame) -> pl.Series:
     )
     starts = known["start_version"].to_list()
     trained = known["trained_version"].to_list()
+    # The groups carried into version x are those with s < x <= v: among the pairs with
+    # s < v (the others carry into no version), #(s < x) - #(v < x), since v < x implies
+    # s < x. Two sorted lists and a bisection per version, not a pass over every group.
+    spans = [(s, v) for s, v in zip(starts, trained, strict=True) if s < v]
+    opened = sorted(s for s, _ in spans)
+    closed = sorted(v for _, v in spans)
     counts: dict[int, int] = {}
     carried: dict[int, int] = {}
     measure: dict[str, float] = {}
     for group, start in zip(known["group_id"].to_list(), starts, strict=True):
         if start not in carried:
-            carried[start] = sum(1 for s, v in zip(starts, trained, strict=True) if s < start <= v)
+            carried[start] = bisect.bisect_left(opened, start) - bisect.bisect_left(closed, start)
         counts[start] = counts.get(start, 0) + 1
         measure[group] = float(carried[start] + counts[start])
     return pl.Series(
