@@ -33,12 +33,16 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from analysis.errors import ConfigError
 from analysis.simulator import SimulationConfig, simulate
+
+if TYPE_CHECKING:
+    from analysis.engine import PreparedLog
 
 CALIBRATION_ROUNDS = 8
 CALIBRATION_GROUPS = 400
@@ -105,11 +109,14 @@ def _median_step(times: Iterable[float | None]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def log_figures(table: pl.DataFrame, *, call_starts: Iterable[float] = ()) -> RunFigures:
-    """The figures of a canonical table (``call_starts``: a run folder's rollout calls)."""
+def log_figures(
+    table: pl.DataFrame, *, call_starts: Iterable[float] = (), prepared: PreparedLog | None = None
+) -> RunFigures:
+    """The figures of a canonical table (``call_starts``: a run folder's rollout calls;
+    ``prepared``: the table already prepared, so that it is not prepared again)."""
     from analysis.engine import prepare
 
-    prepared = prepare(table)
+    prepared = prepared if prepared is not None else prepare(table)
     trajectories = prepared.trajectories
     lengths: list[int] = (
         trajectories.filter(pl.col("tokens") > 0)["tokens"].to_list()
@@ -155,10 +162,8 @@ def _quantile(values: list[int], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _lengths(table: pl.DataFrame) -> tuple[int, ...]:
-    from analysis.engine import prepare
-
-    prepared = prepare(table)
+def _lengths(prepared: PreparedLog) -> tuple[int, ...]:
+    """The log's response tokens per trajectory (at most MAX_LENGTHS, as quantiles)."""
     if not prepared.tokens_known:
         return ()
     values = sorted(prepared.trajectories.filter(pl.col("tokens") > 0)["tokens"].to_list())
@@ -203,12 +208,13 @@ def fit_simulation(
 
     given = dict(given or {})
     calls = list(call_starts)
-    log = log_figures(table, call_starts=calls)
+    prepared = prepare(table)
+    log = log_figures(table, call_starts=calls, prepared=prepared)
     if not log.groups:
         raise ConfigError("the run has no groups to fit the simulator to; point at a run's log")
     if groups_per_step:  # a run folder's own setting, where the table alone cannot tell
         log = dataclasses.replace(log, groups_per_step=groups_per_step)
-    fitted = _fitted_values(table, log, samples_per_prompt, groups_per_step, given)
+    fitted = _fitted_values(prepared, log, samples_per_prompt, groups_per_step, given)
     values = {name: value for name, (value, _) in fitted.items()}
     values.update(given)
     trainer_clock = bool(calls)
@@ -219,7 +225,7 @@ def fit_simulation(
         if name not in given
     ]
     rows += [(name, _shown(value), "given") for name, value in given.items()]
-    notes = [*prepare(table).warnings]
+    notes = [*prepared.warnings]
     if not trainer_clock and log.step_time is not None:
         notes.append(
             "step time: this log has no rollout calls, so it is read off the completion that "
@@ -231,8 +237,26 @@ def fit_simulation(
     return Fit(config=config, fitted=tuple(rows), log=log, simulated=simulated, notes=tuple(notes))
 
 
+def fit_run(path: str | Path, *, given: Mapping[str, Any] | None = None) -> Fit:
+    """:func:`fit_simulation` of a log or a Dressage run folder, whose rollout calls time
+    its steps and whose own samples per prompt and batch size are used."""
+    from analysis.io.dressage_run import is_run_folder, read_run
+    from analysis.io.load import load_logs
+
+    calls: list[float] = []
+    per_group = step_groups = None
+    if is_run_folder(path):
+        run = read_run(path)
+        calls = [t for t in run.calls["started_at"].to_list() if t is not None]
+        per_group, step_groups = run.samples_per_prompt, run.target_groups
+    return fit_simulation(
+        load_logs([path]), call_starts=calls, samples_per_prompt=per_group,
+        groups_per_step=step_groups, given=given,
+    )  # fmt: skip
+
+
 def _fitted_values(
-    table: pl.DataFrame,
+    prepared: PreparedLog,
     log: RunFigures,
     samples_per_prompt: int | None,
     groups_per_step: int | None,
@@ -247,7 +271,7 @@ def _fitted_values(
     if step_groups:
         fitted["batch_groups"] = (step_groups, "groups per trainer step")
     # A length distribution given on the command line wins over the log's lengths.
-    lengths = () if {"median_response_tokens", "tail_sigma"} & set(given) else _lengths(table)
+    lengths = () if {"median_response_tokens", "tail_sigma"} & set(given) else _lengths(prepared)
     if lengths:
         fitted["response_lengths"] = (lengths, "the log's response tokens per trajectory")
         fitted["max_response_tokens"] = (max(lengths), "the log's longest response")

@@ -177,21 +177,11 @@ def simulate(
 
 def _fitted(like: Path, given: dict[str, object]) -> analysis.SimulationConfig:
     """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
-    from analysis.fit import fit_simulation
+    from analysis.fit import fit_run
     from cli.output import stdout_console
     from cli.render import print_fit
 
-    calls: list[float] = []
-    per_group = step_groups = None
-    if analysis.is_run_folder(like):
-        run = analysis.read_run(like)
-        calls = [t for t in run.calls["started_at"].to_list() if t is not None]
-        per_group, step_groups = run.samples_per_prompt, run.target_groups
-    table = analysis.load_logs([like])
-    fit = fit_simulation(
-        table, call_starts=calls, samples_per_prompt=per_group, groups_per_step=step_groups,
-        given=given,
-    )  # fmt: skip
+    fit = fit_run(like, given=given)
     print_fit(fit, like, stdout_console())
     return fit.config
 

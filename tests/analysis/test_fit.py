@@ -11,22 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.fit import _quantile, fit_simulation, log_figures
+from analysis.fit import _quantile, fit_run, fit_simulation, log_figures
 from cli.app import app
 from tests.real_runs import RUNS
 
 runner = CliRunner()
 
 
-def _fit(folder: Path, **given: Any) -> analysis.SimulationConfig | Any:
-    run = analysis.read_run(folder)
-    return fit_simulation(
-        analysis.load_logs([folder]),
-        call_starts=[t for t in run.calls["started_at"].to_list() if t is not None],
-        samples_per_prompt=run.samples_per_prompt,
-        groups_per_step=run.target_groups,
-        given=given,
-    )
+def _fit(folder: Path, **given: Any) -> Any:
+    return fit_run(folder, given=given)
 
 
 @pytest.fixture(scope="module")
