@@ -233,26 +233,67 @@ def token_weighted(
 ) -> dict[str, float | None]:
     """Mean gap of the kept versioned trajectories and mean span of the kept (and of all)
     checked trajectories, each trajectory weighted by its response tokens
-    (docs/semantics.md §10.6); None when token counts are unknown or sum to zero."""
+    (docs/semantics.md §10.6); None when token counts are unknown or sum to zero.
+
+    A sweep asks this for every setting, so the sums are taken per group once (per
+    observation order for the gaps) and each setting adds up its kept groups: the same
+    whole numbers, so the same means, as summing the kept trajectories themselves."""
     if not prepared.tokens_known:
         return dict.fromkeys(TOKEN_WEIGHTED_KEYS)
-    arrays, trajectories = prepared.arrays, prepared.per_trajectory
-    kept_group = collection.decision == KEPT
-    kept_entry = kept_group[arrays.owner]
-    index = {label: position for position, label in enumerate(observation.versions)}
-    index_of_code = np.array([index.get(label, -1) for label in arrays.labels], dtype=np.int64)
-    gaps = collection.current[arrays.owner[kept_entry]] - index_of_code[arrays.codes[kept_entry]]
-    checked = trajectories.span >= 0
-    kept_checked = checked & kept_group[trajectories.arrival]
+    kept = collection.decision == KEPT
+    gap_tokens, gap_sums = _group_gap_sums(prepared, observation)
+    gap_total = int(gap_tokens[kept].sum())
+    gap_numerator = int((collection.current[kept] * gap_tokens[kept]).sum()) - int(
+        gap_sums[kept].sum()
+    )
+    span_tokens, span_sums = _group_span_sums(prepared)
+    kept_tokens, all_tokens = int(span_tokens[kept].sum()), int(span_tokens.sum())
     return {
-        "version_gap_mean": _weighted_mean(gaps, entry_tokens(prepared)[kept_entry]),
-        "version_span_mean_kept": _weighted_mean(
-            trajectories.span[kept_checked], trajectories.tokens[kept_checked]
-        ),
-        "version_span_mean_all": _weighted_mean(
-            trajectories.span[checked], trajectories.tokens[checked]
-        ),
+        "version_gap_mean": gap_numerator / gap_total if gap_total else None,
+        "version_span_mean_kept": int(span_sums[kept].sum()) / kept_tokens if kept_tokens else None,
+        "version_span_mean_all": int(span_sums.sum()) / all_tokens if all_tokens else None,
     }
+
+
+def _per_group(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """The sum of ``values`` over each group's members, exactly (int64)."""
+    sums = np.zeros(n, dtype=np.int64)
+    np.add.at(sums, groups, values.astype(np.int64, copy=False))
+    return sums
+
+
+def _group_gap_sums(
+    prepared: PreparedLog, observation: Observation
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the response tokens of its versioned trajectories, and the sum of each
+    one's version index (in this observation order) times its tokens."""
+    key = ("token_weighted_gaps", observation.versions)
+    if key not in prepared._cache:
+        arrays = prepared.arrays
+        index = {label: position for position, label in enumerate(observation.versions)}
+        index_of_code = np.array([index.get(label, -1) for label in arrays.labels], dtype=np.int64)
+        tokens = entry_tokens(prepared)
+        prepared._cache[key] = (
+            _per_group(arrays.owner, tokens, arrays.n),
+            _per_group(arrays.owner, index_of_code[arrays.codes] * tokens, arrays.n),
+        )
+    sums: tuple[np.ndarray, np.ndarray] = prepared._cache[key]
+    return sums
+
+
+def _group_span_sums(prepared: PreparedLog) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the response tokens of its checked trajectories, and the sum of each
+    one's span times its tokens."""
+    if "token_weighted_spans" not in prepared._cache:
+        trajectories, n = prepared.per_trajectory, prepared.arrays.n
+        checked = trajectories.span >= 0
+        groups, tokens = trajectories.arrival[checked], trajectories.tokens[checked]
+        prepared._cache["token_weighted_spans"] = (
+            _per_group(groups, tokens, n),
+            _per_group(groups, trajectories.span[checked] * tokens, n),
+        )
+    sums: tuple[np.ndarray, np.ndarray] = prepared._cache["token_weighted_spans"]
+    return sums
 
 
 def entry_tokens(prepared: PreparedLog) -> np.ndarray:
@@ -267,8 +308,3 @@ def entry_tokens(prepared: PreparedLog) -> np.ndarray:
         prepared._cache["entry_tokens"] = trajectories.tokens[versioned][order]
     tokens: np.ndarray = prepared._cache["entry_tokens"]
     return tokens
-
-
-def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float | None:
-    total = int(weights.sum())
-    return float(int((values * weights).sum()) / total) if total else None
