@@ -42,9 +42,11 @@ lint: $(STAMP) ## ruff check (with a complexity limit), ruff format --check, myp
 
 bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,ray]' || echo "the ray extra is not installable here; the Ray row is left out"
 	$(BIN)/python -m tests.bench.bench
 
 bench-large: $(STAMP) ## The same plus the multi-GB convert (peak memory)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m tests.bench.bench --large
 
 sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator

@@ -13,20 +13,20 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from analysis import (
-    AdmissionReport,
-    BiasReport,
-    CompareResult,
-    LogInspection,
-    LoopReplay,
-    ReplaySummary,
-    SweepResult,
-)
 from analysis.engine.grid import PARETO_NOTE
 from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
 from cli.flags import flagged
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # only named in annotations: a replay need not import the run readers
+    from analysis import (
+        AdmissionReport,
+        BiasReport,
+        CompareResult,
+        LogInspection,
+        LoopReplay,
+        ReplaySummary,
+        SweepResult,
+    )
     from analysis.fit import Fit
 
 _COLUMNS = (
