@@ -11,7 +11,7 @@ import select
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -122,8 +122,9 @@ def jsonl_records(
     *,
     progress: Progress | None = None,
     part: tuple[int, int, int] | None = None,
-) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object or the LogFormatError of an unparsable line).
+) -> Generator[tuple[int, Any], None, int]:
+    """Yield (line number, parsed object or the LogFormatError of an unparsable line);
+    return the number of lines read (blank ones included).
 
     Plain or gzipped, told apart by the first bytes, read once (a pipe or a FIFO can be
     read only once). A line past ``max_record_bytes`` is a bad record, skipped unread
@@ -139,7 +140,7 @@ def jsonl_records(
             lines = _Lines(path, raw, limits, progress)
             if part is not None:
                 lines.within(*part)
-            yield from lines.records()
+            return (yield from lines.records())
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError):
             raise InputNotFoundError(f"{path}: no such file") from exc
@@ -191,7 +192,8 @@ class _Lines:
         self.raw.seek(start)
         self.first, self.length = first, stop - start
 
-    def records(self) -> Iterator[tuple[int, Any]]:
+    def records(self) -> Generator[tuple[int, Any], None, int]:
+        """The lines' records (see :func:`jsonl_records`); returns how many lines."""
         path, most = self.path, self.limits.max_record_bytes
         readline = self.readline
         number = self.first - 1
@@ -215,6 +217,7 @@ class _Lines:
                 yield number, _bad_line(path, number, line, exc)
         if self.progress is not None and self.size:
             self.progress(self.size, self.size)
+        return number - self.first + 1
 
     def skip_rest(self, readline: Callable[[int], bytes]) -> None:
         """Read on to the end of a line too long to hold, a bounded piece at a time."""

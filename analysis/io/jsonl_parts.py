@@ -16,7 +16,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,12 +56,25 @@ def split_wanted(path: Path, size: int) -> bool:
         return False  # said as the file is read
 
 
-def cut(path: Path, size: int, count: int | None = None) -> list[Piece]:
+def cut(path: Path, size: int, count: int | None = None, *, number: bool = True) -> list[Piece]:
     """``count`` (:data:`PIECES`) pieces of about equal size (fewer when lines are longer
-    than a piece), from one pass that counts the lines before each cut."""
+    than a piece). ``number``: from one pass over the file that counts the lines before
+    each cut; else only the cuts are looked for, and each piece's ``first_line`` is 0
+    (unknown: its reader counts its lines, see :func:`read_in_pieces`)."""
     count = count or PIECES
     targets = [size * k // count for k in range(1, count)]
-    cuts: list[tuple[int, int]] = []  # (offset after a newline, newlines before it)
+    cuts = _numbered_cuts(path, targets) if number else _cuts(path, targets)
+    bounds = [(0, 0), *[c for c in cuts if c[0] < size], (size, -1)]
+    pieces: list[Piece] = []
+    for (start, lines), (stop, _) in itertools.pairwise(bounds):
+        if stop > start:
+            pieces.append(Piece(len(pieces), start, stop, lines + 1 if number else 0))
+    return pieces
+
+
+def _numbered_cuts(path: Path, targets: list[int]) -> list[tuple[int, int]]:
+    """(offset after the first newline at or past each target, newlines before it)."""
+    cuts: list[tuple[int, int]] = []
     lines_before, offset = 0, 0
     with path.open("rb") as handle:
         while targets and (block := handle.read(_BLOCK)):
@@ -76,12 +89,26 @@ def cut(path: Path, size: int, count: int | None = None) -> list[Piece]:
                 targets = [t for t in targets if t > offset + found]
             lines_before += block.count(b"\n")
             offset += len(block)
-    bounds = [(0, 0), *[c for c in cuts if c[0] < size], (size, -1)]
-    pieces: list[Piece] = []
-    for (start, lines), (stop, _) in itertools.pairwise(bounds):
-        if stop > start:
-            pieces.append(Piece(len(pieces), start, stop, lines + 1))
-    return pieces
+    return cuts
+
+
+def _cuts(path: Path, targets: list[int]) -> list[tuple[int, int]]:
+    """(offset after the first newline at or past each target, 0), reading only from
+    each target on to its newline."""
+    cuts: list[tuple[int, int]] = []
+    with path.open("rb") as handle:
+        for target in targets:
+            if cuts and cuts[-1][0] > target:
+                continue  # a line longer than a piece: that cut is past this target too
+            handle.seek(target)
+            offset = target
+            while block := handle.read(1 << 16):
+                found = block.find(b"\n")
+                if found >= 0:
+                    cuts.append((offset + found + 1, 0))
+                    break
+                offset += len(block)
+    return cuts
 
 
 class PieceQueue:
@@ -89,7 +116,7 @@ class PieceQueue:
 
     def __init__(self, count: int) -> None:
         self.lock = threading.Lock()
-        self.front, self.back = 0, count - 1
+        self.count, self.front, self.back = count, 0, count - 1
 
     def take_front(self) -> int | None:
         with self.lock:
@@ -145,15 +172,16 @@ def helper_main() -> None:
     while (index := _read_frame(stdin)) is not None and index >= 0:
         if os.getppid() != parent:
             raise SystemExit(1)
-        columns, errors = read_piece(Path(path), options, pieces[index])
-        _write_frame(out, (index, columns, errors))
+        _write_frame(out, (index, *read_piece(Path(path), options, pieces[index])))
 
 
-def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
-    """One piece's rows, as columns of plain values (None when it has none), and its bad
-    records' errors in order; the first ends it when bad records fail the load. The
-    record loop of ``analysis.io.load`` for a JSONL file, without polars, so that the
-    helper starts in a tenth of a second: the parent makes the table chunk."""
+def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any], int]:
+    """One piece's rows, as columns of plain values (None when it has none), its bad
+    records' errors in order (the first ends it when bad records fail the load), and
+    its number of lines. Lines are numbered from ``piece.first_line``, from 1 when it is
+    0 (unknown). The record loop of ``analysis.io.load`` for a JSONL file, without
+    polars, so that the helper starts in a tenth of a second: the parent makes the
+    table chunk."""
     from analysis.errors import LogFormatError, MissingFieldError, ReplayError
     from analysis.io.fields import canonical_row, row_columns
     from analysis.io.jsonl import jsonl_records
@@ -162,11 +190,14 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
     text, fail = printable(str(path)), options.on_bad_record != "skip"
     rows: list[dict[str, Any]] = []
     errors: list[ReplayError] = []
-    records = jsonl_records(path, options.limits, part=(piece.start, piece.stop, piece.first_line))
+    part = (piece.start, piece.stop, piece.first_line or 1)
+    records = jsonl_records(path, options.limits, part=part)
+    lines = 0
     while not (errors and fail):
         try:
             number, record = next(records)
-        except StopIteration:
+        except StopIteration as end:
+            lines = end.value
             break
         except LogFormatError as error:  # the file cannot be read on (as a whole read)
             errors.append(error)
@@ -184,7 +215,7 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
         row["source"] = text
         row["record"] = number
         rows.append(row)
-    return (row_columns(rows, options.extra_fields) if rows else None), errors
+    return (row_columns(rows, options.extra_fields) if rows else None), errors, lines
 
 
 class Helper:
@@ -196,7 +227,7 @@ class Helper:
         self.path, self.options = path, options
         self.fail_fast = options.on_bad_record != "skip"
         self.shared = PieceQueue(0)
-        self.sent: dict[int, tuple[Any, list[Any]]] = {}
+        self.sent: dict[int, tuple[Any, list[Any], int]] = {}
         self.frame_of: Callable[[Any], Any] = lambda columns: columns
         self.stderr = b""
         self.process: subprocess.Popen[bytes] | None = None
@@ -232,10 +263,10 @@ class Helper:
             _write_frame(stdin, job)
             _write_frame(stdin, index := self._next())
             while index >= 0 and (result := _read_frame(stdout)) is not None:
-                done, columns, errors = result
+                done, columns, errors, lines = result
                 # A table chunk at once: compact, where the columns are Python lists.
                 frame = None if columns is None else self.frame_of(columns)
-                self.sent[done] = (frame, errors)
+                self.sent[done] = (frame, errors, lines)
                 # A bad record that fails the load: the pieces after it are not needed.
                 index = -1 if errors and self.fail_fast else self._next()
                 _write_frame(stdin, index)
@@ -246,7 +277,7 @@ class Helper:
         assert self.process is not None and self.process.stderr is not None
         self.stderr = self.process.stderr.read()
 
-    def collected(self) -> dict[int, tuple[Any, list[Any]]]:
+    def collected(self) -> dict[int, tuple[Any, list[Any], int]]:
         """What the helper sent back, once it has ended."""
         for thread in self.threads:
             thread.join()
@@ -274,40 +305,48 @@ def read_in_pieces(
     path: Path,
     size: int,
     options: Any,
-    read_here: Callable[[Piece], Iterator[Any]],
+    read_here: Callable[[Piece], Generator[Any, None, int]],
     flush: Callable[[], Iterator[Any]],
-    take_errors: Callable[[list[Any]], None],
     warn: Callable[[str], None],
     frame_of: Callable[[Any], Any],
+    renumber: Callable[[Any, int], Any],
 ) -> Iterator[Any]:
     """The table chunks of a large JSONL file read by this process and the helper:
-    ``read_here(piece)`` reads a piece here (its rows gathered into chunks, ``flush``
-    yields the last one); ``take_errors`` takes the helper's bad records of a piece
-    (skipped or raised), in file order; ``frame_of`` makes a table chunk of the rows it
-    sends as columns; ``warn`` is told when the helper failed."""
+    ``read_here(piece)`` reads a piece here, numbering its lines from its
+    ``first_line`` (its rows gathered into chunks, ``flush`` yields the last one), and
+    returns its number of lines; ``frame_of`` makes a table chunk of the rows the helper
+    sends as columns; ``warn`` is told when the helper failed.
+
+    The file is cut without counting its lines (a pass over it that both processes
+    would wait for): each process counts the lines of the pieces it reads. The helper
+    numbers a piece's lines from 1, so ``renumber(chunk, lines before the piece)``
+    gives its chunk the file's numbers; a piece in which it met a bad record is read
+    again here, so that the records skipped and the first error name the right lines.
+    """
     import dataclasses
 
     helper = Helper(path, dataclasses.replace(options, progress=None))
     try:
-        pieces = cut(path, size)
+        pieces = cut(path, size, number=False)
         shared = PieceQueue(len(pieces))
         helper.begin(pieces, shared, frame_of)
-        done_here = 0
+        done_here, line = 0, 1
         while (index := shared.take_front()) is not None:
             done_here += 1
-            yield from read_here(pieces[index])
+            line += yield from read_here(dataclasses.replace(pieces[index], first_line=line))
         sent = helper.collected()
         left = 0
         for piece in pieces[done_here:]:
-            if piece.index in sent:
+            numbered = dataclasses.replace(piece, first_line=line)
+            if piece.index in sent and not sent[piece.index][1]:
                 yield from flush()  # the rows read here come first
-                frame, errors = sent.pop(piece.index)
-                take_errors(errors)
+                frame, _, lines = sent.pop(piece.index)
                 if frame is not None:
-                    yield frame
-            else:  # the helper died with this piece: read it here
-                left += 1
-                yield from read_here(piece)
+                    yield renumber(frame, line - 1)
+                line += lines
+            else:  # the helper died with this piece, or met a bad record in it
+                left += piece.index not in sent
+                line += yield from read_here(numbered)
         if left:
             warn(
                 f"{path}: the helper process failed ({helper.problem()}); this process "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,10 +343,6 @@ class _Reading:
             "give the file's own format"
         ) from error
 
-    def _take_errors(self, errors: list[ReplayError]) -> None:
-        for error in errors:
-            self.skip_or_raise(error)
-
     def _flush(self, where: str) -> Iterator[pl.DataFrame]:
         if self.rows:
             yield rows_to_frame(self.rows, self.options.extra_fields, where=where)
@@ -418,9 +414,10 @@ class _Reading:
 
     def _records(
         self, source: Source, before: int, total: int, part: Piece | None = None
-    ) -> Iterator[pl.DataFrame]:
+    ) -> Generator[pl.DataFrame, None, int]:
         """A file read record by record (JSONL, a JSON document, a dump); a large JSONL
-        file on two cores (:mod:`analysis.io.jsonl_parts`), ``part`` one piece of it."""
+        file on two cores (:mod:`analysis.io.jsonl_parts`), ``part`` one piece of it
+        (then returns the number of lines the piece holds)."""
         path_text = printable(str(source.path))
         options = self.options
         if part is None and source.format == "jsonl":
@@ -429,11 +426,11 @@ class _Reading:
                 yield from read_in_pieces(
                     source.path, size, options,
                     read_here=lambda piece: self._records(source, before, total, piece),
-                    flush=lambda: self._flush(path_text),
-                    take_errors=self._take_errors, warn=self.report.warnings.append,
+                    flush=lambda: self._flush(path_text), warn=self.report.warnings.append,
                     frame_of=lambda data: columns_frame(data, options.extra_fields, where=path_text),
+                    renumber=lambda frame, lines: frame.with_columns(pl.col("record") + lines),
                 )  # fmt: skip
-                return
+                return 0
         within = None
         if (progress := options.progress) is not None and part is None:
             # The file's bytes as parts of this one source (per mille).
@@ -444,11 +441,13 @@ class _Reading:
             source, self.dump_ids, trust_pickle=options.trust_pickle, limits=options.limits,
             progress=within, part=part,
         )  # fmt: skip
+        lines = 0
         while True:
             # A file that breaks midway (a truncated .gz) keeps the records read before.
             try:
                 where, number, file_step, record = next(records)
-            except StopIteration:
+            except StopIteration as end:
+                lines = end.value or 0
                 break
             except LogFormatError as error:
                 self.skip_or_raise(error)
@@ -468,6 +467,7 @@ class _Reading:
             self.rows.append(row)
             if len(self.rows) >= options.chunk_records:
                 yield from self._flush(path_text)
+        return lines
 
 
 _KINDS = {
@@ -497,12 +497,18 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 def _raw_records(
     source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool, limits: Limits,
     progress: Callable[[int, int], None] | None = None, part: Piece | None = None,
-) -> Iterator[tuple[str, int, int | None, Any]]:  # fmt: skip
+) -> Generator[tuple[str, int, int | None, Any], None, int]:  # fmt: skip
     """Yield (location, record number, file-level step, raw record) for one source (of a
-    JSONL file, the lines of ``part`` only when given)."""
+    JSONL file, the lines of ``part`` only when given); return the lines of a JSONL file
+    read (0 for other formats)."""
     if source.format == "jsonl":
         lines = None if part is None else (part.start, part.stop, part.first_line)
-        for number, record in jsonl_records(source.path, limits, progress=progress, part=lines):
+        records = jsonl_records(source.path, limits, progress=progress, part=lines)
+        while True:
+            try:
+                number, record = next(records)
+            except StopIteration as end:
+                return int(end.value)  # the lines read, for a piece's successor's numbers
             yield f"{source.path}:{number}", number, None, record
     elif source.format == "artifacts":
         document = read_json_file(source.path, limits)
@@ -521,6 +527,7 @@ def _raw_records(
             )
         for number, record in enumerate(samples, start=1):
             yield f"{source.path}: sample {number}", number, rollout_id, record
+    return 0
 
 
 def records_to_table(

@@ -4,6 +4,7 @@ records and the first error are those of one process reading it from start to en
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,62 @@ def test_pieces_cover_the_file_at_line_starts(tmp_path: Path, count: int) -> Non
     for piece in pieces:
         assert piece.start in starts
         assert piece.first_line == data[: piece.start].count(b"\n") + 1
+
+
+@pytest.mark.parametrize("policy", ["skip", "fail"])
+def test_the_helpers_pieces_are_numbered_as_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    """The helper numbers its pieces' lines from 1 (the file is cut without counting its
+    lines): its rows get the file's line numbers, and a piece where it met a bad record
+    is read again here, so the skipped records and the first error name the file's lines."""
+    path = log_with_bad_lines(tmp_path / "log.jsonl", policy == "skip")
+    if policy == "fail":  # one bad line, the last: in the first piece the helper takes
+        lines = path.read_bytes().splitlines(keepends=True)
+        lines[-1] = b'{"group_index": 1, "tokens": \n'
+        path.write_bytes(b"".join(lines))
+    one = loaded(path, monkeypatch, split=False, on_bad_record=policy)
+    taken: list[int] = []
+    real = jsonl_parts.Helper.collected
+
+    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
+        sent = real(self)
+        taken.extend(sent)
+        return sent
+
+    monkeypatch.setattr(jsonl_parts.Helper, "collected", collected)
+    monkeypatch.setattr(jsonl_parts, "PIECES", 400)
+    front = jsonl_parts.PieceQueue.take_front
+
+    def after_the_helper(self: jsonl_parts.PieceQueue) -> int | None:
+        """This process waits (up to 20 s) for the helper to take its first piece."""
+        deadline = time.monotonic() + 20
+        while self.front == 0 and self.back == self.count - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return front(self)
+
+    monkeypatch.setattr(jsonl_parts.PieceQueue, "take_front", after_the_helper)
+    two = loaded(path, monkeypatch, split=True, on_bad_record=policy)
+    # The helper took the last pieces, among them the one with the last bad line.
+    assert len(cut(path, path.stat().st_size, 400)) - 1 in taken
+    if policy == "fail":
+        assert isinstance(one[0], type) and f":{len(lines)}:" in one[1]
+        assert two == one
+        return
+    assert two[0].equals(one[0]) and two[1:] == one[1:]
+    assert two[0]["record"].to_list() == sorted(two[0]["record"].to_list())
+
+
+@pytest.mark.parametrize("count", [2, 7, 50])
+def test_pieces_cut_without_counting_are_the_same_pieces(tmp_path: Path, count: int) -> None:
+    path = tmp_path / "lines.jsonl"
+    lines = [b"x" * (n * 37 % 300) + b"\n" for n in range(400)]
+    lines[100] = b"y" * 300_000 + b"\n"  # longer than a piece, and than a read block
+    data = b"".join([*lines, b"last, no newline"])
+    path.write_bytes(data)
+    numbered = cut(path, len(data), count)
+    unnumbered = cut(path, len(data), count, number=False)
+    assert [(p.index, p.start, p.stop) for p in unnumbered] == [
+        (p.index, p.start, p.stop) for p in numbered
+    ]
+    assert {p.first_line for p in unnumbered} == {0}
