@@ -29,6 +29,7 @@ from cli.options import (
     one_max_preempts,
     own_batch_groups,
     reading,
+    run_limits,
     the_policy,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
@@ -124,11 +125,10 @@ its records are replayed on the simple loop, as sweep --policy does."""
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
-            limits=limit,
         )  # fmt: skip
         replay_run_folder(
             inputs[0], keep_versions, one_max_preempts(max_preempts), json_output=json_output,
-            decisions=decisions, trajectories=trajectories,
+            decisions=decisions, trajectories=trajectories, limits=run_limits(limit),
         )  # fmt: skip
         return
     config = analysis.ReplayConfig(
@@ -157,7 +157,9 @@ def replay_logs(
 ) -> None:
     """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
     table, prepared, report = logs.prepare(whole_table=bias)
-    given = own_batch_groups(inputs, config.batch_groups, prepared, report)
+    given = own_batch_groups(
+        inputs, config.batch_groups, prepared, report, limits=logs.options.limits
+    )
     config = analysis.ReplayConfig(
         keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
     )
@@ -207,16 +209,20 @@ def replay_run_folder(
     json_output: bool,
     decisions: Path | None,
     trajectories: Path | None,
+    limits: analysis.Limits,
 ) -> None:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
-    run's own (its span rejections are on disk, its batch size in its log)."""
+    run's own (its span rejections are on disk, its batch size in its log); its files
+    are read within ``limits`` (--limit)."""
     if max_preempts is not None:
         typer.echo(
             f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
             "the run's own M (its span rejections are on disk, in traj_err/)",
             err=True,
         )
-    result = analysis.replay_run(analysis.read_run(folder), keep_versions=keep_versions)
+    result = analysis.replay_run(
+        analysis.read_run(folder, limits=limits), keep_versions=keep_versions
+    )
     for path in analysis.write_run_tables(
         result, decisions=decisions, trajectories=trajectories, inputs=[folder]
     ):
