@@ -184,21 +184,49 @@ def replay_logs(
     warn(report)
 
 
+_RUN_LOOP_OWN = {
+    "batch_groups": "the batch size is the run's own (its dressage_log.txt's target_groups)",
+    "order_by": "groups arrive in the order the run's trajectories finished",
+    "fields": "the run's own files are read, not records whose fields could be renamed",
+    "bias": "who gets dropped is compared on the simple loop only",
+    "on_bad_record": "a run folder is read whole, a bad file is an error and never skipped",
+    "trust_pickle": "a run folder's dumps are always read by the safe reader",
+    "include_eval": "evaluation dumps (eval_<N>.pt) are no steps of the loop",
+}
+"""Why each option of the simple loop does not apply to a run folder replayed as
+Dressage's loop."""
+_SIMPLE_LOOP_ONLY = ("batch_groups", "order_by", "fields", "bias")
+"""Those that apply when the folder's records are replayed on the simple loop instead."""
+
+
 def refuse_unused(**given: Any) -> None:
-    """Options of the simple loop given for a run folder: a usage error naming them (the
-    run loop takes its batch size, order and fields from the run's own files)."""
+    """Options of the simple loop given for a run folder: a usage error naming each, what
+    it does not apply to and why, and what to do."""
     unused = [
-        FLAGS.get(name, f"--{name}")
+        name
         for name, value in given.items()
         if value not in (None, False, [], BadRecordPolicy.fail)
     ]
-    if unused:
-        raise typer.BadParameter(
-            "not used when a run folder is replayed as Dressage's loop (docs/semantics.md "
-            "§12): the batch size, arrival order and fields are the run's own; leave "
-            f"{'it' if len(unused) == 1 else 'them'} out",
-            param_hint=", ".join(unused),
+    if not unused:
+        return
+    flags = [FLAGS.get(name, f"--{name}") for name in unused]
+    why = "; ".join(
+        f"{flag}: {_RUN_LOOP_OWN[name]}" for name, flag in zip(unused, flags, strict=True)
+    )
+    elsewhere = [
+        flag for name, flag in zip(unused, flags, strict=True) if name in _SIMPLE_LOOP_ONLY
+    ]
+    todo = f"leave {'it' if len(unused) == 1 else 'them'} out"
+    if elsewhere:
+        todo += (
+            f", or add --format artifacts to replay the folder's records on the simple loop, "
+            f"where {', '.join(elsewhere)} {'applies' if len(elsewhere) == 1 else 'apply'}"
         )
+    raise typer.BadParameter(
+        f"not used when a run folder is replayed as Dressage's loop (docs/semantics.md §12): "
+        f"{why}; {todo}",
+        param_hint=", ".join(flags),
+    )
 
 
 def replay_run_folder(

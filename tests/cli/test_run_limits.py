@@ -4,6 +4,7 @@ command that reads a run folder itself takes --limit and passes it on."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -143,3 +144,43 @@ def test_compare_reads_train_dumps_within_the_limit(train_data: Path) -> None:
     assert refused.stderr.startswith("Error: ") and refused.stderr.count("\n") == 1
     assert "train_data/0.pt" in refused.stderr
     assert "--limit max_pickle_values=200" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--batch-groups", "3"], ["--batch-groups: the batch size is the run's own",
+                                   "leave it out, or add --format artifacts",
+                                   "where --batch-groups applies"]),
+        (["--bias", "--eval"], ["--bias: who gets dropped is compared on the simple loop only",
+                                "--eval: evaluation dumps (eval_<N>.pt) are no steps",
+                                "leave them out, or add --format artifacts",
+                                "where --bias applies"]),
+        (["--trust-pickle"], ["--trust-pickle: a run folder's dumps are always read by the safe",
+                              "reader; leave it out"]),
+    ],
+    ids=["batch", "bias-eval", "trust-pickle"],
+)  # fmt: skip
+def test_replay_of_a_run_folder_says_why_each_option_does_not_apply(
+    run_folders: dict[str, Path], options: list[str], said: list[str]
+) -> None:
+    import re
+
+    result = runner.invoke(app, ["replay", str(run_folders["k2-m1"]), "-k", "2", *options])
+    assert result.exit_code == 2
+    text = " ".join(re.sub("[│╭╮╰╯─]", " ", result.stderr).split())  # CliRunner: a box
+    for words in said:
+        assert words in text, text
+    assert "--limit" not in text  # it applies: the run's files are read within it
+    assert ("--format artifacts" in text) == any("--format artifacts" in w for w in said)
+
+
+def test_a_run_folder_replayed_on_the_simple_loop_takes_those_options(
+    run_folders: dict[str, Path],
+) -> None:
+    """What the refusal suggests works: --format artifacts with --bias and -b."""
+    folder = str(run_folders["k2-m1"])
+    result = runner.invoke(app, ["replay", folder, "--format", "artifacts", "-k", "2", "--bias",
+                                 "-b", "2", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "bias" in json.loads(result.stdout)
