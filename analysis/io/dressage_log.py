@@ -257,7 +257,7 @@ def read_metrics(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[dict[str, 
     or of a CSV exported from a dashboard (:func:`read_metrics_csv`); the metrics the
     replay uses (:data:`USED_METRICS`) are checked to be numbers."""
     if path.suffix.lower() == ".csv":
-        return read_metrics_csv(path)
+        return read_metrics_csv(path, limits)
     rows: list[dict[str, Any]] = []
     for number, record in jsonl_records(path, limits):
         if isinstance(record, LogFormatError):
@@ -300,12 +300,15 @@ _STEP_COLUMNS = ("rollout_id", "Step", "step", "_step", "trainer/global_step")
 """Column names a dashboard export gives the step, in order of preference."""
 
 
-def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+def read_metrics_csv(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[dict[str, Any]]:
     """Per-step metrics from a CSV exported from a dashboard (one row per step): the step
     in ``rollout_id`` (or ``Step``, ``step``, ``_step``), metric names as columns, with a
     ``<run name> - `` prefix dropped and the ``__MIN``/``__MAX`` columns of an export
-    left out."""
+    left out. No line may be longer than ``max_record_bytes`` (checked before parsing)."""
     import polars as pl
+
+    for _ in log_lines(path, limits):
+        pass
 
     try:
         frame = pl.read_csv(path, infer_schema_length=None)

@@ -68,6 +68,15 @@ def test_read_run_holds_every_file_to_the_limits(run: Path, pattern: str) -> Non
     assert str(padded) in message and f"max_record_bytes={LIMIT * 2}" in message
 
 
+def test_a_metrics_csv_is_held_to_the_line_limit(run: Path) -> None:
+    (run / "dressage_metrics.jsonl").unlink()
+    csv = run / "dressage_metrics.csv"
+    csv.write_text("rollout_id,dressage/x\n0,1.0\n1," + "9" * PAST + "\n")
+    assert analysis.read_run(run).metrics.height == 2
+    with pytest.raises(LimitError, match=r"dressage_metrics\.csv:3: a line of more than"):
+        analysis.read_run(run, limits=analysis.Limits(max_record_bytes=LIMIT))
+
+
 def test_read_run_holds_its_dumps_to_the_pickle_limits(run: Path) -> None:
     assert analysis.read_run(run, limits=analysis.Limits(max_pickle_values=1 << 20))
     with pytest.raises(LimitError, match=r"rollout_data/\d+\.pt: .*max_pickle_values"):
