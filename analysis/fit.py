@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from analysis.errors import ConfigError
+from analysis.io.limits import Limits
 from analysis.simulator import SimulationConfig, simulate
 
 if TYPE_CHECKING:
@@ -237,20 +238,23 @@ def fit_simulation(
     return Fit(config=config, fitted=tuple(rows), log=log, simulated=simulated, notes=tuple(notes))
 
 
-def fit_run(path: str | Path, *, given: Mapping[str, Any] | None = None) -> Fit:
+def fit_run(
+    path: str | Path, *, given: Mapping[str, Any] | None = None, limits: Limits | None = None
+) -> Fit:
     """:func:`fit_simulation` of a log or a Dressage run folder, whose rollout calls time
-    its steps and whose own samples per prompt and batch size are used."""
+    its steps and whose own samples per prompt and batch size are used; its files are
+    read within ``limits`` (the defaults when None)."""
     from analysis.io.dressage_run import is_run_folder, read_run
     from analysis.io.load import load_logs
 
     calls: list[float] = []
     per_group = step_groups = None
     if is_run_folder(path):
-        run = read_run(path)
+        run = read_run(path, limits=limits or Limits())
         calls = [t for t in run.calls["started_at"].to_list() if t is not None]
         per_group, step_groups = run.samples_per_prompt, run.target_groups
     return fit_simulation(
-        load_logs([path]), call_starts=calls, samples_per_prompt=per_group,
+        load_logs([path], **dataclasses.asdict(limits or Limits())), call_starts=calls, samples_per_prompt=per_group,
         groups_per_step=step_groups, given=given,
     )  # fmt: skip
 

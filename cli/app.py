@@ -112,6 +112,9 @@ def _options(
     ] = False,
 ) -> None:
     """Options given before the command (the help shown is the app's own)."""
+    from cli.output import show_library_warnings
+
+    show_library_warnings()
 
 
 def main() -> None:

@@ -359,6 +359,15 @@ def read_options(
     return analysis.ReadOptions.of(options, **limits)
 
 
+def run_limits(limit: list[str] | None) -> analysis.Limits:
+    """The limits --limit gives, for a command that reads a run folder itself (replay RUN,
+    verify, simulate --like); one that does not parse is a usage error."""
+    try:
+        return analysis.Limits(**analysis.Limits.parse(limit or []))
+    except analysis.SettingSyntaxError as error:
+        raise usage_error(error) from None
+
+
 @dataclass(frozen=True)
 class Reading:
     """Inputs and how to read them, with a progress bar unless quiet."""
@@ -393,7 +402,7 @@ _PEER_NAMES = {"prime-rl": "prime-rl", "areal": "AReaL", "verl": "verl", "nemo-r
 
 def own_batch_groups(
     inputs: Sequence[Path], given: int | None, prepared: analysis.PreparedLog,
-    report: analysis.LoadReport,
+    report: analysis.LoadReport, *, limits: analysis.Limits | None = None,
 ) -> int | None:  # fmt: skip
     """B for the simple loop when -b is not given: inferred from the log's trainer steps
     (None: the engine infers it), else a Dressage run folder's own batch size (its
@@ -406,7 +415,7 @@ def own_batch_groups(
     if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
         from analysis.io.dressage_run import run_target_groups
 
-        target = run_target_groups(inputs[0])
+        target = run_target_groups(inputs[0], limits or analysis.Limits())
         if target is not None:
             typer.echo(f"note: batch_groups={target}, the run's own batch size", err=True)
             return target

@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -101,3 +102,24 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)
         for where in report.skipped_where:
             typer.echo(f"  {one_line(flagged(where))}", err=True)
+
+
+def show_library_warnings() -> None:
+    """What the library says as a Python warning while it writes (a temporary left by a
+    killed write, removed: :class:`analysis.io.tables.LeftoverRemovedWarning`), as a
+    ``warning:`` line on stderr like every other; other warnings as Python shows them."""
+    previous = warnings.showwarning
+    if getattr(previous, "dressage_replay", False):
+        return  # installed already (the app is called again in one process by tests)
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int,
+        file: Any = None, line: str | None = None,
+    ) -> None:  # fmt: skip
+        if category.__name__ == "LeftoverRemovedWarning":
+            typer.echo(f"warning: {one_line(flagged(str(message)))}", err=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    show.dressage_replay = True  # type: ignore[attr-defined]
+    warnings.showwarning = show

@@ -14,7 +14,7 @@ import datetime as dt
 import math
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from analysis.errors import (
 )
 from analysis.io.dumps import dump_samples
 from analysis.io.jsonl import jsonl_records
+from analysis.io.limits import DEFAULT_LIMITS, Limits, over_limit
 
 CALL_SCHEMA: dict[str, Any] = {
     "rollout_id": pl.Int64,
@@ -101,14 +102,29 @@ class DressageLog:
     """How the zone was found: ``failures`` (error.json times), ``first_call`` or ``none``."""
 
 
-def _parse_lines(path: Path) -> list[tuple[float, str, int]]:
-    """(naive time read as UTC, message, line number) of every line in the logging format."""
+def log_lines(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a text log, none held past ``max_record_bytes``
+    (a log of one endless line is refused, not read whole)."""
+    most = limits.max_record_bytes
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as handle:
+            for number, line in enumerate(iter(lambda: handle.readline(most + 1), b""), 1):
+                if len(line) > most and not line.endswith(b"\n"):
+                    raise over_limit(
+                        f"{path}:{number}",
+                        f"a line of more than {most:,} bytes",
+                        "max_record_bytes",
+                        most,
+                    )
+                yield number, line.decode("utf-8", "replace").rstrip("\r\n")
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def _parse_lines(path: Path, limits: Limits) -> list[tuple[float, str, int]]:
+    """(naive time read as UTC, message, line number) of every line in the logging format."""
     lines: list[tuple[float, str, int]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in log_lines(path, limits):
         match = _LINE.match(line)
         if match is None:
             continue  # tracebacks and other writers' lines carry nothing the replay uses
@@ -153,6 +169,7 @@ def read_dressage_log(
     *,
     error_times: Mapping[str, float],
     first_finish: float | None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> DressageLog:
     """Read ``dressage_log.txt``: call starts, batch size, final call and the drop, retry
     and drain lines, in Unix seconds.
@@ -160,7 +177,7 @@ def read_dressage_log(
     ``error_times`` (session id -> ``error.json`` timestamp) and ``first_finish`` (the
     earliest trajectory finish) calibrate the log's time zone (see :func:`zone_offset`).
     """
-    lines = _parse_lines(path)
+    lines = _parse_lines(path, limits)
     offset, zone_from = zone_offset(
         [(at, message) for at, message, _ in lines], error_times, first_finish
     )
@@ -235,14 +252,14 @@ _SIZES = USED_METRICS[-2:]
 """Batch-size metrics: whole numbers >= 1."""
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[dict[str, Any]]:
     """The rows of ``dressage_metrics.jsonl`` (one per rollout step, with ``rollout_id``),
     or of a CSV exported from a dashboard (:func:`read_metrics_csv`); the metrics the
     replay uses (:data:`USED_METRICS`) are checked to be numbers."""
     if path.suffix.lower() == ".csv":
-        return read_metrics_csv(path)
+        return read_metrics_csv(path, limits)
     rows: list[dict[str, Any]] = []
-    for number, record in jsonl_records(path):
+    for number, record in jsonl_records(path, limits):
         if isinstance(record, LogFormatError):
             raise record
         if not isinstance(record, dict) or not _is_int(record.get("rollout_id")):
@@ -283,12 +300,15 @@ _STEP_COLUMNS = ("rollout_id", "Step", "step", "_step", "trainer/global_step")
 """Column names a dashboard export gives the step, in order of preference."""
 
 
-def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+def read_metrics_csv(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[dict[str, Any]]:
     """Per-step metrics from a CSV exported from a dashboard (one row per step): the step
     in ``rollout_id`` (or ``Step``, ``step``, ``_step``), metric names as columns, with a
     ``<run name> - `` prefix dropped and the ``__MIN``/``__MAX`` columns of an export
-    left out."""
+    left out. No line may be longer than ``max_record_bytes`` (checked before parsing)."""
     import polars as pl
+
+    for _ in log_lines(path, limits):
+        pass
 
     try:
         frame = pl.read_csv(path, infer_schema_length=None)
@@ -319,10 +339,10 @@ def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_prompt_order(path: Path) -> list[str]:
+def read_prompt_order(path: Path, limits: Limits = DEFAULT_LIMITS) -> list[str]:
     """Instance ids of ``prompts.jsonl`` in file order: the order Dressage draws prompts in."""
     order: list[str] = []
-    for number, record in jsonl_records(path):
+    for number, record in jsonl_records(path, limits):
         if isinstance(record, LogFormatError):
             raise record
         metadata = record.get("metadata") if isinstance(record, dict) else None
@@ -342,7 +362,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def read_dump_rows(root: Path) -> tuple[list[dict[str, Any]], str | None]:
+def read_dump_rows(
+    root: Path, limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[dict[str, Any]], str | None]:
     """One row per session of each step's dump, in dump order (``KEPT_SCHEMA``), and which
     file gave them: ``rollout_data/<step>.pt`` (safe reader), else ``rollouts.jsonl``."""
     by_step: dict[int, list[tuple[str, dict[str, Any]]]] = {}
@@ -350,7 +372,7 @@ def read_dump_rows(root: Path) -> tuple[list[dict[str, Any]], str | None]:
     paths = sorted(folder.glob("*.pt")) if folder.is_dir() else []
     paths = [p for p in paths if p.stem.isdigit()]  # eval_<n>.pt dumps are not steps
     for path in paths:
-        rollout_id, samples = _safe_dump(path)
+        rollout_id, samples = _safe_dump(path, limits)
         if rollout_id is not None and optional_int(rollout_id) is None:
             raise LogFormatError(f"{path}: rollout_id does not fit in 64 bits; {DUMP_FIX}")
         by_step[rollout_id if rollout_id is not None else int(path.stem)] = [
@@ -361,7 +383,7 @@ def read_dump_rows(root: Path) -> tuple[list[dict[str, Any]], str | None]:
     if not paths and (root / ROLLOUTS).is_file():
         source = ROLLOUTS
         fix = "correct the line, or remove rollouts.jsonl (the kept groups are then not checked)"
-        for number, record in jsonl_records(root / ROLLOUTS):
+        for number, record in jsonl_records(root / ROLLOUTS, limits):
             if isinstance(record, LogFormatError):
                 raise record
             where = f"{root / ROLLOUTS}:{number}"
@@ -386,11 +408,11 @@ DUMP_FIX = (
 )
 
 
-def _safe_dump(path: Path) -> tuple[int | None, list[Any]]:
+def _safe_dump(path: Path, limits: Limits) -> tuple[int | None, list[Any]]:
     """A run folder's dump, read by the safe reader: it rebuilds tensors and NumPy arrays,
     and refuses other classes; trusting the pickle is no option here, so not suggested."""
     try:
-        return dump_samples(path, trust_pickle=False)
+        return dump_samples(path, trust_pickle=False, limits=limits)
     except UnsafePickleError as exc:
         raw = exc.raw
         cut = raw.find(setting("trust_pickle", True))

@@ -27,6 +27,7 @@ from analysis.io.dressage_log import (
     DressageLog,
     calls_frame,
     events_frame,
+    log_lines,
     read_dressage_log,
     read_dump_rows,
     read_metrics,
@@ -43,6 +44,7 @@ from analysis.io.dressage_sessions import (
     read_trajectories,
     subfolders,
 )
+from analysis.io.limits import DEFAULT_LIMITS, Limits
 
 DUMPS = "rollout_data"
 METRICS_CSV = "dressage_metrics.csv"
@@ -141,11 +143,16 @@ def is_run_folder(path: str | Path) -> bool:
         return False
 
 
-def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
+def read_run(
+    path: str | Path, *, trajectories_only: bool = False, limits: Limits = DEFAULT_LIMITS
+) -> RunLog:
     """Read a Dressage run folder into a :class:`RunLog`.
 
     ``trajectories_only`` reads just the trajectory folders (trajectories and attempts),
-    for a caller that does not replay the loop.
+    for a caller that does not replay the loop. Every file is read within ``limits``
+    (:class:`analysis.Limits`, or :attr:`analysis.ReadOptions.limits`), as ``load_logs``
+    reads logs: a JSON file or line past ``max_record_bytes``, a dump past the pickle
+    limits, is refused naming the limit.
     """
     given = Path(path)
     if not given.exists():
@@ -158,7 +165,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
         )
     warnings: list[str] = []
     sources = [name for name in (PAYLOAD, ERRORS) if (root / name).is_dir()]
-    trajectories = read_trajectories(root, warnings)
+    trajectories = read_trajectories(root, warnings, limits)
     if not trajectories:
         raise MissingFieldError(
             f"{root}: no trajectory folder ({PAYLOAD}/<instance>/<session>/ with session.json "
@@ -170,7 +177,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
     log: DressageLog | None = None
     metrics: list[dict[str, Any]] = []
     if not trajectories_only:
-        dumps, dump_source = read_dump_rows(root)
+        dumps, dump_source = read_dump_rows(root, limits)
         if dump_source:
             sources.append(dump_source)
         else:
@@ -180,7 +187,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
             )
         if (root / PROMPTS).is_file():
             sources.append(PROMPTS)
-            prompts = read_prompt_order(root / PROMPTS)
+            prompts = read_prompt_order(root / PROMPTS, limits)
         else:
             warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
         metrics_file = next(
@@ -188,7 +195,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
         )
         if metrics_file is not None:
             sources.append(metrics_file.name)
-            metrics = read_metrics(metrics_file)
+            metrics = read_metrics(metrics_file, limits)
             _warn_repeated_steps(metrics, metrics_file.name, warnings)
         else:
             warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
@@ -200,6 +207,7 @@ def read_run(path: str | Path, *, trajectories_only: bool = False) -> RunLog:
                     t.trajectory_id: t.finished_at for t in trajectories if not t.completed
                 },
                 first_finish=min(t.finished_at for t in trajectories),
+                limits=limits,
             )
         else:
             warnings.append(
@@ -371,25 +379,32 @@ def _samples_per_prompt(
     return max(counts.values()) if counts else None
 
 
-def run_target_groups(path: str | Path) -> int | None:
+def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int | None:
     """A Dressage run folder's own batch size, cheaply: the first rollout call's
     target_groups in dressage_log.txt, else the metrics' or the dumps' (the whole run is
-    read only then); None when the run does not say, or cannot be read."""
+    read only then); None when the run does not say, or cannot be read (within
+    ``limits``: a file past them is refused, as reading the run would refuse it)."""
     import re
+
+    from analysis.io.limits import LimitError
 
     root = find_run_root(Path(path))
     if root is None:
         return None
-    pattern = re.compile(rb"target_groups=(\d+)")
-    try:
-        with (root / LOG).open("rb") as handle:
-            for line in handle:
+    pattern = re.compile(r"target_groups=([0-9]+)")
+    if (root / LOG).is_file():
+        try:
+            for _, line in log_lines(root / LOG, limits):
                 if found := pattern.search(line):
                     return int(found.group(1)) or None
-    except OSError:
-        pass  # no log: the slower way below
+        except LimitError:
+            raise
+        except ReplayError:
+            pass  # an unreadable log: the slower way below
     try:
-        return read_run(root).target_groups
+        return read_run(root, limits=limits).target_groups
+    except LimitError:
+        raise
     except ReplayError:
         return None
 

@@ -24,7 +24,7 @@ from analysis.io.dressage_log import (
 )
 from analysis.io.dressage_records import as_count, as_time
 from analysis.io.jsonl import read_json_file
-from analysis.io.limits import printable
+from analysis.io.limits import DEFAULT_LIMITS, Limits, printable
 from analysis.labels import real_label
 
 PAYLOAD, ERRORS = "traj_payload", "traj_err"
@@ -104,9 +104,12 @@ def _named(root: Path, folders: list[Path]) -> str:
     return f"{len(folders)} session folder(s) ({shown}{', ...' if len(folders) > 3 else ''})"
 
 
-def read_trajectories(root: Path, warnings: list[str]) -> list[Trajectory]:
-    """Every trajectory folder of the run, read as far as it goes; a warning names the
-    folders that lack a file (so that a trajectory is never dropped or guessed unsaid)."""
+def read_trajectories(
+    root: Path, warnings: list[str], limits: Limits = DEFAULT_LIMITS
+) -> list[Trajectory]:
+    """Every trajectory folder of the run, read as far as it goes (each JSON file within
+    ``limits``); a warning names the folders that lack a file (so that a trajectory is
+    never dropped or guessed unsaid)."""
     found: list[Trajectory] = []
     no_session: list[Path] = []
     no_samples: list[Path] = []
@@ -116,7 +119,7 @@ def read_trajectories(root: Path, warnings: list[str]) -> list[Trajectory]:
         if not (has_session or has_samples):
             empty.append(folder)
             continue
-        found.append(_read_payload_session(folder))
+        found.append(_read_payload_session(folder, limits))
         if not has_session:
             no_session.append(folder)
         elif not has_samples:
@@ -124,7 +127,7 @@ def read_trajectories(root: Path, warnings: list[str]) -> list[Trajectory]:
     no_error: list[Path] = []
     for folder in _sessions(root, ERRORS):
         if (folder / "error.json").is_file():
-            found.append(_read_error_session(folder))
+            found.append(_read_error_session(folder, limits))
         else:
             no_error.append(folder)
     if no_session:
@@ -193,14 +196,14 @@ def _int_field(value: Any, where: str) -> int | None:
     return number
 
 
-def _read_payload_session(folder: Path) -> Trajectory:
+def _read_payload_session(folder: Path, limits: Limits) -> Trajectory:
     """A completed trajectory: ``session.json`` (segments, token versions, finish time) and
     ``samples/<segment>.json`` (the attempt key and the tracker's end version); a session
     with only one of them is read from that one."""
     path = folder / "session.json"
     segments: list[dict[str, Any]] = []
     if path.is_file():
-        session = read_json_file(path)
+        session = read_json_file(path, limits)
         data = session.get("data") if isinstance(session, dict) else None
         if not isinstance(data, list) or not all(isinstance(seg, dict) for seg in data):
             raise LogFormatError(
@@ -227,7 +230,7 @@ def _read_payload_session(folder: Path) -> Trajectory:
     sample_stamps: list[float] = []
     sample_versions: dict[str, None] = {}
     for sample_path in sample_files:
-        sample = read_json_file(sample_path)
+        sample = read_json_file(sample_path, limits)
         if not isinstance(sample, dict):
             raise LogFormatError(
                 f"{sample_path}: expected a sample object (found {type(sample).__name__}); {_FIX}"
@@ -303,10 +306,10 @@ def _last_trainable_version(segments: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _read_error_session(folder: Path) -> Trajectory:
+def _read_error_session(folder: Path, limits: Limits) -> Trajectory:
     """A failed trajectory: ``error.json`` (failure, key, and the ids the payload lacks)."""
     path = folder / "error.json"
-    error = read_json_file(path)
+    error = read_json_file(path, limits)
     if not isinstance(error, dict):
         raise LogFormatError(
             f"{path}: expected an error object (found {type(error).__name__}); {_FIX}"

@@ -24,7 +24,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -338,12 +337,10 @@ def convert_partitioned(
     output = Path(output)
     _check_output(output, inputs)
     units = plan_units(inputs, include_eval=options.include_eval, piece_bytes=piece_bytes)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
-    except OSError as error:
-        raise OutputError(
-            f"{output}: cannot write there ({error.strerror}); choose a writable folder"
-        ) from None
+    from analysis.io.tables import temporary_folder
+
+    # Named with this process's pid: a kill -9 leaves it, and the next convert removes it.
+    staging = temporary_folder(output)
     try:
         if progress is not None:
             progress(0, len(units))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
+import re
+import secrets
 import shutil
 import signal
-import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,26 +99,176 @@ def _check_folder(path: Path) -> Path:
     return directory
 
 
-def _umask() -> int:
-    """The process's umask (reading it means setting it: set it straight back)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+# ------------------------------------------------------------- temporaries beside outputs
+
+NO_TMPFILE_ENV = "DRESSAGE_REPLAY_NO_TMPFILE"
+"""When set (not empty), :func:`atomic_path` writes a named temporary even where the
+system offers anonymous ones (to test the fallback)."""
+use_tmpfile = True
+"""Whether :func:`atomic_path` may write an anonymous ``O_TMPFILE`` (tests turn it off)."""
+
+
+class LeftoverRemovedWarning(UserWarning):
+    """A temporary left beside an output by a write that was killed, removed by the next
+    write of that output (the command line prints it as a ``warning:`` line)."""
+
+
+def _temp_name(path: Path) -> str:
+    """A temporary's name beside ``path``: ``.NAME.<pid>-XXXXXXXX.tmp``, the pid of the
+    process that writes it (a later write removes it once that process is gone)."""
+    return f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (or may: one of another user's, or past the range;
+    any, where signal 0 does not ask, off POSIX)."""
+    if pid == os.getpid() or os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True
+    return True
+
+
+def _ours(name: str) -> bool:
+    """Whether ``name`` is a temporary of this process (a folder being written)."""
+    found = re.fullmatch(r"\..+\.([0-9]{1,10})-[0-9a-f]{8}\.tmp", name)
+    return found is not None and int(found.group(1)) == os.getpid()
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove the temporaries of ``path`` (``.NAME.<pid>-XXXXXXXX.tmp``, files or folders)
+    whose writing process is gone: a write killed (``kill -9``, the OOM killer) left them.
+    Nothing else is touched, not even another output's temporaries; each removal is said
+    as a :class:`LeftoverRemovedWarning`."""
+    path = Path(path)
+    removed: list[Path] = []
+    if _ours(path.parent.name):
+        return removed  # a file of a folder this process is writing: nothing left there
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.([0-9]{{1,10}})-[0-9a-f]{{8}}\.tmp")
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed  # the write says why it cannot write there
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue  # gone already (another write removed it), or not ours to remove
+        removed.append(Path(entry.path))
+    if removed:
+        warnings.warn(
+            f"{path}: removed {', '.join(item.name for item in removed)}, left half-written "
+            "beside it by an earlier write that was killed (its process is gone)",
+            LeftoverRemovedWarning,
+            stacklevel=3,
+        )
+    return removed
+
+
+def _anonymous_file(directory: Path) -> int | None:
+    """A descriptor of a new file in ``directory`` that has no name (Linux's O_TMPFILE):
+    it vanishes with the process, whatever ends it. None where the system or the folder's
+    filesystem has none (the caller then writes a named temporary)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not (flag and use_tmpfile and os.path.isdir("/proc/self/fd")):
+        return None
+    if os.environ.get(NO_TMPFILE_ENV):
+        return None
+    try:
+        # 0o666 with the umask applied: the permissions a plain open() gives.
+        return os.open(directory, flag | os.O_RDWR, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            return None
+        raise
+
+
+def _publish(handle: int, path: Path) -> None:
+    """Give the anonymous file ``handle`` a temporary name beside ``path``, then rename it
+    over ``path`` (a name of its own first: a link cannot replace a file)."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        while True:
+            name = _temp_name(path)
+            try:
+                # A target folder makes this linkat(..., AT_SYMLINK_FOLLOW): plain link()
+                # would link /proc's magic link itself, not the file it stands for.
+                os.link(f"/proc/self/fd/{handle}", name, dst_dir_fd=folder, follow_symlinks=True)
+                break
+            except FileExistsError:
+                continue
+        try:
+            os.replace(name, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` only on success."""
+    """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
+
+    On Linux the temporary is an anonymous file (``O_TMPFILE``) written through its
+    ``/proc/self/fd/N`` path, so that nothing is left if the process is killed; elsewhere,
+    or where the folder's filesystem has none, a file ``.NAME.<pid>-XXXXXXXX.tmp``, which
+    the next write of ``path`` removes if a kill left it (:func:`remove_leftovers`).
+    """
     path = Path(path)
     directory = _check_folder(path)
+    remove_leftovers(path)
     try:
-        handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        handle = _anonymous_file(directory)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
-    os.close(handle)
-    temp = Path(temp_name)
-    # mkstemp creates the file private (0600); give it the permissions a plain open() would.
-    temp.chmod(0o666 & ~_umask())
+    if handle is None:
+        with _named_temporary(path, directory) as temp:
+            yield temp
+        return
+    try:
+        yield Path(f"/proc/{os.getpid()}/fd/{handle}")
+        _publish(handle, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+    finally:
+        os.close(handle)
+
+
+def _make_named(path: Path, directory: Path, make: Callable[[Path], None]) -> Path:
+    """A new temporary beside ``path``, made by ``make`` (a file or a folder)."""
+    while True:
+        temp = directory / _temp_name(path)
+        try:
+            make(temp)
+            return temp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(
+                f"{path}: cannot write there ({exc.strerror}); choose a writable folder"
+            ) from exc
+
+
+def _new_file(temp: Path) -> None:
+    # 0o666 with the umask applied: the permissions a plain open() gives.
+    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+
+
+@contextlib.contextmanager
+def _named_temporary(path: Path, directory: Path) -> Iterator[Path]:
+    temp = _make_named(path, directory, _new_file)
     try:
         yield temp
         os.replace(temp, path)
@@ -126,25 +279,29 @@ def atomic_path(path: Path) -> Iterator[Path]:
             temp.unlink(missing_ok=True)
 
 
+def temporary_folder(path: Path) -> Path:
+    """A new folder ``.NAME.<pid>-XXXXXXXX.tmp`` beside ``path``, to be renamed to it when
+    whole (first removing the ones killed writes of ``path`` left: :func:`remove_leftovers`);
+    its permissions are a plain mkdir()'s."""
+    path = Path(path)
+    remove_leftovers(path)
+    return _make_named(path, _check_folder(path), os.mkdir)
+
+
 @contextlib.contextmanager
 def atomic_folder(path: Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``path``; rename it to ``path`` only on success.
 
     ``path`` must not exist, or be an empty folder: a run is never mixed into another's
-    files, and an interrupted write leaves nothing behind.
+    files, and an interrupted write leaves nothing behind (a kill leaves the folder
+    ``.NAME.<pid>-XXXXXXXX.tmp``, which the next write of ``path`` removes).
     """
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         kind = "a folder that is not empty" if path.is_dir() else "a file"
         raise OutputError(f"{path}: already exists and is {kind}; choose a new folder")
-    parent = _check_folder(path)
+    temp = temporary_folder(path)
     try:
-        temp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent))
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write there ({exc.strerror})") from exc
-    try:
-        # mkdtemp creates the folder private (0700); give it what a plain mkdir() would.
-        temp.chmod(0o777 & ~_umask())
         # Held open, the folder keeps its inode: one removed and made again differs.
         held = os.open(temp, os.O_RDONLY)
         try:

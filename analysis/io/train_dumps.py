@@ -24,6 +24,7 @@ import polars as pl
 
 from analysis.errors import InputNotFoundError, LogFormatError, UnknownFormatError, counted
 from analysis.io.fields import log_prob_drift
+from analysis.io.limits import DEFAULT_LIMITS, Limits
 from analysis.io.pickles import load_pickled
 
 Layout = Literal["slime", "slime-pinned"]
@@ -76,8 +77,11 @@ class TrainDumps:
         return self.rows.filter(pl.col("sample_index").is_not_null())
 
 
-def read_train_dumps(inputs: Sequence[str | Path], *, trust_pickle: bool = False) -> TrainDumps:
-    """Read train-side dump files, or folders of them (``*.pt`` in name order), into rows.
+def read_train_dumps(
+    inputs: Sequence[str | Path], *, trust_pickle: bool = False, limits: Limits = DEFAULT_LIMITS
+) -> TrainDumps:
+    """Read train-side dump files, or folders of them (``*.pt`` in name order), into rows,
+    each within ``limits`` (the pickle limits; an archive's inflation) as logs are read.
 
     Examples
     --------
@@ -92,7 +96,7 @@ def read_train_dumps(inputs: Sequence[str | Path], *, trust_pickle: bool = False
     files = _train_files(inputs)
     rows: list[dict[str, Any]] = []
     for path in files:
-        payload = load_pickled(path, trust_pickle=trust_pickle)
+        payload = load_pickled(path, trust_pickle=trust_pickle, limits=limits)
         layout = train_dump_layout(payload)
         if layout is None:
             raise UnknownFormatError(

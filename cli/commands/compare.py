@@ -45,12 +45,15 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
 
 
 def train_sides(
-    paths: list[Path], *, trust_pickle: bool
+    paths: list[Path], *, trust_pickle: bool, limits: analysis.Limits
 ) -> tuple[analysis.TrainDumps | None, analysis.TrainDumps | None]:
     """The train dumps of each log: the first --train-dumps is the first log's."""
     if len(paths) > 2:
         raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
-    read = [analysis.read_train_dumps([path], trust_pickle=trust_pickle) for path in paths]
+    read = [
+        analysis.read_train_dumps([path], trust_pickle=trust_pickle, limits=limits)
+        for path in paths
+    ]
     return (read[0] if read else None), (read[1] if len(read) > 1 else None)
 
 
@@ -116,19 +119,21 @@ log-prob drift by gap."""
         from analysis.views.plots import FIGURE_FORMATS
 
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
-    loaded = [
+    readings = [
         reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet, include_eval=include_eval, limit=limit, log_format=log_format).load()
+                quiet=quiet, include_eval=include_eval, limit=limit, log_format=log_format)
         for path in (first, second)
     ]  # fmt: skip
+    limits = readings[0].options.limits  # the train dumps are read within the same limits
+    loaded = [logs.load() for logs in readings]
     (table_a, _), (table_b, _) = loaded
     config_a, config_b = (
-        _own_config(config, path, table, report)
+        _own_config(config, path, table, report, limits)
         for path, (table, report) in zip((first, second), loaded, strict=True)
     )
     result = analysis.compare_logs(
         table_a, table_b, config_a=config_a, config_b=config_b, names=named,
-        train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle),
+        train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle, limits=limits),
     )  # fmt: skip
     if plot_file is not None:
         from analysis.views.comparison import plot_compare
@@ -148,12 +153,13 @@ log-prob drift by gap."""
 
 
 def _own_config(
-    config: analysis.ReplayConfig, path: Path, table: pl.DataFrame, report: analysis.LoadReport
-) -> analysis.ReplayConfig:
+    config: analysis.ReplayConfig, path: Path, table: pl.DataFrame, report: analysis.LoadReport,
+    limits: analysis.Limits,
+) -> analysis.ReplayConfig:  # fmt: skip
     """One side's setting: B as given, else its trainer steps' or its run folder's own."""
     if config.batch_groups is not None:
         return config
-    given = own_batch_groups([path], None, analysis.prepare(table), report)
+    given = own_batch_groups([path], None, analysis.prepare(table), report, limits=limits)
     return analysis.ReplayConfig(
         keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
     )

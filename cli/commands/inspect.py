@@ -70,7 +70,7 @@ def inspect(
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
         from analysis.io.dressage_run import run_target_groups
 
-        target = run_target_groups(inputs[0])
+        target = run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     bounds = [
         analysis.admission_violations(

@@ -103,7 +103,9 @@ def plot(
         log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, report, limits=logs.options.limits
+    )
     with progress_bar("replaying settings", quiet=quiet) as update:
         figure = make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
@@ -139,7 +141,9 @@ def _plot_policies(
         )
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
     _, prepared, report = reading_.prepare()
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, report, limits=reading_.options.limits
+    )
     with progress_bar("replaying policies", quiet=quiet) as update:
         result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
     save_figure(plot_policies(result), output)

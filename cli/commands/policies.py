@@ -32,7 +32,9 @@ def replay_with_policy(
     every policy and input; a run folder's records are read as a log (traj_payload/ and
     traj_err/ in completion order), with the run's own B when none is given."""
     table, prepared, report = reading_.prepare(whole_table=bias)
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, report, limits=reading_.options.limits
+    )
     result = replay_policy(prepared, policy, batch_groups=batch_groups)
     _write_tables(result, prepared, inputs, decisions=decisions, trajectories=trajectories)
     dropped = analysis.who_gets_dropped(prepared, result.result, table=table) if bias else None
@@ -85,7 +87,9 @@ def sweep_with_policies(
 ) -> None:
     """Every policy over one load of the log: one row each, the same columns."""
     _, prepared, report = reading_.prepare()
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, report, limits=reading_.options.limits
+    )
     with progress_bar("replaying policies", quiet=quiet) as update:
         result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
     if output is not None:

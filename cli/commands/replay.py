@@ -29,6 +29,7 @@ from cli.options import (
     one_max_preempts,
     own_batch_groups,
     reading,
+    run_limits,
     the_policy,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
@@ -124,11 +125,10 @@ its records are replayed on the simple loop, as sweep --policy does."""
         refuse_unused(
             batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
             on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
-            limits=limit,
         )  # fmt: skip
         replay_run_folder(
             inputs[0], keep_versions, one_max_preempts(max_preempts), json_output=json_output,
-            decisions=decisions, trajectories=trajectories,
+            decisions=decisions, trajectories=trajectories, limits=run_limits(limit),
         )  # fmt: skip
         return
     config = analysis.ReplayConfig(
@@ -157,7 +157,9 @@ def replay_logs(
 ) -> None:
     """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
     table, prepared, report = logs.prepare(whole_table=bias)
-    given = own_batch_groups(inputs, config.batch_groups, prepared, report)
+    given = own_batch_groups(
+        inputs, config.batch_groups, prepared, report, limits=logs.options.limits
+    )
     config = analysis.ReplayConfig(
         keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
     )
@@ -182,21 +184,49 @@ def replay_logs(
     warn(report)
 
 
+_RUN_LOOP_OWN = {
+    "batch_groups": "the batch size is the run's own (its dressage_log.txt's target_groups)",
+    "order_by": "groups arrive in the order the run's trajectories finished",
+    "fields": "the run's own files are read, not records whose fields could be renamed",
+    "bias": "who gets dropped is compared on the simple loop only",
+    "on_bad_record": "a run folder is read whole, a bad file is an error and never skipped",
+    "trust_pickle": "a run folder's dumps are always read by the safe reader",
+    "include_eval": "evaluation dumps (eval_<N>.pt) are no steps of the loop",
+}
+"""Why each option of the simple loop does not apply to a run folder replayed as
+Dressage's loop."""
+_SIMPLE_LOOP_ONLY = ("batch_groups", "order_by", "fields", "bias")
+"""Those that apply when the folder's records are replayed on the simple loop instead."""
+
+
 def refuse_unused(**given: Any) -> None:
-    """Options of the simple loop given for a run folder: a usage error naming them (the
-    run loop takes its batch size, order and fields from the run's own files)."""
+    """Options of the simple loop given for a run folder: a usage error naming each, what
+    it does not apply to and why, and what to do."""
     unused = [
-        FLAGS.get(name, f"--{name}")
+        name
         for name, value in given.items()
         if value not in (None, False, [], BadRecordPolicy.fail)
     ]
-    if unused:
-        raise typer.BadParameter(
-            "not used when a run folder is replayed as Dressage's loop (docs/semantics.md "
-            "§12): the batch size, arrival order and fields are the run's own; leave "
-            f"{'it' if len(unused) == 1 else 'them'} out",
-            param_hint=", ".join(unused),
+    if not unused:
+        return
+    flags = [FLAGS.get(name, f"--{name}") for name in unused]
+    why = "; ".join(
+        f"{flag}: {_RUN_LOOP_OWN[name]}" for name, flag in zip(unused, flags, strict=True)
+    )
+    elsewhere = [
+        flag for name, flag in zip(unused, flags, strict=True) if name in _SIMPLE_LOOP_ONLY
+    ]
+    todo = f"leave {'it' if len(unused) == 1 else 'them'} out"
+    if elsewhere:
+        todo += (
+            f", or add --format artifacts to replay the folder's records on the simple loop, "
+            f"where {', '.join(elsewhere)} {'applies' if len(elsewhere) == 1 else 'apply'}"
         )
+    raise typer.BadParameter(
+        f"not used when a run folder is replayed as Dressage's loop (docs/semantics.md §12): "
+        f"{why}; {todo}",
+        param_hint=", ".join(flags),
+    )
 
 
 def replay_run_folder(
@@ -207,16 +237,20 @@ def replay_run_folder(
     json_output: bool,
     decisions: Path | None,
     trajectories: Path | None,
+    limits: analysis.Limits,
 ) -> None:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
-    run's own (its span rejections are on disk, its batch size in its log)."""
+    run's own (its span rejections are on disk, its batch size in its log); its files
+    are read within ``limits`` (--limit)."""
     if max_preempts is not None:
         typer.echo(
             f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
             "the run's own M (its span rejections are on disk, in traj_err/)",
             err=True,
         )
-    result = analysis.replay_run(analysis.read_run(folder), keep_versions=keep_versions)
+    result = analysis.replay_run(
+        analysis.read_run(folder, limits=limits), keep_versions=keep_versions
+    )
     for path in analysis.write_run_tables(
         result, decisions=decisions, trajectories=trajectories, inputs=[folder]
     ):

@@ -74,7 +74,9 @@ def report(
         log_format=log_format,
     )  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, loaded)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, loaded, limits=logs.options.limits
+    )
     command = _reproduce(
         inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
         on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
@@ -82,7 +84,9 @@ def report(
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     inspection = analysis.inspect_log(table, loaded)
     if log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
-        target = analysis.read_run(inputs[0]).target_groups  # its own, whatever -b says
+        target = analysis.read_run(
+            inputs[0], limits=logs.options.limits
+        ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     with progress_bar("replaying settings", quiet=quiet) as update:
         document = build_report(

@@ -15,11 +15,13 @@ import analysis
 from analysis.admission import simulation_rule
 from cli.options import (
     FLAG,
+    LimitOption,
     Quiet,
     Traceback,
     choice_metavar,
     number_option,
     one_of,
+    run_limits,
     whole_option,
 )
 from cli.output import progress_bar
@@ -139,6 +141,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    limit: LimitOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
@@ -155,13 +158,19 @@ def simulate(
         admission=simulation_rule(admission, batch_groups=batch_groups) if admission else None,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    if limit and like is None:
+        raise typer.BadParameter(
+            "only read with --like: it bounds what reading that run may hold; leave it out, "
+            "or give --like RUN",
+            param_hint="--limit",
+        )
     if like is not None:
         given = {
             _CONFIG_NAMES[name]: getattr(config, _CONFIG_NAMES[name])
             for name in _CONFIG_NAMES
             if ctx.get_parameter_source(name).name != "DEFAULT"  # type: ignore[union-attr]
         }
-        config = _fitted(like, given)
+        config = _fitted(like, given, run_limits(limit))
         if admission:  # verl's R defaults to the fitted groups per step
             config = dataclasses.replace(
                 config, admission=simulation_rule(admission, batch_groups=config.batch_groups)
@@ -175,13 +184,15 @@ def simulate(
     typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {output}", err=True)
 
 
-def _fitted(like: Path, given: dict[str, object]) -> analysis.SimulationConfig:
+def _fitted(
+    like: Path, given: dict[str, object], limits: analysis.Limits
+) -> analysis.SimulationConfig:
     """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
     from analysis.fit import fit_run
     from cli.output import stdout_console
     from cli.render import print_fit
 
-    fit = fit_run(like, given=given)
+    fit = fit_run(like, given=given, limits=limits)
     print_fit(fit, like, stdout_console())
     return fit.config
 

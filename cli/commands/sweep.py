@@ -102,7 +102,9 @@ def sweep(
         log_format=log_format,
     )  # fmt: skip
     _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(inputs, batch_groups, prepared, report)
+    batch_groups = own_batch_groups(
+        inputs, batch_groups, prepared, report, limits=logs.options.limits
+    )
     with progress_bar("replaying settings", quiet=quiet) as update:
         result = analysis.sweep(
             prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update

@@ -10,7 +10,7 @@ import typer
 
 import analysis
 from cli.flags import flagged
-from cli.options import FLAG, INT, Traceback, one_keep_versions
+from cli.options import FLAG, INT, LimitOption, Traceback, one_keep_versions, run_limits
 from cli.output import print_json, results_out, stdout_console
 
 RunFolder = Annotated[
@@ -42,10 +42,11 @@ def verify(
     all_checks: Annotated[
         bool, typer.Option("--all", help="List every check, not only disagreements.", metavar=FLAG)
     ] = False,
+    limit: LimitOption = None,
     traceback_: Traceback = False,
 ) -> None:
     """Check, step by step, that the replay reproduces what the run's own files say."""
-    run = analysis.read_run(run_folder)
+    run = analysis.read_run(run_folder, limits=run_limits(limit))
     found = analysis.keep_versions_reproducing(run) if keep_versions is None else []
     chosen = keep_versions if keep_versions is not None else (found or [0])[0]
     result = analysis.replay_run(run, keep_versions=chosen)

@@ -236,7 +236,7 @@ def test_ctrl_c_ends_a_partitioned_convert_at_once_and_leaves_nothing(tmp_path: 
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".out.partial-*/part-*.parquet")):  # a part is written
+    while not list(tmp_path.glob(".out.*.tmp/part-*.parquet")):  # a part is written
         assert time.monotonic() < deadline and process.poll() is None
         time.sleep(0.1)
     process.send_signal(signal.SIGINT)
@@ -245,4 +245,4 @@ def test_ctrl_c_ends_a_partitioned_convert_at_once_and_leaves_nothing(tmp_path: 
     assert process.returncode == 130, err
     assert time.monotonic() - interrupted < 10
     assert "Traceback" not in err
-    assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
+    assert not out.exists() and not list(tmp_path.glob(".out.*.tmp"))

@@ -291,9 +291,12 @@ def test_interrupted_convert_leaves_nothing(
     write_jsonl(simulate(config), log)
     output = tmp_path / "out.parquet"
     size = log.stat().st_size
+    # A named temporary, to see when the write has begun (an anonymous one has no name;
+    # tests/cli/test_killed_writes.py kills that one).
     process = subprocess.Popen(
         [sys.executable, "-m", "cli", "convert", str(log), "-o", str(output), "--quiet"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "DRESSAGE_REPLAY_NO_TMPFILE": "1"},
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
