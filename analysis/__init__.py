@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when first used (a command line's start stays fast)
+    from analysis.batch_size import BatchSize, batch_groups_for
     from analysis.engine import (
         LOOP_DECISIONS,
         REPLAY_COLUMNS,
@@ -121,6 +122,8 @@ _HOME: dict[str, str] = {
     "TrainDumps": "analysis.io.train_dumps",
     "UnknownFormatError": "analysis.errors",
     "UnsafePickleError": "analysis.errors",
+    "batch_groups_for": "analysis.batch_size",
+    "BatchSize": "analysis.batch_size",
     "check_output": "analysis.io.tables",
     "compare_logs": "analysis.views.comparison",
     "convert_logs": "analysis.io.tables",
@@ -165,6 +168,7 @@ __all__ = [
     "TRAJECTORY_TABLE_COLUMNS",
     "AdmissionReport",
     "AdmissionRule",
+    "BatchSize",
     "BiasReport",
     "CompareResult",
     "ConfigError",
@@ -193,6 +197,7 @@ __all__ = [
     "UnknownFormatError",
     "UnsafePickleError",
     "admission_violations",
+    "batch_groups_for",
     "check_output",
     "compare_logs",
     "convert_logs",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import analysis
-from analysis.errors import SettingSyntaxError, setting
+from analysis.errors import SettingSyntaxError
 from cli.errors import usage_error
 from cli.output import progress_bar
 
@@ -397,46 +397,18 @@ class Reading:
         return table, prepared, report
 
 
-_PEER_NAMES = {"prime-rl": "prime-rl", "areal": "AReaL", "verl": "verl", "nemo-rl": "NeMo-RL"}
-
-
 def own_batch_groups(
     inputs: Sequence[Path], given: int | None, prepared: analysis.PreparedLog,
     report: analysis.LoadReport, *, limits: analysis.Limits | None = None,
 ) -> int | None:  # fmt: skip
-    """B for the simple loop when -b is not given: inferred from the log's trainer steps
-    (None: the engine infers it), else a Dressage run folder's own batch size (its
-    dressage_log.txt target_groups, or its dumps), said on standard error. A log with
-    neither is refused in one line naming the input and speaking of its own kind."""
-    if given is not None or prepared.inferred_batch_groups is not None or not prepared.n_groups:
-        return given
-    other = ""
-    named = str(inputs[0]) if len(inputs) == 1 else f"{inputs[0]} (and {len(inputs) - 1} more)"
-    if len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
-        from analysis.io.dressage_run import run_target_groups
-
-        target = run_target_groups(inputs[0], limits or analysis.Limits())
-        if target is not None:
-            typer.echo(f"note: batch_groups={target}, the run's own batch size", err=True)
-            return target
-        kind = (
-            "a Dressage run folder whose dressage_log.txt and rollout_data/ dumps give no "
-            "batch size (dressage/partial_rollout_target_groups)"
-        )
-    elif peers := [_PEER_NAMES[name] for name in report.formats if name in _PEER_NAMES]:
-        kind = f"{' and '.join(peers)} logs record no trainer step per group"
-    else:
-        kind = (
-            "its records carry no trainer step (a slime dump file's rollout_id, or "
-            "metadata.dressage_return_rollout_id; a sample's own rollout_id is not one)"
-        )
-        other = (
-            f" (or {setting('fields', 'trainer_step=PATH')} if the steps are under another name)"
-        )
-    raise analysis.ConfigError(
-        f"{named}: batch_groups cannot be inferred: {kind}; pass "
-        f"{setting('batch_groups', 'B')}, the groups per trainer batch{other}"
+    """B for the simple loop when -b is not given (:func:`analysis.batch_groups_for`),
+    saying on standard error where it came from."""
+    found = analysis.batch_groups_for(
+        inputs, given, prepared, report, limits=limits or analysis.Limits()
     )
+    if found.note is not None:
+        typer.echo(f"note: {found.note}", err=True)
+    return found.batch_groups
 
 
 def reading(
