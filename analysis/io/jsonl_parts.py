@@ -157,12 +157,15 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any]]:
     from analysis.errors import LogFormatError, MissingFieldError, ReplayError
     from analysis.io.fields import canonical_row, row_columns
     from analysis.io.jsonl import jsonl_records
+    from analysis.io.lean import lean_plan
     from analysis.io.limits import printable
 
     text, fail = printable(str(path)), options.on_bad_record != "skip"
     rows: list[dict[str, Any]] = []
     errors: list[ReplayError] = []
-    records = jsonl_records(path, options.limits, part=(piece.start, piece.stop, piece.first_line))
+    lean = lean_plan(options.fields, options.extra_fields)
+    part = (piece.start, piece.stop, piece.first_line)
+    records = jsonl_records(path, options.limits, part=part, lean=lean)
     while not (errors and fail):
         try:
             number, record = next(records)
