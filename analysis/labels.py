@@ -103,6 +103,13 @@ class SpanBuilder:
             start = end
         self.end, self.key = start, key
 
+    def feed_run(self, value: Any, count: int) -> None:
+        """Take ``count`` (>= 1) values equal to ``value``: ``feed([value] * count)``."""
+        self.feed((value,))
+        start, end, label = self.spans[-1]
+        self.spans[-1] = (start, end + count - 1, label)
+        self.end += count - 1
+
 
 def distinct_real_labels(spans: Sequence[Span]) -> list[str]:
     """Real labels of a token sequence, each once, in order of first appearance."""

@@ -67,7 +67,7 @@ class LeanPlan:
     """What to look for in a line: the keys of the token lists (as JSON text) and the
     dotted paths of each token-list meaning, from one field map."""
 
-    needles: tuple[bytes, ...]
+    keys: frozenset[bytes]
     paths: tuple[tuple[str, tuple[str, ...]], ...]
     fields: FieldMap
 
@@ -85,14 +85,14 @@ def lean_plan(fields: FieldMap, extra: tuple[str, ...] = ()) -> LeanPlan | None:
         return None
     for parts in lean:
         key = parts[-1]
-        if json.dumps(key) != f'"{key}"' or not key:
+        if json.dumps(key) != f'"{key}"' or not 0 < len(key) <= 64:
             return None
         for other in others:
             short = min(len(parts), len(other))
             if parts[:short] == other[:short]:  # one is (a part of) the other
                 return None
-    needles = tuple(dict.fromkeys(f'"{parts[-1]}"'.encode() for parts in lean))
-    return LeanPlan(needles, tuple(paths), fields)
+    keys = frozenset(parts[-1].encode() for parts in lean)
+    return LeanPlan(keys, tuple(paths), fields)
 
 
 class LeanList(Sequence[Any]):
@@ -110,13 +110,13 @@ class LeanList(Sequence[Any]):
 
     def feed(self, items: list[Any]) -> None:
         """Take the next piece of the list."""
-        if self.builder is not None and self.error is None:
-            try:
-                self.builder.feed(items)
-            except ValueError as exc:  # a bad label: raised where the row asks for spans
-                self.error = exc
-        if self.on_runs is not None:
-            self._feed_mask(items)
+        if items and (self.builder is not None or self.on_runs is not None):
+            # A piece inside one run (the common case) is seen as one by list.count, in C
+            # (== as groupby compares, and equal values are equally true).
+            if items.count(items[0]) == len(items):
+                self._feed_run(items[0], len(items))
+            else:
+                self._feed_runs(items)
         if self.values is not None:
             try:
                 self.values.extend(items)
@@ -124,17 +124,36 @@ class LeanList(Sequence[Any]):
                 raise _NotLean from None
         self.length += len(items)
 
-    def _feed_mask(self, items: list[Any]) -> None:
+    def _feed_runs(self, items: list[Any]) -> None:
+        if self.builder is not None and self.error is None:
+            try:
+                self.builder.feed(items)
+            except ValueError as exc:  # a bad label: raised where the row asks for spans
+                self.error = exc
+        if self.on_runs is not None:
+            start = self.length
+            for on, run in itertools.groupby(map(bool, items)):
+                end = start + len(list(run))
+                if on:
+                    self._on(start, end)
+                start = end
+
+    def _feed_run(self, value: Any, count: int) -> None:
+        if self.builder is not None and self.error is None:
+            try:
+                self.builder.feed_run(value, count)
+            except ValueError as exc:
+                self.error = exc
+        if self.on_runs is not None and value:
+            self._on(self.length, self.length + count)
+
+    def _on(self, start: int, end: int) -> None:
         assert self.on_runs is not None
-        runs, start = self.on_runs, self.length
-        for on, run in itertools.groupby(map(bool, items)):
-            end = start + len(list(run))
-            if on:
-                if runs and runs[-1][1] == start:
-                    runs[-1] = (runs[-1][0], end)
-                else:
-                    runs.append((start, end))
-            start = end
+        runs = self.on_runs
+        if runs and runs[-1][1] == start:
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((start, end))
 
     def __len__(self) -> int:
         return self.length
@@ -214,48 +233,50 @@ def lean_drift(
     return (total / count if count else None), count
 
 
-_AFTER_KEY = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*\[")
+_KEY_BEFORE = re.compile(rb'"([^"\\]{1,64})"[ \t\r\n]*:[ \t\r\n]*\Z')
+"""A key and its colon, at the end of the bytes before a ``[``."""
+
+Array = tuple[int, int, str, bool]
+"""A flat list in a line: index of its ``[``, of its ``]``, its key, whether it holds text."""
 
 
-def _flat_arrays(line: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int, str]]:
-    """(index of ``[``, index of ``]``, key) of each flat list after one of the keys:
-    numbers, literals and strings without a backslash, no list or object inside."""
+def _flat_arrays(line: bytes, keys: frozenset[bytes]) -> list[Array]:
+    """Each flat list that is the value of one of the keys: numbers, literals and strings
+    without a backslash, no list or object inside. Found from the line's ``[`` (memchr
+    speed; a long line has few), the bytes before each read for a key."""
     found = []
-    for needle in needles:
-        at = line.find(needle)
-        while at >= 0:
-            after = _AFTER_KEY.match(line, at + len(needle))
-            if after is not None:
-                start = after.end() - 1
-                stop = line.find(b"]", start)
-                if stop > 0 and _flat(line, start + 1, stop):
-                    found.append((start, stop, needle[1:-1].decode()))
-                    at = stop
-            at = line.find(needle, at + 1)
-    found.sort()
-    for (_, stop, _), (start, _, _) in itertools.pairwise(found):
-        if start <= stop:  # one inside another: not as expected
-            return []
+    at = line.find(b"[")
+    while at >= 0:
+        before = _KEY_BEFORE.search(line, max(at - 96, 0), at)
+        if before is not None and before.group(1) in keys:
+            stop = line.find(b"]", at)
+            quotes = _flat(line, at + 1, stop) if stop > 0 else -1
+            if quotes >= 0:
+                found.append((at, stop, before.group(1).decode(), quotes > 0))
+                at = stop
+        at = line.find(b"[", at + 1)
     return found
 
 
-def _flat(line: bytes, start: int, stop: int) -> bool:
-    # A "]" inside a string leaves an odd number of quotes before it (no escapes).
-    return (
-        line.find(b"[", start, stop) < 0
-        and line.find(b"{", start, stop) < 0
-        and line.find(b"\\", start, stop) < 0
-        and line.count(b'"', start, stop) % 2 == 0
-    )
+def _flat(line: bytes, start: int, stop: int) -> int:
+    """The number of quotes between ``start`` and ``stop`` if the text there is flat (no
+    list, object or backslash; a ``]`` inside a string would leave an odd number of quotes
+    before it), else -1."""
+    if line.find(b"[", start, stop) >= 0 or line.find(b"{", start, stop) >= 0:
+        return -1
+    if line.find(b"\\", start, stop) >= 0:
+        return -1
+    quotes = line.count(b'"', start, stop)
+    return -1 if quotes % 2 else quotes
 
 
-def _pieces(line: bytes, start: int, stop: int) -> Iterator[bytes]:
+def _pieces(line: bytes, start: int, stop: int, quoted: bool) -> Iterator[bytes]:
     """The text between ``start`` and ``stop`` in pieces of about :data:`PIECE_BYTES`,
-    cut at commas outside strings."""
+    cut at commas (outside strings, when it holds ``quoted`` text)."""
     size = PIECE_BYTES
     while stop - start > size:
         cut = line.find(b",", start + size, stop)
-        while cut >= 0 and line.count(b'"', start, cut) % 2:
+        while quoted and cut >= 0 and line.count(b'"', start, cut) % 2:
             cut = line.find(b",", cut + 1, stop)
         if cut < 0:
             break
@@ -281,7 +302,7 @@ def _parse(text: bytes, strict: bool) -> Any:
 def lean_record(line: bytes, plan: LeanPlan) -> Any:
     """The record of a JSONL line, its flat token lists as :class:`LeanList`, or
     :data:`NOT_LEAN` when it is to be parsed whole."""
-    arrays = _flat_arrays(line, plan.needles)
+    arrays = _flat_arrays(line, plan.keys)
     if not arrays:
         return NOT_LEAN
     for strict in (True, False):
@@ -294,12 +315,12 @@ def lean_record(line: bytes, plan: LeanPlan) -> Any:
     return NOT_LEAN
 
 
-def _lean(line: bytes, arrays: list[tuple[int, int, str]], plan: LeanPlan, strict: bool) -> Any:
+def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any:
     marker = f"lean-{os.urandom(8).hex()}-"
     if line.find(marker.encode()) >= 0:
         raise _NotLean
     parts, previous = [], 0
-    for index, (start, stop, _) in enumerate(arrays):
+    for index, (start, stop, _, _) in enumerate(arrays):
         parts += [line[previous:start], f'"{marker}{index}"'.encode()]
         previous = stop + 1
     parts.append(line[previous:])
@@ -315,7 +336,7 @@ def _lean(line: bytes, arrays: list[tuple[int, int, str]], plan: LeanPlan, stric
     located = _locate(record, marker, arrays, plan)
     found = plan.fields.find(record)
     values = found.rollout_log_probs is not None and found.log_probs is not None
-    for index, (start, stop, _) in enumerate(arrays):
+    for index, (start, stop, _, quoted) in enumerate(arrays):
         meaning, parent, key = located[index]
         lean = LeanList(
             spans=meaning == "token_versions",
@@ -323,7 +344,7 @@ def _lean(line: bytes, arrays: list[tuple[int, int, str]], plan: LeanPlan, stric
             values=values and meaning in _LOG_PROBS,
         )
         pieces, empty = 0, False
-        for piece in _pieces(line, start + 1, stop):
+        for piece in _pieces(line, start + 1, stop, quoted):
             items = _parse(b"[" + piece + b"]", strict)
             pieces, empty = pieces + 1, empty or not items
             lean.feed(items)
@@ -334,7 +355,7 @@ def _lean(line: bytes, arrays: list[tuple[int, int, str]], plan: LeanPlan, stric
 
 
 def _locate(
-    record: dict[str, Any], marker: str, arrays: list[tuple[int, int, str]], plan: LeanPlan
+    record: dict[str, Any], marker: str, arrays: list[Array], plan: LeanPlan
 ) -> dict[int, tuple[str, dict[str, Any], str]]:
     """Where each placeholder is: (meaning, the object holding it, its key). Each must be
     the value of its own key at a path of a token-list meaning."""
