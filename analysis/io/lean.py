@@ -41,7 +41,7 @@ LEAN_MIN_BYTES = 1 << 20
 """Lines of at least this many bytes are read the lean way (when the field map allows);
 shorter ones are parsed whole. Tests lower it."""
 
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 1 << 18
 """Bytes of a token list parsed at a time."""
 
 LEAN_MEANINGS = ("tokens", "loss_mask", "token_versions", "rollout_log_probs", "log_probs")

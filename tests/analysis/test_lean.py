@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -341,3 +345,94 @@ def test_the_two_process_readers_piece_is_read_lean(
     monkeypatch.setattr(lean, "lean_record", counted)
     assert read() == whole
     assert len(calls) == 30
+
+
+# -- memory: a line of tens of millions of labels -------------------------------------
+
+_CHILD = """
+import resource, sys
+from pathlib import Path
+import analysis
+from analysis.io import lean
+import cli
+
+big, tiny, mode, out = sys.argv[1:5]
+if mode == "whole":
+    lean.LEAN_MIN_BYTES = 1 << 62
+
+
+def convert(path, to):
+    sys.argv = ["dressage-replay", "convert", path, "-o", to, "--limit", "max_record_bytes=1G"]
+    try:
+        cli.run()
+    except SystemExit as exit:
+        assert not exit.code, exit.code
+
+
+convert(tiny, out + ".tiny.parquet")  # all imported: what the long line adds is measured
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+convert(big, out)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(base * 1024, peak * 1024)
+"""
+
+
+def one_long_line(path: Path, labels: int) -> int:
+    """A record whose metadata.full_versions holds ``labels`` labels in three runs, as
+    Dressage writes them (strings); its size in bytes."""
+    runs = [
+        (b'"-1"', labels // 8),
+        (b'"9"', labels // 2),
+        (b'"10"', labels - labels // 8 - labels // 2),
+    ]
+    with path.open("wb") as out:
+        head = b'{"group_index": 1, "response_length": %d, "metadata": {"parent_traj_id": "t0", '
+        out.write(head % (labels - labels // 8) + b'"full_versions": [')
+        for number, (label, count) in enumerate(runs):
+            block = b", ".join([label] * min(count, 1 << 16))
+            for _ in range(count >> 16):
+                out.write(block + b", ")
+            rest = count & 0xFFFF
+            out.write(b", ".join([label] * rest) + (b", " if rest else b""))
+            if number == len(runs) - 1:
+                out.seek(out.tell() - 2)  # the last ", "
+        out.write(b"]}}\n")
+        out.truncate()
+        return out.tell()
+
+
+def peak_above_imports(tmp_path: Path, labels: int, mode: str) -> tuple[int, int]:
+    """(line size, peak resident memory above a process that has read a small log) of a
+    child converting one line of ``labels`` labels to Parquet."""
+    big, tiny = tmp_path / "big.jsonl", tmp_path / "tiny.jsonl"
+    size = one_long_line(big, labels)
+    one_long_line(tiny, 10)
+    out = tmp_path / f"{mode}.parquet"
+    env = {**os.environ, "DRESSAGE_REPLAY_HELPERS": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(big), str(tiny), mode, str(out)],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    base, peak = map(int, done.stdout.split())
+    spans = pl.read_parquet(out)["version_spans"].to_list()[0]
+    assert [s["end"] for s in spans] == [labels // 8, labels // 8 + labels // 2, labels]
+    return size, peak - base
+
+
+def test_a_long_line_takes_little_more_than_its_size(tmp_path: Path) -> None:
+    size, lean_peak = peak_above_imports(tmp_path, 4_000_000, "lean")
+    _, whole_peak = peak_above_imports(tmp_path, 4_000_000, "whole")
+    assert size > 20 << 20
+    # Twice the line while it is read (a long readline joins its pieces), then a few MB
+    # for its pieces, and the converter's own buffers (about 40 MB here, whatever the line).
+    assert lean_peak < 3 * size + (40 << 20), (size, lean_peak)
+    assert whole_peak > 6 * size, (size, whole_peak)  # what it took before (~17x)
+
+
+@pytest.mark.slow
+def test_a_line_of_64_million_labels_converts_in_under_three_times_its_size(tmp_path: Path) -> None:
+    size, peak = peak_above_imports(tmp_path, 64_000_000, "lean")
+    assert size > 300 << 20
+    assert peak < 3 * size, (size, peak)  # (the whole parse took about 6 GB)
+    print(f"line {size:,} bytes, peak above imports {peak:,} bytes")
