@@ -436,3 +436,66 @@ def test_a_line_of_64_million_labels_converts_in_under_three_times_its_size(tmp_
     assert size > 300 << 20
     assert peak < 3 * size, (size, peak)  # (the whole parse took about 6 GB)
     print(f"line {size:,} bytes, peak above imports {peak:,} bytes")
+
+
+def test_the_helper_process_reads_long_lines_lean_as_one_process_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines past the (default) threshold, read by this process and the helper process."""
+    rng = random.Random(8)
+    lines = []
+    for i in range(6):
+        n = 120_000 + i
+        record = {
+            "group_index": i // 2, "tokens": list(range(n)), "loss_mask": [1] * n,
+            "rollout_log_probs": [-rng.random() for _ in range(n)], "log_probs": [-0.5] * n,
+            "metadata": {"parent_traj_id": f"t{i}", "full_versions": ["-1"] * 99 + [str(i)] * (n - 99)},
+        }  # fmt: skip
+        lines.append(orjson.dumps(record))
+    lines[3] = lines[3].replace(b'"-1"', b"false", 1)  # a bad label, found lean
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert min(map(len, lines)) >= lean.LEAN_MIN_BYTES
+
+    def load(split: bool) -> Any:
+        monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0 if split else 1 << 62)
+        report = analysis.LoadReport()
+        table = analysis.load_logs([path], report=report, on_bad_record="skip")
+        return table.drop("source").to_dicts(), dict(report.skipped), report.warnings
+
+    split = load(True)
+    monkeypatch.setattr(lean, "LEAN_MIN_BYTES", 1 << 62)
+    assert split == load(False)
+    assert len(split[0]) == 5 and split[1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "line"),
+    [
+        (["tokens=sample.ids"], b'{"group_index": 1, "sample": {"ids": [1, 2, 3]}, "tokens": [9]}'),
+        (
+            ["token_versions=v"],
+            b'{"group_index": 1, "v": ["a", "a", 3], "metadata": {"full_versions": [1]}}',
+        ),
+        (
+            ["loss_mask=m", "response_length=n"],
+            b'{"group_index": 1, "n": 2, "m": [0, 1], "full_versions": ["-1", "4", "5"]}',
+        ),
+        (
+            ["log_probs=lp.x"],
+            b'{"group_index": 1, "lp": {"x": [0.5, 1]}, "rollout_log_probs": [0.25, 3]}',
+        ),
+    ],
+)
+def test_other_field_maps_read_lean_as_whole(
+    fields: list[str], line: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    field_map = FieldMap.parse(fields)
+    plan = lean.lean_plan(field_map, ())
+    assert plan is not None
+    monkeypatch.setattr(lean, "PIECE_BYTES", 2)
+    got = lean.lean_record(line, plan)
+    assert got is not lean.NOT_LEAN
+    assert canonical_row(got, fields=field_map, where="w") == canonical_row(
+        parse_json(line), fields=field_map, where="w"
+    )
