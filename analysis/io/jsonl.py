@@ -169,6 +169,9 @@ def _open(path: Path) -> BinaryIO:
     return open(fd, "rb", buffering=1 << 22)
 
 
+_LONG_LINE_PIECE = 16 << 20
+"""A line longer than this is read this many bytes at a time."""
+
 _CHECK_EVERY = 1 << 18
 """Bytes of lines read between two checks of the inflation ratio (and progress calls)."""
 
@@ -203,7 +206,7 @@ class _Lines:
         readline = self.readline
         number = self.first - 1
         while self.length < 0 or self.read < self.length:
-            if not (line := readline(most + 1)):
+            if not (line := self.readline_within(most + 1)):
                 break
             number += 1
             self.read += len(line)
@@ -213,7 +216,7 @@ class _Lines:
                 yield number, _too_long(f"{path}:{number}", "a line", self.limits)
                 self.skip_rest(readline)
                 continue
-            if not line.strip():
+            if line.isspace():  # (blank; strip() would copy a long line)
                 continue
             try:
                 yield number, self.parse(line)
@@ -222,6 +225,21 @@ class _Lines:
                 yield number, _bad_line(path, number, line, exc)
         if self.progress is not None and self.size:
             self.progress(self.size, self.size)
+
+    def readline_within(self, size: int) -> bytes:
+        """``readline(size)``; a line longer than :data:`_LONG_LINE_PIECE` is read in pieces
+        of that size into one growing buffer (a long readline holds its line twice: the
+        pieces it read, and them joined)."""
+        line = self.readline(min(size, _LONG_LINE_PIECE))
+        if len(line) < _LONG_LINE_PIECE or line.endswith(b"\n"):
+            return line
+        whole = bytearray(line)
+        del line
+        while len(whole) < size and not whole.endswith(b"\n"):
+            if not (piece := self.readline(min(size - len(whole), _LONG_LINE_PIECE))):
+                break
+            whole += piece
+        return whole  # type: ignore[return-value]  # (read as bytes are: find, slices, orjson)
 
     def parse(self, line: bytes) -> Any:
         """A line's record: lean when it is large, else (or when it is not as the lean

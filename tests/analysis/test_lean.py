@@ -448,7 +448,7 @@ def test_a_long_line_takes_little_more_than_its_size(tmp_path: Path) -> None:
 def test_a_line_of_64_million_labels_converts_in_under_three_times_its_size(tmp_path: Path) -> None:
     size, peak = peak_above_imports(tmp_path, 64_000_000, "lean")
     assert size > 300 << 20
-    assert peak < 3 * size, (size, peak)  # (the whole parse took about 6 GB)
+    assert peak < 1.5 * size, (size, peak)  # (the whole parse took about 6 GB)
     print(f"line {size:,} bytes, peak above imports {peak:,} bytes")
 
 
@@ -513,3 +513,35 @@ def test_other_field_maps_read_lean_as_whole(
     assert canonical_row(got, fields=field_map, where="w") == canonical_row(
         parse_json(line), fields=field_map, where="w"
     )
+
+
+@pytest.mark.parametrize("piece", [1, 5, 64])
+def test_long_lines_read_in_pieces_are_the_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    """A line longer than the readline piece is read into one buffer: the same records,
+    blank lines, too-long lines and line numbers."""
+    from analysis.io import jsonl
+
+    lines = [
+        b'{"group_index": 1, "tokens": [1, 2, 3]}\n',
+        b"   \t \n",
+        b'{"group_index": 2, "metadata": {"full_versions": ["-1", "9", "9"]}}\r\n',
+        b'{"group_index": 3, "note": "' + b"x" * 300 + b'"}\n',  # past the limit
+        b"\n",
+        b'{"group_index": 4}',  # no newline at the end
+    ]
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"".join(lines))
+
+    def read() -> list[Any]:
+        limits = jsonl.Limits(max_record_bytes=200)
+        return [
+            (n, str(r) if isinstance(r, Exception) else r)
+            for n, r in jsonl.jsonl_records(path, limits)
+        ]
+
+    whole = read()
+    monkeypatch.setattr(jsonl, "_LONG_LINE_PIECE", piece)
+    assert read() == whole
+    assert [n for n, _ in whole] == [1, 3, 4, 6]
