@@ -64,20 +64,51 @@ def run_length_spans(labels: Sequence[Any]) -> list[Span]:
     >>> run_length_spans(["-1", "v0", "v0", -1, "v0"])
     [(0, 1, '-1'), (1, 3, 'v0'), (3, 4, '-1'), (4, 5, 'v0')]
     """
-    spans: list[Span] = []
-    start = 0
-    # Group equal raw values in C, then name each run once: 3 and "3" are one label, so
-    # adjacent runs whose names agree are merged.
-    for value, run in itertools.groupby(labels):
-        end = start + len(list(run))
-        text = label_text(value)
-        text = "" if text is None else text
-        if spans and spans[-1][2] == text:
-            spans[-1] = (spans[-1][0], end, text)
-        else:
-            spans.append((start, end, text))
-        start = end
-    return spans
+    builder = SpanBuilder()
+    builder.feed(labels)
+    return builder.spans
+
+
+_NO_RUN = object()
+
+
+class SpanBuilder:
+    """:func:`run_length_spans` of a list given in pieces, one after the other: the spans
+    are those of the whole list (a run that goes on into the next piece is one run, named
+    by its first value), without the list being held."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.end = 0
+        self.key: Any = _NO_RUN  # the first raw value of the last run
+
+    def feed(self, labels: Sequence[Any]) -> None:
+        """Take the next piece of the labels."""
+        spans, start, key = self.spans, self.end, self.key
+        # Group equal raw values in C, then name each run once: 3 and "3" are one label, so
+        # adjacent runs whose names agree are merged. A piece's first run may go on with
+        # the last one (compared as itertools.groupby compares: identity, then ==).
+        for value, run in itertools.groupby(labels):
+            end = start + len(list(run))
+            if key is value or key == value:
+                spans[-1] = (spans[-1][0], end, spans[-1][2])
+            else:
+                text = label_text(value)
+                text = "" if text is None else text
+                if spans and spans[-1][2] == text:
+                    spans[-1] = (spans[-1][0], end, text)
+                else:
+                    spans.append((start, end, text))
+                key = value
+            start = end
+        self.end, self.key = start, key
+
+    def feed_run(self, value: Any, count: int) -> None:
+        """Take ``count`` (>= 1) values equal to ``value``: ``feed([value] * count)``."""
+        self.feed((value,))
+        start, end, label = self.spans[-1]
+        self.spans[-1] = (start, end + count - 1, label)
+        self.end += count - 1
 
 
 def distinct_real_labels(spans: Sequence[Span]) -> list[str]:
@@ -127,9 +158,18 @@ def derive_end_version(
         # The mask is aligned with the response; find a trainable token inside this run.
         first = max(start, response_start) - response_start
         last = end - response_start
-        if any(_mask_on(loss_mask, i) for i in range(last - 1, first - 1, -1)):
+        if _any_on(loss_mask, first, last):
             return real
     return None
+
+
+def _any_on(loss_mask: Sequence[Any], first: int, last: int) -> bool:
+    """Whether any of the mask's values ``first`` to ``last`` (exclusive) is on; a mask
+    kept as runs (:class:`analysis.io.lean.LeanList`) answers from its runs."""
+    any_on = getattr(loss_mask, "any_on", None)
+    if any_on is not None:
+        return bool(any_on(first, last))
+    return any(_mask_on(loss_mask, i) for i in range(last - 1, first - 1, -1))
 
 
 def _mask_on(loss_mask: Sequence[Any], i: int) -> bool:

@@ -2,7 +2,8 @@
 
 Kept apart from :mod:`analysis.io.load` so that a helper process reading an artifact
 folder (:mod:`analysis.io.artifacts`) starts in milliseconds: it imports that module, this
-one, :mod:`analysis.labels`, :mod:`analysis.errors`, :mod:`analysis.io.pickles`, :mod:`analysis.schema` and orjson,
+one, :mod:`analysis.labels`, :mod:`analysis.errors`, :mod:`analysis.io.pickles`, :mod:`analysis.schema`,
+:mod:`analysis.io.lean` and orjson,
 never polars, pyarrow or NumPy.
 """
 
@@ -24,6 +25,7 @@ from analysis.errors import (
     short_repr,
 )
 from analysis.io.dressage_records import as_time, attempt_group, error_document
+from analysis.io.lean import LeanList, lean_drift
 from analysis.io.pickles import SKIPPED
 from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
 from analysis.schema import CANONICAL_COLUMNS, MAX_TOKENS
@@ -263,9 +265,9 @@ def _as_id(value: Any) -> str | None:
     return text
 
 
-def _int_list(value: Any, what: str, where: str) -> list[Any] | None:
-    if value is None or type(value) is list:
-        return value
+def _int_list(value: Any, what: str, where: str) -> Sequence[Any] | None:
+    if value is None or type(value) is list or type(value) is LeanList:
+        return value  # (a LeanList: a large line's token list, folded as it was read)
     if not isinstance(value, (list, tuple)):
         raise LogFormatError(f"{where}: {what} must be a list (found {type(value).__name__})")
     return list(value)
@@ -357,7 +359,9 @@ def _canonical_row(
     full_versions = _int_list(found.token_versions, "full_versions", where)
     raw_spans = found.version_spans
     spans: list[Span] | None
-    if full_versions is not None:
+    if isinstance(full_versions, LeanList):
+        spans = full_versions.spans()
+    elif full_versions is not None:
         spans = run_length_spans(full_versions)
     elif raw_spans is not None:
         spans = _spans_from_field(raw_spans, where)
@@ -457,7 +461,7 @@ def _as_reward(value: int | float | None, where: str) -> float | None:
 
 
 def _log_prob_drift(
-    found: Found, loss_mask: list[Any] | None, where: str
+    found: Found, loss_mask: Sequence[Any] | None, where: str
 ) -> tuple[float | None, int | None]:
     """Mean |rollout - trainer| log-prob over trainable response tokens, and how many there were."""
     rollout_raw = found.rollout_log_probs
@@ -470,7 +474,11 @@ def _log_prob_drift(
 
 
 def log_prob_drift(
-    rollout: list[Any] | None, trainer: list[Any] | None, loss_mask: list[Any] | None, *, where: str
+    rollout: Sequence[Any] | None,
+    trainer: Sequence[Any] | None,
+    loss_mask: Sequence[Any] | None,
+    *,
+    where: str,
 ) -> tuple[float | None, int | None]:
     """Mean |rollout - trainer| log-prob over trainable tokens and their number
     (docs/semantics.md §10.5): the mask applies when its length is theirs."""
@@ -481,6 +489,11 @@ def log_prob_drift(
             f"{where}: rollout_log_probs has {len(rollout)} values but log_probs {len(trainer)}"
         )
     mask = loss_mask if loss_mask is not None and len(loss_mask) == len(rollout) else None
+    if type(rollout) is LeanList or type(trainer) is LeanList or type(mask) is LeanList:
+        try:
+            return lean_drift(rollout, trainer, mask)
+        except (TypeError, ValueError) as exc:
+            raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
     try:
         diffs = [
             abs(float(a) - float(b))

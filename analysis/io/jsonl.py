@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, cast
 import orjson
 
 from analysis.errors import DamagedFileError, InputNotFoundError, LogFormatError
+from analysis.io import lean as lean_lines
 from analysis.io.limits import (
     DEFAULT_LIMITS,
     INFLATION_FLOOR,
@@ -122,6 +123,7 @@ def jsonl_records(
     *,
     progress: Progress | None = None,
     part: tuple[int, int, int] | None = None,
+    lean: lean_lines.LeanPlan | None = None,
 ) -> Generator[tuple[int, Any], None, int]:
     """Yield (line number, parsed object or the LogFormatError of an unparsable line);
     return the number of lines read (blank ones included).
@@ -133,11 +135,15 @@ def jsonl_records(
     compressed bytes of a gzip file; not for a pipe, whose size is unknown).
     ``part`` is (start, stop, number of its first line): the lines of the bytes from
     ``start`` (where a line starts) up to ``stop`` (just after a line ends) of an
-    uncompressed file, numbered as in the whole file."""
+    uncompressed file, numbered as in the whole file. With ``lean`` (the plan of a field
+    map), a line of :data:`analysis.io.lean.LEAN_MIN_BYTES` or more has its flat token
+    lists folded as they are parsed (:func:`analysis.io.lean.lean_record`): the same
+    canonical row, and the same errors, from a fraction of the memory."""
     try:
         # Lines of token-level logs run to megabytes: a large buffer saves re-copying them.
         with _open(path) as raw:
             lines = _Lines(path, raw, limits, progress)
+            lines.lean = lean
             if part is not None:
                 lines.within(*part)
             return (yield from lines.records())
@@ -164,6 +170,9 @@ def _open(path: Path) -> BinaryIO:
     return open(fd, "rb", buffering=1 << 22)
 
 
+_LONG_LINE_PIECE = 16 << 20
+"""A line longer than this is read this many bytes at a time."""
+
 _CHECK_EVERY = 1 << 18
 """Bytes of lines read between two checks of the inflation ratio (and progress calls)."""
 
@@ -185,6 +194,7 @@ class _Lines:
         self.size = status.st_size if stat.S_ISREG(status.st_mode) else 0  # not a pipe's
         self.read, self.next_check = 0, _CHECK_EVERY
         self.raw, self.first, self.length = raw, 1, -1
+        self.lean: lean_lines.LeanPlan | None = None
 
     def within(self, start: int, stop: int, first: int) -> None:
         """Read only the lines of bytes ``start`` to ``stop`` of a plain file (numbered
@@ -198,7 +208,7 @@ class _Lines:
         readline = self.readline
         number = self.first - 1
         while self.length < 0 or self.read < self.length:
-            if not (line := readline(most + 1)):
+            if not (line := self.readline_within(most + 1)):
                 break
             number += 1
             self.read += len(line)
@@ -208,16 +218,40 @@ class _Lines:
                 yield number, _too_long(f"{path}:{number}", "a line", self.limits)
                 self.skip_rest(readline)
                 continue
-            if not line.strip():
+            if line.isspace():  # (blank; strip() would copy a long line)
                 continue
             try:
-                yield number, parse_json(line)
+                yield number, self.parse(line)
             except json.JSONDecodeError as exc:
                 # Yielded, not raised, so that --on-bad-record skip can go on reading.
                 yield number, _bad_line(path, number, line, exc)
         if self.progress is not None and self.size:
             self.progress(self.size, self.size)
         return number - self.first + 1
+
+    def readline_within(self, size: int) -> bytes:
+        """``readline(size)``; a line longer than :data:`_LONG_LINE_PIECE` is read in pieces
+        of that size into one growing buffer (a long readline holds its line twice: the
+        pieces it read, and them joined)."""
+        line = self.readline(min(size, _LONG_LINE_PIECE))
+        if len(line) < _LONG_LINE_PIECE or line.endswith(b"\n"):
+            return line
+        whole = bytearray(line)
+        del line
+        while len(whole) < size and not whole.endswith(b"\n"):
+            if not (piece := self.readline(min(size - len(whole), _LONG_LINE_PIECE))):
+                break
+            whole += piece
+        return whole  # type: ignore[return-value]  # (read as bytes are: find, slices, orjson)
+
+    def parse(self, line: bytes) -> Any:
+        """A line's record: lean when it is large, else (or when it is not as the lean
+        path expects) parsed whole."""
+        if self.lean is not None and len(line) >= lean_lines.LEAN_MIN_BYTES:
+            record = lean_lines.lean_record(line, self.lean)
+            if record is not lean_lines.NOT_LEAN:
+                return record
+        return parse_json(line)
 
     def skip_rest(self, readline: Callable[[int], bytes]) -> None:
         """Read on to the end of a line too long to hold, a bounded piece at a time."""

@@ -185,13 +185,15 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any], 
     from analysis.errors import LogFormatError, MissingFieldError, ReplayError
     from analysis.io.fields import canonical_row, row_columns
     from analysis.io.jsonl import jsonl_records
+    from analysis.io.lean import lean_plan
     from analysis.io.limits import printable
 
     text, fail = printable(str(path)), options.on_bad_record != "skip"
     rows: list[dict[str, Any]] = []
     errors: list[ReplayError] = []
+    lean = lean_plan(options.fields, options.extra_fields)
     part = (piece.start, piece.stop, piece.first_line or 1)
-    records = jsonl_records(path, options.limits, part=part)
+    records = jsonl_records(path, options.limits, part=part, lean=lean)
     lines = 0
     while not (errors and fail):
         try:

@@ -43,6 +43,7 @@ from analysis.io.frames import (
 )
 from analysis.io.jsonl import jsonl_records, read_json_file
 from analysis.io.jsonl_parts import Piece, read_in_pieces, split_wanted
+from analysis.io.lean import LeanPlan, lean_plan
 from analysis.io.limits import LimitError, Limits, printable
 from analysis.io.options import ReadOptions
 from analysis.io.peer_records import at
@@ -439,7 +440,7 @@ class _Reading:
 
         records = _raw_records(
             source, self.dump_ids, trust_pickle=options.trust_pickle, limits=options.limits,
-            progress=within, part=part,
+            progress=within, part=part, lean=lean_plan(options.fields, options.extra_fields),
         )  # fmt: skip
         lines = 0
         while True:
@@ -497,13 +498,14 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
 def _raw_records(
     source: Source, dump_ids: dict[Path, int | None], *, trust_pickle: bool, limits: Limits,
     progress: Callable[[int, int], None] | None = None, part: Piece | None = None,
+    lean: LeanPlan | None = None,
 ) -> Generator[tuple[str, int, int | None, Any], None, int]:  # fmt: skip
     """Yield (location, record number, file-level step, raw record) for one source (of a
     JSONL file, the lines of ``part`` only when given); return the lines of a JSONL file
     read (0 for other formats)."""
     if source.format == "jsonl":
         lines = None if part is None else (part.start, part.stop, part.first_line)
-        records = jsonl_records(source.path, limits, progress=progress, part=lines)
+        records = jsonl_records(source.path, limits, progress=progress, part=lines, lean=lean)
         while True:
             try:
                 number, record = next(records)

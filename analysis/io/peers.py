@@ -13,7 +13,9 @@ from typing import Any
 
 from analysis.errors import ReplayError
 from analysis.io import peers_areal, peers_nemo_rl, peers_prime_rl, peers_verl
+from analysis.io.fields import FieldMap
 from analysis.io.jsonl import jsonl_records
+from analysis.io.lean import lean_plan
 from analysis.io.peer_records import PeerItem, numbered_files, trailing_number
 
 _READERS: dict[str, ModuleType] = {
@@ -39,7 +41,8 @@ def peer_of_file(path: Path) -> str | None:
     """The system whose log a JSONL file is, by its first record; None when it is no
     other system's (or cannot be read: its reader will say why)."""
     try:
-        for _, record in jsonl_records(path):
+        # Lean: a long first line's token lists are not built to read its keys.
+        for _, record in jsonl_records(path, lean=lean_plan(FieldMap())):
             return peer_of_record(record)
     except ReplayError:  # reading it again will report the problem
         return None
