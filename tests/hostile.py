@@ -138,3 +138,32 @@ def gzip_of(pieces: list[tuple[bytes, int]]) -> bytes:
                 stream.write(block)
             stream.write(block[:rest])
     return buffer.getvalue()
+
+
+def storages_pt(count: int, numel: int = 1 << 24, kind: str = "DoubleStorage") -> bytes:
+    """A torch.save-shaped archive whose data.pkl names ``count`` storages of ``numel``
+    values each, every one a deflated member of zeros, and no tensor using them (each
+    storage within the per-array bound; ten of doubles are 1.3 GB from 1.3 MB)."""
+
+    def text(value: str) -> bytes:
+        return b"X" + _u4(len(value)) + value.encode()
+
+    named = b"".join(
+        b"(" + text("storage") + b"ctorch\n" + kind.encode() + b"\n" + text(str(key))
+        + text("cpu") + b"J" + _u4(numel) + b"tQ"
+        for key in range(count)
+    )  # fmt: skip
+    size = numel * {"DoubleStorage": 8, "FloatStorage": 4, "ByteStorage": 1}[kind]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            "archive/data.pkl",
+            PROTO + b"}(" + text("rollout_id") + b"K\x00" + text("samples") + b"(" + named + b"lu.",
+        )
+        chunk = bytes(1 << 20)
+        for key in range(count):
+            with archive.open(f"archive/data/{key}", "w", force_zip64=True) as member:
+                for start in range(0, size, len(chunk)):
+                    member.write(chunk[: size - start])
+        archive.writestr("archive/version", b"3\n")
+    return buffer.getvalue()

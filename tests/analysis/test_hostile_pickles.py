@@ -114,6 +114,19 @@ def test_a_zip_member_that_inflates_past_the_limit_is_refused_unread(tmp_path: P
     assert caught.value.settings == [("max_inflation", "200")]
 
 
+def test_storages_no_tensor_uses_are_charged_to_the_file(tmp_path: Path) -> None:
+    """Each storage is read whole when the pickle names it: three of the largest allowed
+    were read (and ten deflated doubles were 1.3 GB from a 1.3 MB file)."""
+    from analysis.io import arrays
+
+    path = tmp_path / "storages.pt"
+    path.write_bytes(hostile.storages_pt(2, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
+    assert len(load_pickled(path)["samples"]) == 2  # type: ignore[index]
+    path.write_bytes(hostile.storages_pt(3, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
+    with pytest.raises(DamagedFileError, match="storages hold more than 33,554,432 values"):
+        load_pickled(path)
+
+
 def test_an_archive_with_two_data_pkl_is_refused(tmp_path: Path) -> None:
     """torch.load reads the one of its archive name: another could be what was checked."""
     path = tmp_path / "two.pt"

@@ -41,6 +41,7 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
         (lambda: hostile.deflated_pt(256 << 20), "--limit max_inflation="),
         (lambda: hostile.PROTO + b"cbuiltins\nbytearray\nJ\x00\xf2\x05\x2a\x85R.", "bytes"),
         (lambda: hostile.PROTO + b"\x8e" + (5 * 10**9).to_bytes(8, "little") + b"ab.", "past"),
+        (lambda: hostile.storages_pt(10), "storages hold more than"),
     ],
     ids=[
         "laughs",
@@ -52,6 +53,7 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
         "zip-bomb",
         "bytearray-5e9",
         "bytes8-5e9",
+        "storage-bomb",
     ],
 )
 def test_pickle_bombs(tmp_path: Path, make: object, option: str) -> None:
