@@ -131,6 +131,23 @@ def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) ->
     assert raised.code == 0, raised.stderr
 
 
+@pytest.mark.slow
+def test_a_label_of_millions_of_digits(tmp_path: Path) -> None:
+    """A version label is text of any length: int() of one past 4,300 digits was an
+    internal error (exit 1) of replay, sweep and report, and inspect took 18 s to wrap a
+    label of 5 million characters in its line of versions."""
+    path = tmp_path / "log.jsonl"
+    label = b"9" * 5_000_000
+    path.write_bytes(
+        RECORD + b'{"group_index": 1, "metadata": {"parent_traj_id": "u", "full_versions": ["'
+        + label + b'"]}}\n'
+    )  # fmt: skip
+    for args in (["inspect"], ["replay", "-k", "1", "-m", "1", "-b", "1"], ["sweep", "-b", "1"]):
+        run = hostile.run_bounded(*args, str(path))
+        assert run.code == 0, (args, run.stderr)
+        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (args, run)
+
+
 def test_a_file_of_newlines_is_read_in_bounded_time(tmp_path: Path) -> None:
     """100 MB of blank lines took 28 s, a line at a time; a bad record after them is named
     by its line."""
