@@ -226,6 +226,25 @@ def test_a_quoted_glob_that_matches_the_output_is_refused(tmp_path: Path, comman
     assert output.read_bytes() == before
 
 
+@pytest.mark.parametrize("policy", [[], ["--policy", "dressage"]], ids=["setting", "policy"])
+def test_decisions_and_trajectories_in_one_file_are_refused(
+    tmp_path: Path, policy: list[str]
+) -> None:
+    """Both were written, the second over the first, and both "wrote" said (exit 0)."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    log = _runner_log(tmp_path)
+    (tmp_path / "sub").mkdir()
+    twice = [str(tmp_path / "rows.csv"), str(tmp_path / "sub" / ".." / "rows.csv")]
+    args = ["replay", str(log), "-k", "1", "-m", "1", *policy]
+    result = CliRunner().invoke(app, [*args, "--decisions", twice[0], "--trajectories", twice[1]])
+    assert result.exit_code == 8, result.output
+    assert "name the same file" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "rows.csv").exists()
+
+
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
