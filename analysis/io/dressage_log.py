@@ -14,7 +14,7 @@ import datetime as dt
 import math
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,14 +101,31 @@ class DressageLog:
     """How the zone was found: ``failures`` (error.json times), ``first_call`` or ``none``."""
 
 
-def _parse_lines(path: Path) -> list[tuple[float, str, int]]:
-    """(naive time read as UTC, message, line number) of every line in the logging format."""
+LONGEST_LINE = 32 << 20
+"""A longer line of dressage_log.txt is passed over unread, a piece at a time (no line the
+replay uses is near it; the whole file was read at once, a 400 MB line took 1.4 GB)."""
+
+
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of the log, read a line at a time."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as handle:
+            number = 0
+            while line := handle.readline(LONGEST_LINE + 1):
+                number += 1
+                if len(line) > LONGEST_LINE and not line.endswith(b"\n"):
+                    while (piece := handle.readline(1 << 20)) and not piece.endswith(b"\n"):
+                        pass
+                    continue
+                yield number, line.rstrip(b"\r\n").decode("utf-8", "replace")
     except OSError as exc:
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def _parse_lines(path: Path) -> list[tuple[float, str, int]]:
+    """(naive time read as UTC, message, line number) of every line in the logging format."""
     lines: list[tuple[float, str, int]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in text_lines(path):
         match = _LINE.match(line)
         if match is None:
             continue  # tracebacks and other writers' lines carry nothing the replay uses
@@ -203,7 +220,7 @@ def read_dressage_log(
 
 def _log_int(digits: str, where: str) -> int:
     """A number of a log line; one beyond 64 bits is no step, batch size or group id."""
-    value = int(digits)
+    value = int(digits) if len(digits) < 20 else 2**63  # int() of 4,301 digits raises
     if value >= 2**63:
         raise LogFormatError(
             f"{where}: the number {digits[:30]} does not fit in 64 bits; correct the line, or "

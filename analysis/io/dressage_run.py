@@ -31,6 +31,7 @@ from analysis.io.dressage_log import (
     read_dump_rows,
     read_metrics,
     read_prompt_order,
+    text_lines,
 )
 from analysis.io.dressage_records import attempt_label
 from analysis.io.dressage_sessions import (
@@ -380,13 +381,12 @@ def run_target_groups(path: str | Path) -> int | None:
     root = find_run_root(Path(path))
     if root is None:
         return None
-    pattern = re.compile(rb"target_groups=(\d+)")
+    pattern = re.compile(r"target_groups=(\d{1,18})(?!\d)")  # longer: read_run says why
     try:
-        with (root / LOG).open("rb") as handle:
-            for line in handle:
-                if found := pattern.search(line):
-                    return int(found.group(1)) or None
-    except OSError:
+        for _, line in text_lines(root / LOG):  # a line at a time, however long
+            if found := pattern.search(line):
+                return int(found.group(1)) or None
+    except ReplayError:
         pass  # no log: the slower way below
     try:
         return read_run(root).target_groups

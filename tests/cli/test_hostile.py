@@ -245,6 +245,46 @@ def test_decisions_and_trajectories_in_one_file_are_refused(
     assert not (tmp_path / "rows.csv").exists()
 
 
+def _run_folder(tmp_path: Path) -> Path:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "8"]
+    )
+    assert made.exit_code == 0, made.output
+    return run
+
+
+def test_a_run_log_number_of_thousands_of_digits_is_a_bad_line(tmp_path: Path) -> None:
+    """int() of it raised past 4,300 digits: an internal error (exit 1)."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = _run_folder(tmp_path)
+    log = run / "dressage_log.txt"
+    log.write_text(log.read_text().replace("target_groups=4", "target_groups=" + "4" * 5000))
+    for command in ("replay", "verify"):
+        failed = CliRunner().invoke(app, [command, str(run)])
+        assert failed.exit_code == 5, (command, failed.output)
+        assert "dressage_log.txt:1: the number 4444" in failed.stderr
+
+
+@pytest.mark.slow
+def test_a_run_log_line_of_hundreds_of_megabytes_is_passed_over(tmp_path: Path) -> None:
+    """The whole dressage_log.txt was read at once: a 400 MB line took 1.4 GB."""
+    run = _run_folder(tmp_path)
+    with (run / "dressage_log.txt").open("ab") as log:
+        log.write(b"2023-11-14 22:13:19,330 dressage.rollout INFO x" + b"x" * (400 << 20) + b"\n")
+    for command in ("replay", "verify"):
+        done = hostile.run_bounded(command, str(run))
+        assert done.code == 0, (command, done.stderr)
+        assert done.peak_mb < PEAK_MB and done.seconds < SECONDS, (command, done)
+
+
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
