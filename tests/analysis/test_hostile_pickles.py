@@ -127,6 +127,24 @@ def test_storages_no_tensor_uses_are_charged_to_the_file(tmp_path: Path) -> None
         load_pickled(path)
 
 
+@pytest.mark.parametrize("member", ["data.pkl", "data/0"])
+def test_a_zip_member_that_lies_about_its_size_is_not_inflated_past_it(
+    tmp_path: Path, member: str
+) -> None:
+    """zipfile inflates a member to the end of its stream whatever its header says: one
+    declaring 100 bytes took 2.2 GB for 1 GB of zeros."""
+    data = hostile.lying_member_pt(64 << 20, member)
+    assert len(data) < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(DamagedFileError, match=r"CRC|declares"):
+            _load(data, tmp_path, "lying.pt")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
 def test_an_archive_with_two_data_pkl_is_refused(tmp_path: Path) -> None:
     """torch.load reads the one of its archive name: another could be what was checked."""
     path = tmp_path / "two.pt"
