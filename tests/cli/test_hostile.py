@@ -285,6 +285,40 @@ def test_a_run_log_line_of_hundreds_of_megabytes_is_passed_over(tmp_path: Path) 
         assert done.peak_mb < PEAK_MB and done.seconds < SECONDS, (command, done)
 
 
+@pytest.mark.parametrize("helpers", ["0", "1"], ids=["one-process", "with-helper"])
+def test_a_segment_file_past_the_record_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helpers: str
+) -> None:
+    """The artifact reader read every samples/<n>.json whole, whatever its size: a 126 MB
+    one took 1.9 GB (exit 0); it is a damaged file past max_record_bytes, in the helper
+    process too."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    monkeypatch.setenv("DRESSAGE_REPLAY_HELPERS", helpers)
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "40"]
+    )
+    assert made.exit_code == 0, made.output
+    files = sorted(run.glob("traj_payload/*/*/samples/*.json"))
+    assert len(files) >= 130  # past HELPER_MIN_INSTANCES sessions
+    big = files[len(files) // 2]
+    big.write_bytes(big.read_bytes()[:-1] + b', "padding": "' + b"x" * 300_000 + b'"}')
+    limit = ["--limit", "max_record_bytes=200K"]
+    failed = CliRunner().invoke(app, ["inspect", str(run), *limit])
+    assert failed.exit_code == 5, failed.output
+    assert f"{big}: a JSON document of more than 204,800 bytes" in failed.stderr
+    assert "raise it with --limit max_record_bytes=409600" in failed.stderr
+    skipped = CliRunner().invoke(
+        app, ["inspect", str(run), *limit, "--on-bad-record", "skip", "--json"]
+    )
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout)["records"] == len(files) - 1
+    assert CliRunner().invoke(app, ["inspect", str(run)]).exit_code == 0
+
+
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
