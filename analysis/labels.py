@@ -189,11 +189,12 @@ def late_older_labels(versions: Sequence[str]) -> list[tuple[str, str]]:
     []
     """
     found = []
-    highest: tuple[int, str] | None = None
+    highest: tuple[tuple[int, str], str] | None = None
     for label in versions:
         if not (label.isascii() and label.isdigit()):
             continue
-        number = int(label)
+        digits = label.lstrip("0")  # compared by value, never converted (int() of a
+        number = (len(digits), digits)  # label of 5,000 digits raises)
         if highest is not None and number < highest[0]:
             found.append((label, highest[1]))
         elif highest is None or number > highest[0]:

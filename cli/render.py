@@ -38,6 +38,14 @@ _COLUMNS = (
 )
 
 
+def _shortened(label: str, most: int = 60) -> str:
+    """A label as a line shows it: a long one cut, with its length (the terminal would
+    take minutes to wrap a label of millions of characters, and no one would read it)."""
+    if len(label) <= most:
+        return label
+    return f"{label[: most - 20]}... ({len(label):,} characters)"
+
+
 def _cell(value: int | None, total: int | None) -> str:
     if value is None:
         return "n/a"
@@ -269,7 +277,7 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         for line in inspection.limits:
             text = textwrap.fill(line, width, initial_indent="  - ", subsequent_indent="    ")
             console.print(text, highlight=False, soft_wrap=True, markup=False)
-    shown = ", ".join(inspection.versions[:20])
+    shown = ", ".join(_shortened(label) for label in inspection.versions[:20])
     more = len(inspection.versions) - 20
     console.print(
         f"versions in observation order ({len(inspection.versions)}): {shown or 'none'}"

@@ -138,3 +138,65 @@ def gzip_of(pieces: list[tuple[bytes, int]]) -> bytes:
                 stream.write(block)
             stream.write(block[:rest])
     return buffer.getvalue()
+
+
+def storages_pt(count: int, numel: int = 1 << 24, kind: str = "DoubleStorage") -> bytes:
+    """A torch.save-shaped archive whose data.pkl names ``count`` storages of ``numel``
+    values each, every one a deflated member of zeros, and no tensor using them (each
+    storage within the per-array bound; ten of doubles are 1.3 GB from 1.3 MB)."""
+
+    def text(value: str) -> bytes:
+        return b"X" + _u4(len(value)) + value.encode()
+
+    named = b"".join(
+        b"(" + text("storage") + b"ctorch\n" + kind.encode() + b"\n" + text(str(key))
+        + text("cpu") + b"J" + _u4(numel) + b"tQ"
+        for key in range(count)
+    )  # fmt: skip
+    size = numel * {"DoubleStorage": 8, "FloatStorage": 4, "ByteStorage": 1}[kind]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            "archive/data.pkl",
+            PROTO + b"}(" + text("rollout_id") + b"K\x00" + text("samples") + b"(" + named + b"lu.",
+        )
+        chunk = bytes(1 << 20)
+        for key in range(count):
+            with archive.open(f"archive/data/{key}", "w", force_zip64=True) as member:
+                for start in range(0, size, len(chunk)):
+                    member.write(chunk[: size - start])
+        archive.writestr("archive/version", b"3\n")
+    return buffer.getvalue()
+
+
+def lying_member_pt(inflated: int = 64 << 20, member: str = "data.pkl") -> bytes:
+    """A torch.save-shaped archive whose ``data.pkl`` (or the storage ``data/0`` it names,
+    16 bytes) declares a few bytes in its headers and inflates ``inflated`` zeros."""
+    import struct
+    import zlib
+
+    def text(value: str) -> bytes:
+        return b"X" + _u4(len(value)) + value.encode()
+
+    pickled = (
+        PROTO + b"}(" + text("rollout_id") + b"K\x00" + text("samples") + b"((" + text("storage")
+        + b"ctorch\nByteStorage\n" + text("0") + text("cpu") + b"K\x10tQlu."
+    )  # fmt: skip
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb = b"".join(squeeze.compress(bytes(1 << 20)) for _ in range(inflated >> 20))
+    bomb += squeeze.flush()
+    honest = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = honest.compress(pickled) + honest.flush()
+    members = [
+        ("archive/data.pkl", *((bomb, 100, 0) if member == "data.pkl" else (packed, len(pickled), zlib.crc32(pickled)))),
+        ("archive/data/0", bomb, 16, 0),
+    ]  # fmt: skip
+    local, central = b"", b""
+    for name, data, size, crc in members:
+        where, named = len(local), name.encode()
+        head = struct.pack("<HHHHIIIHH", 0, 8, 0, 0, crc, len(data), size, len(named), 0)
+        local += b"PK\x03\x04" + struct.pack("<H", 20) + head + named + data
+        central += b"PK\x01\x02" + struct.pack("<HH", 20, 20) + head + b"\0" * 10
+        central += struct.pack("<I", where) + named
+    end = struct.pack("<HHHHIIH", 0, 0, len(members), len(members), len(central), len(local), 0)
+    return local + central + b"PK\x05\x06" + end

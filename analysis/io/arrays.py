@@ -33,8 +33,10 @@ _budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def file_budget(values: int = MAX_FILE_VALUES) -> Iterator[None]:
-    """Count every array made while reading one file against ``values``."""
-    token = _budget.set([values])
+    """Count every array made while reading one file against ``values``, and the values
+    of the storages it reads from the archive against as many (a storage is read whole
+    as soon as it is named, whether or not a tensor uses it)."""
+    token = _budget.set([values, values])
     try:
         yield
     finally:
@@ -196,6 +198,11 @@ def storage_bytes_expected(kind: TorchStorageType, numel: object) -> int:
     archive member's size before it is read (a deflated member could inflate to GBs)."""
     if type(numel) is not int or not 0 <= numel <= MAX_ARRAY_VALUES:
         raise ArrayError(f"a storage of {numel!r} values (at most {MAX_ARRAY_VALUES:,})")
+    budget = _budget.get()
+    if budget is not None:
+        budget[1] -= numel
+        if budget[1] < 0:
+            raise ArrayError(f"the file's storages hold more than {MAX_FILE_VALUES:,} values")
     return numel * _itemsize(kind.format)
 
 

@@ -18,6 +18,7 @@ from analysis.io.artifacts import Chunk, FileResult
 from analysis.io.fields import (
     FieldMap,
 )
+from analysis.io.limits import DEFAULT_LIMITS
 
 HELPER_MIN_INSTANCES = 128
 """Below this many session folders the helper's start-up costs more than it saves."""
@@ -83,7 +84,7 @@ def _read_frame(stream: Any) -> Any:
 def helper_main() -> None:
     """Entry point of the helper process."""
     stdin, out = sys.stdin.buffer, sys.stdout.buffer
-    field_paths, extra, parent, chunk_files = _read_frame(stdin)
+    field_paths, extra, parent, chunk_files, most = _read_frame(stdin)
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
     results: list[FileResult] = []
     batches = instances = 0
@@ -97,7 +98,7 @@ def helper_main() -> None:
     with artifacts.collector_paused():
         while (batch := _read_frame(stdin)) is not None:
             for instance in batch:
-                artifacts.read_session(instance, fields, extra, results)
+                artifacts.read_session(instance, fields, extra, results, most)
                 if os.getppid() != parent:
                     raise SystemExit(1)
             batches, instances = batches + 1, instances + len(batch)
@@ -115,14 +116,18 @@ class HelperProcess:
     ``pending``; its chunks are taken as they come."""
 
     def __init__(
-        self, pending: collections.deque[str], fields: FieldMap, extra: Sequence[str]
+        self,
+        pending: collections.deque[str],
+        fields: FieldMap,
+        extra: Sequence[str],
+        most: int = DEFAULT_LIMITS.max_record_bytes,
     ) -> None:
         import queue
         import subprocess
         import threading
 
         job = marshal.dumps(
-            (dataclasses.asdict(fields), list(extra), os.getpid(), artifacts.CHUNK_FILES)
+            (dataclasses.asdict(fields), list(extra), os.getpid(), artifacts.CHUNK_FILES, most)
         )
         self.pending = pending
         self.process: subprocess.Popen[bytes] | None = None

@@ -54,7 +54,7 @@ from analysis.io.fields import (
     row_columns,
 )
 from analysis.io.jsonl import json_problem, parse_json
-from analysis.io.limits import printable
+from analysis.io.limits import DEFAULT_LIMITS, LimitError, over_limit, printable
 
 if TYPE_CHECKING:  # imported when a helper is wanted (a circular import otherwise)
     from analysis.io.artifact_helper import HelperProcess
@@ -67,7 +67,8 @@ CHUNK_FILES = 1_000
 enough that the helper's last chunk, which this process waits for, comes quickly."""
 
 ERRORS: dict[str, type[ReplayError]] = {
-    error.__name__: error for error in (InputNotFoundError, LogFormatError, MissingFieldError)
+    error.__name__: error
+    for error in (InputNotFoundError, LogFormatError, MissingFieldError, LimitError)
 }
 
 Entry = tuple[int, dict[str, Any] | None, tuple[str, str] | None]
@@ -149,12 +150,14 @@ def read_artifact_folder(
     on_chunk: Callable[[Chunk], None],
     progress: Callable[[int, int], None] | None = None,
     tie_warnings: list[str] | None = None,
+    most: int = DEFAULT_LIMITS.max_record_bytes,
 ) -> tuple[int, list[str]]:
     """Read every segment file below ``root``; return how many there were, and warnings.
 
     The warning that files share a modification time goes to ``tie_warnings`` when given
     (the caller knows whether the files are ordered by it).
 
+    A file past ``most`` bytes (``max_record_bytes``) is refused unread.
     The results go to ``on_chunk`` a few thousand files at a time, in no particular
     order: the caller puts them in arrival order (completion time, else modification
     time, then path) once all are read, since the last file read may be the first to
@@ -194,10 +197,10 @@ def read_artifact_folder(
         pending = collections.deque(instances)
         try:
             if helper_wanted(instances):
-                helper = HelperProcess(pending, fields, extra)
-            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick)
+                helper = HelperProcess(pending, fields, extra, most)
+            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick, most=most)
             if helper is not None:
-                warnings += _finish_helper(helper, root, fields, extra, read, take)
+                warnings += _finish_helper(helper, root, fields, extra, read, take, most)
         finally:
             if helper is not None:
                 helper.stop()
@@ -225,6 +228,7 @@ def _finish_helper(
     extra: Sequence[str],
     read: Callable[[list[FileResult]], None],
     take: Callable[[Chunk], None],
+    most: int,
 ) -> list[str]:
     """Take the helper's last chunks; read what a failed helper left, and say so."""
     helper.no_more()  # none are left: its input ends, whatever it reports
@@ -234,7 +238,7 @@ def _finish_helper(
         return []
     # Its chunks so far stand; this process reads the folders it left.
     left = helper.unfinished()
-    read_shard(left, fields, extra, on_chunk=read)
+    read_shard(left, fields, extra, on_chunk=read, most=most)
     return [
         f"{root}: the helper process failed ({helper.problem}); "
         + (
@@ -271,6 +275,7 @@ def read_shard(
     *,
     on_chunk: Callable[[list[FileResult]], None],
     tick: Callable[[int], None] | None = None,
+    most: int = DEFAULT_LIMITS.max_record_bytes,
 ) -> None:
     """Read every file of the given session folders, in no particular order.
 
@@ -279,7 +284,7 @@ def read_shard(
     """
     results: list[FileResult] = []
     for done, instance in enumerate(instances, start=1):
-        read_session(instance, fields, extra, results)
+        read_session(instance, fields, extra, results, most)
         if len(results) >= CHUNK_FILES:
             on_chunk(results)
             results = []
@@ -290,21 +295,34 @@ def read_shard(
 
 
 def read_session(
-    session: str, fields: FieldMap, extra: Sequence[str], results: list[FileResult]
+    session: str,
+    fields: FieldMap,
+    extra: Sequence[str],
+    results: list[FileResult],
+    most: int = DEFAULT_LIMITS.max_record_bytes,
 ) -> None:
     """Add the results of one session folder's files (its segments, or its error) to
     ``results``."""
-    results += [read_segment_file(path, fields, extra) for path in _session_files(session, results)]
+    results += [
+        read_segment_file(path, fields, extra, most) for path in _session_files(session, results)
+    ]
 
 
-def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> FileResult:
-    """One segment file (an object, or a list of them) as canonical rows or errors."""
+def read_segment_file(
+    path: str, fields: FieldMap, extra: Sequence[str], most: int = DEFAULT_LIMITS.max_record_bytes
+) -> FileResult:
+    """One segment file (an object, or a list of them) as canonical rows or errors; one
+    past ``most`` bytes is refused unread (max_record_bytes)."""
     try:
-        stamp, data = _read_file(path)
+        stamp, data = _read_file(path, most)
     except OSError as exc:
         return _unreadable_entry(path, f"{path}: cannot read ({exc.strerror})")
     if data is None:
         return stamp, path, []  # no longer a regular file (replaced since it was listed)
+    if len(data) > most:
+        what = f"a JSON document of more than {most:,} bytes"
+        error = over_limit(printable(path), what, "max_record_bytes", most)
+        return stamp, path, [(0, None, ("LimitError", error.raw))]
     try:
         document = parse_json(data)
     except json.JSONDecodeError as exc:
@@ -342,7 +360,7 @@ def read_segment_file(path: str, fields: FieldMap, extra: Sequence[str]) -> File
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
-def _read_file(path: str) -> tuple[int, bytes | None]:
+def _read_file(path: str, most: int) -> tuple[int, bytes | None]:
     """(modification time, contents) of a regular file; None for anything else.
 
     Plain os calls, not open(): a file object costs more than the read itself for
@@ -353,9 +371,9 @@ def _read_file(path: str) -> tuple[int, bytes | None]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return info.st_mtime_ns, None
-        data = os.read(fd, info.st_size + 1)
-        while len(data) > info.st_size:  # it grew since: read to the end
-            more = os.read(fd, 1 << 20)
+        data = os.read(fd, min(info.st_size, most) + 1)
+        while info.st_size < len(data) <= most:  # it grew since: read to the end, or most
+            more = os.read(fd, min(1 << 20, most + 1 - len(data)))
             if not more:
                 break
             data += more

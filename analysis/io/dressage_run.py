@@ -391,7 +391,7 @@ def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int 
     root = find_run_root(Path(path))
     if root is None:
         return None
-    pattern = re.compile(r"target_groups=([0-9]+)")
+    pattern = re.compile(r"target_groups=(\d{1,18})(?!\d)")  # longer: read_run says why
     if (root / LOG).is_file():
         try:
             for _, line in log_lines(root / LOG, limits):

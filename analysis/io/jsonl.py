@@ -187,9 +187,10 @@ class _Lines:
         self.counted = _Counted(raw)
         self.compressed = cast(io.BufferedReader, raw).peek(2)[:2] == b"\x1f\x8b"
         self.readline: Callable[[int], bytes] = raw.readline
+        self.stream: io.BufferedReader | gzip.GzipFile = cast(io.BufferedReader, raw)
         if self.compressed:
             unzipped = gzip.GzipFile(fileobj=cast(BinaryIO, self.counted), mode="rb")
-            self.readline = unzipped.readline
+            self.readline, self.stream = unzipped.readline, unzipped
         status = os.fstat(raw.fileno())
         self.size = status.st_size if stat.S_ISREG(status.st_mode) else 0  # not a pipe's
         self.read, self.next_check = 0, _CHECK_EVERY
@@ -219,6 +220,7 @@ class _Lines:
                 self.skip_rest(readline)
                 continue
             if line.isspace():  # (blank; strip() would copy a long line)
+                number += self.skip_blank()
                 continue
             try:
                 yield number, self.parse(line)
@@ -252,6 +254,24 @@ class _Lines:
             if record is not lean_lines.NOT_LEAN:
                 return record
         return parse_json(line)
+
+    def skip_blank(self) -> int:
+        """Read on past the blank lines that follow a blank line, a buffer at a time (one
+        at a time, a file of newlines was read at 3.5 MB/s); how many."""
+        skipped = 0
+        while True:
+            ahead = self.stream.peek(1)[: min(1 << 16, self.limits.max_record_bytes)]
+            if self.length >= 0:
+                ahead = ahead[: self.length - self.read]
+            blank = ahead[: len(ahead) - len(ahead.lstrip(b" \t\r\n"))]
+            blank = blank[: blank.rfind(b"\n") + 1]  # whole lines only
+            if not blank:
+                return skipped
+            self.stream.read(len(blank))
+            skipped += blank.count(b"\n")
+            self.read += len(blank)
+            if self.read >= self.next_check:
+                self.check()
 
     def skip_rest(self, readline: Callable[[int], bytes]) -> None:
         """Read on to the end of a line too long to hold, a bounded piece at a time."""

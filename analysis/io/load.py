@@ -374,7 +374,7 @@ class _Reading:
         ties: list[str] = []
         files, warnings = read_artifact_folder(
             source.path, fields=self.options.fields, extra=extra, on_chunk=folder.take,
-            progress=within, tie_warnings=ties,
+            progress=within, tie_warnings=ties, most=self.options.limits.max_record_bytes,
         )  # fmt: skip
         self.report.sources.append(dataclasses.replace(source, files=files))
         self.report.warnings += warnings

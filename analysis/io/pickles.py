@@ -214,7 +214,7 @@ def load_pickled(path: Path, *, trust_pickle: bool = False, limits: Limits = DEF
         prefix = member.filename[: -len("data.pkl")]
         with archive:
             try:
-                payload = archive.read(member)
+                payload = _read_member(archive, member)
             except Exception as exc:  # zipfile raises many types on damaged archives
                 raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
             return _restricted_load(
@@ -269,7 +269,19 @@ def _member(archive: zipfile.ZipFile, name: str, size: int) -> bytes:
     info = archive.getinfo(name)
     if info.file_size != size:
         raise arrays.ArrayError(f"{name} holds {info.file_size:,} bytes where {size:,} belong")
-    return archive.read(info)
+    return _read_member(archive, info)
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A member's bytes, no more than the size it declares: zipfile inflates a deflated
+    member to its end whatever its header says (one declaring 100 bytes gave 1 GB)."""
+    with archive.open(info) as member:
+        data = member.read(info.file_size + 1)  # to the end, so its CRC is checked
+    if len(data) != info.file_size:
+        raise zipfile.BadZipFile(
+            f"{info.filename} holds more than the {info.file_size:,} bytes it declares"
+        )
+    return data
 
 
 def _torch_load(path: Path) -> Any:

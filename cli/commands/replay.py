@@ -100,6 +100,11 @@ its records are replayed on the simple loop, as sweep --policy does."""
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None:
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    # the second would be written over the first
+    if decisions and trajectories and decisions.resolve() == trajectories.resolve():
+        raise analysis.OutputError(
+            f"{trajectories}: --decisions and --trajectories name the same file; give each its own"
+        )
     chosen = (
         None
         if policy is None

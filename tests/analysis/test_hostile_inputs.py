@@ -116,3 +116,28 @@ def test_the_readme_limits_table_matches_the_code() -> None:
     for name, default in rows:
         text = default.strip()
         assert (shown[text] if text in shown else int(text)) == getattr(Limits(), name)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_runs_of_blank_lines_are_read_in_bulk_and_counted(tmp_path: Path, compressed: bool) -> None:
+    """A file of newlines was read a line at a time (3.5 MB/s: 100 MB took 28 s); the
+    lines after such a run keep their numbers."""
+    path, text = _log(tmp_path)
+    first, *rest = text.splitlines(keepends=True)
+    blanks = b"\n" * 100_000 + b" \t\r\n" * 3 + b"\r\n" * 70_000 + b"   \n"
+    data = first + blanks + b"".join(rest) + b"\n" * 5 + b"{bad\n" + b"\n\n"
+    if compressed:
+        path = tmp_path / "log.jsonl.gz"
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    read = jsonl_records(path)
+    numbers = []
+    while True:
+        try:
+            numbers.append(next(read)[0])
+        except StopIteration as end:
+            lines = end.value
+            break
+    gap = 1 + 100_000 + 3 + 70_000 + 1
+    assert numbers == [1, *range(gap + 1, gap + len(rest) + 1), gap + len(rest) + 6]
+    assert lines == gap + len(rest) + 8

@@ -114,6 +114,37 @@ def test_a_zip_member_that_inflates_past_the_limit_is_refused_unread(tmp_path: P
     assert caught.value.settings == [("max_inflation", "200")]
 
 
+def test_storages_no_tensor_uses_are_charged_to_the_file(tmp_path: Path) -> None:
+    """Each storage is read whole when the pickle names it: three of the largest allowed
+    were read (and ten deflated doubles were 1.3 GB from a 1.3 MB file)."""
+    from analysis.io import arrays
+
+    path = tmp_path / "storages.pt"
+    path.write_bytes(hostile.storages_pt(2, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
+    assert len(load_pickled(path)["samples"]) == 2  # type: ignore[index]
+    path.write_bytes(hostile.storages_pt(3, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
+    with pytest.raises(DamagedFileError, match="storages hold more than 33,554,432 values"):
+        load_pickled(path)
+
+
+@pytest.mark.parametrize("member", ["data.pkl", "data/0"])
+def test_a_zip_member_that_lies_about_its_size_is_not_inflated_past_it(
+    tmp_path: Path, member: str
+) -> None:
+    """zipfile inflates a member to the end of its stream whatever its header says: one
+    declaring 100 bytes took 2.2 GB for 1 GB of zeros."""
+    data = hostile.lying_member_pt(64 << 20, member)
+    assert len(data) < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(DamagedFileError, match=r"CRC|declares"):
+            _load(data, tmp_path, "lying.pt")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
 def test_an_archive_with_two_data_pkl_is_refused(tmp_path: Path) -> None:
     """torch.load reads the one of its archive name: another could be what was checked."""
     path = tmp_path / "two.pt"

@@ -41,6 +41,7 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
         (lambda: hostile.deflated_pt(256 << 20), "--limit max_inflation="),
         (lambda: hostile.PROTO + b"cbuiltins\nbytearray\nJ\x00\xf2\x05\x2a\x85R.", "bytes"),
         (lambda: hostile.PROTO + b"\x8e" + (5 * 10**9).to_bytes(8, "little") + b"ab.", "past"),
+        (lambda: hostile.storages_pt(10), "storages hold more than"),
     ],
     ids=[
         "laughs",
@@ -52,6 +53,7 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
         "zip-bomb",
         "bytearray-5e9",
         "bytes8-5e9",
+        "storage-bomb",
     ],
 )
 def test_pickle_bombs(tmp_path: Path, make: object, option: str) -> None:
@@ -129,6 +131,34 @@ def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) ->
     assert raised.code == 0, raised.stderr
 
 
+@pytest.mark.slow
+def test_a_label_of_millions_of_digits(tmp_path: Path) -> None:
+    """A version label is text of any length: int() of one past 4,300 digits was an
+    internal error (exit 1) of replay, sweep and report, and inspect took 18 s to wrap a
+    label of 5 million characters in its line of versions."""
+    path = tmp_path / "log.jsonl"
+    label = b"9" * 5_000_000
+    path.write_bytes(
+        RECORD + b'{"group_index": 1, "metadata": {"parent_traj_id": "u", "full_versions": ["'
+        + label + b'"]}}\n'
+    )  # fmt: skip
+    for args in (["inspect"], ["replay", "-k", "1", "-m", "1", "-b", "1"], ["sweep", "-b", "1"]):
+        run = hostile.run_bounded(*args, str(path))
+        assert run.code == 0, (args, run.stderr)
+        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (args, run)
+
+
+def test_a_file_of_newlines_is_read_in_bounded_time(tmp_path: Path) -> None:
+    """100 MB of blank lines took 28 s, a line at a time; a bad record after them is named
+    by its line."""
+    path = tmp_path / "log.jsonl"
+    with path.open("wb") as out:
+        out.write(RECORD)
+        out.write(b"\n" * (100 << 20))
+        out.write(b"{not json\n")
+    _refused(hostile.run_bounded("inspect", str(path)), 5, f"{path}:{(100 << 20) + 2}:")
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
@@ -194,6 +224,101 @@ def test_a_quoted_glob_that_matches_the_output_is_refused(tmp_path: Path, comman
     assert result.exit_code == 8, result.output
     assert "refusing to write over the input" in result.stderr
     assert output.read_bytes() == before
+
+
+@pytest.mark.parametrize("policy", [[], ["--policy", "dressage"]], ids=["setting", "policy"])
+def test_decisions_and_trajectories_in_one_file_are_refused(
+    tmp_path: Path, policy: list[str]
+) -> None:
+    """Both were written, the second over the first, and both "wrote" said (exit 0)."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    log = _runner_log(tmp_path)
+    (tmp_path / "sub").mkdir()
+    twice = [str(tmp_path / "rows.csv"), str(tmp_path / "sub" / ".." / "rows.csv")]
+    args = ["replay", str(log), "-k", "1", "-m", "1", *policy]
+    result = CliRunner().invoke(app, [*args, "--decisions", twice[0], "--trajectories", twice[1]])
+    assert result.exit_code == 8, result.output
+    assert "name the same file" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "rows.csv").exists()
+
+
+def _run_folder(tmp_path: Path) -> Path:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "8"]
+    )
+    assert made.exit_code == 0, made.output
+    return run
+
+
+def test_a_run_log_number_of_thousands_of_digits_is_a_bad_line(tmp_path: Path) -> None:
+    """int() of it raised past 4,300 digits: an internal error (exit 1)."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = _run_folder(tmp_path)
+    log = run / "dressage_log.txt"
+    log.write_text(log.read_text().replace("target_groups=4", "target_groups=" + "4" * 5000))
+    for command in ("replay", "verify"):
+        failed = CliRunner().invoke(app, [command, str(run)])
+        assert failed.exit_code == 5, (command, failed.output)
+        assert "dressage_log.txt:1: the number 4444" in failed.stderr
+
+
+@pytest.mark.slow
+def test_a_run_log_line_of_hundreds_of_megabytes_is_refused_unread(tmp_path: Path) -> None:
+    """The whole dressage_log.txt was read at once: a 400 MB line took 1.4 GB. A line past
+    max_record_bytes is refused as every file of a run folder is (exit 5), unread."""
+    run = _run_folder(tmp_path)
+    with (run / "dressage_log.txt").open("ab") as log:
+        log.write(b"2023-11-14 22:13:19,330 dressage.rollout INFO x" + b"x" * (400 << 20) + b"\n")
+    for command in ("replay", "verify"):
+        done = hostile.run_bounded(command, str(run))
+        assert done.code == 5, (command, done.stderr)
+        assert "max_record_bytes" in done.stderr and len(done.stderr.splitlines()) == 1
+        assert done.peak_mb < PEAK_MB and done.seconds < SECONDS, (command, done)
+
+
+@pytest.mark.parametrize("helpers", ["0", "1"], ids=["one-process", "with-helper"])
+def test_a_segment_file_past_the_record_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helpers: str
+) -> None:
+    """The artifact reader read every samples/<n>.json whole, whatever its size: a 126 MB
+    one took 1.9 GB (exit 0); it is a damaged file past max_record_bytes, in the helper
+    process too."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    monkeypatch.setenv("DRESSAGE_REPLAY_HELPERS", helpers)
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "40"]
+    )
+    assert made.exit_code == 0, made.output
+    files = sorted(run.glob("traj_payload/*/*/samples/*.json"))
+    assert len(files) >= 130  # past HELPER_MIN_INSTANCES sessions
+    big = files[len(files) // 2]
+    big.write_bytes(big.read_bytes()[:-1] + b', "padding": "' + b"x" * 300_000 + b'"}')
+    limit = ["--limit", "max_record_bytes=200K"]
+    failed = CliRunner().invoke(app, ["inspect", str(run), *limit])
+    assert failed.exit_code == 5, failed.output
+    assert f"{big}: a JSON document of more than 204,800 bytes" in failed.stderr
+    assert "raise it with --limit max_record_bytes=409600" in failed.stderr
+    skipped = CliRunner().invoke(
+        app, ["inspect", str(run), *limit, "--on-bad-record", "skip", "--json"]
+    )
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.stdout)["records"] == len(files) - 1
+    assert CliRunner().invoke(app, ["inspect", str(run)]).exit_code == 0
 
 
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
