@@ -492,7 +492,7 @@ def log_prob_drift(
     if type(rollout) is LeanList or type(trainer) is LeanList or type(mask) is LeanList:
         try:
             return lean_drift(rollout, trainer, mask)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
     try:
         diffs = [
@@ -500,7 +500,7 @@ def log_prob_drift(
             for i, (a, b) in enumerate(zip(rollout, trainer, strict=True))
             if mask is None or mask[i]
         ]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LogFormatError(f"{where}: log-probs must be numbers ({exc})") from exc
     return (sum(diffs) / len(diffs) if diffs else None), len(diffs)
 

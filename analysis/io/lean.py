@@ -105,12 +105,15 @@ class LeanList(Sequence[Any]):
         self.length = 0
         self.builder = SpanBuilder() if spans else None
         self.error: ValueError | None = None
-        self.on_runs: list[tuple[int, int]] | None = [] if mask else None
+        self.mask = mask
+        # Runs of true values as two arrays (16 bytes a run; a tuple of two ints takes ~100)
+        self.on_starts: array[int] = array("q")
+        self.on_ends: array[int] = array("q")
         self.values: array[float] | None = array("d") if values else None
 
     def feed(self, items: list[Any]) -> None:
         """Take the next piece of the list."""
-        if items and (self.builder is not None or self.on_runs is not None):
+        if items and (self.builder is not None or self.mask):
             # A piece inside one run (the common case) is seen as one by list.count, in C
             # (== as groupby compares, and equal values are equally true).
             if items.count(items[0]) == len(items):
@@ -130,7 +133,7 @@ class LeanList(Sequence[Any]):
                 self.builder.feed(items)
             except ValueError as exc:  # a bad label: raised where the row asks for spans
                 self.error = exc
-        if self.on_runs is not None:
+        if self.mask:
             start = self.length
             for on, run in itertools.groupby(map(bool, items)):
                 end = start + len(list(run))
@@ -144,16 +147,15 @@ class LeanList(Sequence[Any]):
                 self.builder.feed_run(value, count)
             except ValueError as exc:
                 self.error = exc
-        if self.on_runs is not None and value:
+        if self.mask and value:
             self._on(self.length, self.length + count)
 
     def _on(self, start: int, end: int) -> None:
-        assert self.on_runs is not None
-        runs = self.on_runs
-        if runs and runs[-1][1] == start:
-            runs[-1] = (runs[-1][0], end)
+        if self.on_ends and self.on_ends[-1] == start:
+            self.on_ends[-1] = end
         else:
-            runs.append((start, end))
+            self.on_starts.append(start)
+            self.on_ends.append(end)
 
     def __len__(self) -> int:
         return self.length
@@ -171,9 +173,9 @@ class LeanList(Sequence[Any]):
             raise IndexError(index)
         if self.values is not None:
             return self.values[index]
-        if self.on_runs is not None:
-            at = bisect.bisect_right(self.on_runs, (index, self.length)) - 1
-            return int(at >= 0 and self.on_runs[at][0] <= index < self.on_runs[at][1])
+        if self.mask:
+            at = bisect.bisect_right(self.on_starts, index) - 1
+            return int(at >= 0 and index < self.on_ends[at])
         raise TypeError("this LeanList keeps only its length")
 
     def spans(self) -> list[Span]:
@@ -185,12 +187,12 @@ class LeanList(Sequence[Any]):
 
     def any_on(self, first: int, last: int) -> bool:
         """Whether a value from ``first`` to ``last`` (exclusive) of the mask is true."""
-        assert self.on_runs is not None
+        assert self.mask
         first, last = max(first, 0), min(last, self.length)
         if first >= last:
             return False
-        at = max(bisect.bisect_right(self.on_runs, (first, self.length)) - 1, 0)
-        for start, end in itertools.islice(self.on_runs, at, None):
+        at = max(bisect.bisect_right(self.on_starts, first) - 1, 0)
+        for start, end in zip(self.on_starts[at:], self.on_ends[at:], strict=True):
             if start >= last:
                 return False
             if end > first:
@@ -198,19 +200,21 @@ class LeanList(Sequence[Any]):
         return False
 
 
-def on_ranges(mask: Sequence[Any] | None, length: int) -> list[tuple[int, int]]:
-    """The index ranges where a loss mask is true (all of them without one)."""
+def on_ranges(mask: Sequence[Any] | None, length: int) -> tuple[Sequence[int], Sequence[int]]:
+    """The index ranges where a loss mask is true (all of them without one), as their
+    starts and their ends."""
     if mask is None:
-        return [(0, length)]
-    if isinstance(mask, LeanList) and mask.on_runs is not None:
-        return mask.on_runs
-    ranges, start = [], 0
+        return [0], [length]
+    if isinstance(mask, LeanList) and mask.mask:
+        return mask.on_starts, mask.on_ends
+    starts, ends, start = array("q"), array("q"), 0
     for on, run in itertools.groupby(map(bool, mask)):
         end = start + len(list(run))
         if on:
-            ranges.append((start, end))
+            starts.append(start)
+            ends.append(end)
         start = end
-    return ranges
+    return starts, ends
 
 
 def lean_drift(
@@ -223,11 +227,11 @@ def lean_drift(
     theirs = trainer.values if isinstance(trainer, LeanList) else trainer
     if ours is None or theirs is None:
         raise TypeError("a LeanList of log-probs without its values")
-    ranges = on_ranges(mask, len(ours))
-    count = sum(end - start for start, end in ranges)
+    starts, ends = on_ranges(mask, len(ours))
+    count = sum(ends) - sum(starts)
     diffs = itertools.chain.from_iterable(
         map(abs, map(operator.sub, map(float, ours[s:e]), map(float, theirs[s:e])))
-        for s, e in ranges
+        for s, e in zip(starts, ends, strict=True)
     )
     total = sum(diffs)
     return (total / count if count else None), count
@@ -245,12 +249,16 @@ def _flat_arrays(line: bytes, keys: frozenset[bytes]) -> list[Array]:
     without a backslash, no list or object inside. Found from the line's ``[`` (memchr
     speed; a long line has few), the bytes before each read for a key."""
     found = []
-    at = line.find(b"[")
+    at, close = line.find(b"["), -1
     while at >= 0:
         before = _KEY_BEFORE.search(line, max(at - 96, 0), at)
         if before is not None and before.group(1) in keys:
-            stop = line.find(b"]", at)
-            quotes = _flat(line, at + 1, stop) if stop > 0 else -1
+            if close < at:  # the next ']', looked for again only once passed
+                close = line.find(b"]", at)
+                if close < 0:
+                    break  # no list after this one is closed: none is flat
+            stop = close
+            quotes = _flat(line, at + 1, stop)
             if quotes >= 0:
                 found.append((at, stop, before.group(1).decode(), quotes > 0))
                 at = stop
@@ -276,8 +284,14 @@ def _pieces(line: bytes, start: int, stop: int, quoted: bool) -> Iterator[bytes]
     size = PIECE_BYTES
     while stop - start > size:
         cut = line.find(b",", start + size, stop)
-        while quoted and cut >= 0 and line.count(b'"', start, cut) % 2:
-            cut = line.find(b",", cut + 1, stop)
+        # Inside a string while an odd number of quotes comes before the comma: each
+        # stretch of the line is counted once (counted from start each time, a string
+        # of commas made the cutting quadratic).
+        odd = quoted and cut >= 0 and line.count(b'"', start, cut) % 2 == 1
+        while odd and cut >= 0:
+            after = line.find(b",", cut + 1, stop)
+            odd ^= after >= 0 and line.count(b'"', cut, after) % 2 == 1
+            cut = after
         if cut < 0:
             break
         yield line[start:cut]
@@ -326,11 +340,8 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
     parts.append(line[previous:])
     record = _parse(b"".join(parts), strict)
     del parts
-    if not strict:
-        from analysis.io.jsonl import _lone_surrogate
-
-        if _lone_surrogate(record):
-            raise _NotLean
+    if not strict and _lone_surrogate(record):
+        raise _NotLean
     if not isinstance(record, dict) or record.get("success") is False:
         raise _NotLean  # (an error document reads its sample's fields: parse it whole)
     located = _locate(record, marker, arrays, plan)
@@ -346,12 +357,20 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
         pieces, empty = 0, False
         for piece in _pieces(line, start + 1, stop, quoted):
             items = _parse(b"[" + piece + b"]", strict)
+            if not strict and quoted and _lone_surrogate(items):
+                raise _NotLean  # (the whole parse refuses it, saying so)
             pieces, empty = pieces + 1, empty or not items
             lean.feed(items)
         if empty and pieces > 1:
             raise _NotLean  # an empty piece: a comma too many ([1,] cut after the 1)
         parent[key] = lean
     return record
+
+
+def _lone_surrogate(value: Any) -> bool:
+    from analysis.io.jsonl import _lone_surrogate as lone
+
+    return lone(value)
 
 
 def _locate(

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,62 @@ def test_unexpected_lines_read_as_the_whole_parse(
 ) -> None:
     for piece in (1, 3, 1 << 20):
         check_same(line, piece, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A raw lone surrogate (CESU bytes) in a label: the standard parser, used once
+        # orjson refuses the line, passes it; the whole parse refuses it.
+        b'{"group_index": 1, "metadata": {"full_versions": ["9", "\xed\xa0\x80", "9"]}}',
+        b'{"group_index": 1, "tokens": [1], "metadata": {"full_versions": ["\xed\xa0\xbd\xed\xb8\x80"]}}',
+        # A log-prob past a float's range: a bad record, not an internal error.
+        b'{"group_index": 1, "rollout_log_probs": [1' + b"0" * 400 + b'], "log_probs": [0]}',
+    ],
+)
+def test_values_the_whole_parse_refuses_are_refused_lean_too(
+    line: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for piece in (1, 3, 1 << 20):
+        check_same(line, piece, monkeypatch)
+    expected = outcome(line, lean_on=False)
+    assert isinstance(expected, tuple) and expected[0] in {"bad JSON", "LogFormatError"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A label of commas: cutting at the commas outside strings counted the quotes
+        # from the piece's start at every comma inside it (quadratic: 80 s at 600,000).
+        b'{"group_index": 1, "metadata": {"full_versions": ["' + b"," * 2_000_000 + b'"]}}',
+        # Lists opened and never closed: each looked for a ']' to the end of the line.
+        b'{"tokens":[' * 300_000,
+    ],
+    ids=["commas", "unclosed"],
+)
+def test_hostile_long_lines_are_read_in_linear_time(
+    line: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lean, "PIECE_BYTES", 1 << 10)
+    started = time.monotonic()
+    check_same(line, 1 << 10, monkeypatch)
+    assert time.monotonic() - started < 5
+
+
+def test_alternating_masks_are_kept_as_runs_in_arrays() -> None:
+    """A mask of alternating values folds into two arrays of 8-byte ends, not a tuple a
+    run (which took more than the whole parse's list)."""
+    plan = lean.lean_plan(FieldMap(), ())
+    assert plan is not None
+    n = 20_000
+    record = {"group_index": 1, "loss_mask": [i % 2 for i in range(n)]}
+    got = lean.lean_record(json.dumps(record).encode(), plan)
+    mask = got["loss_mask"]
+    assert isinstance(mask, lean.LeanList) and len(mask) == n
+    assert list(mask.on_starts) == list(range(1, n, 2))
+    assert list(mask.on_ends) == list(range(2, n + 1, 2))
+    assert [mask[i] for i in range(50)] == [i % 2 for i in range(50)]
+    assert mask.any_on(3, 4) and not mask.any_on(2, 3) and mask.any_on(0, n)
 
 
 def test_nan_log_probs_are_read_lean_by_the_standard_parser() -> None:
