@@ -200,3 +200,16 @@ def lying_member_pt(inflated: int = 64 << 20, member: str = "data.pkl") -> bytes
         central += struct.pack("<I", where) + named
     end = struct.pack("<HHHHIIH", 0, 0, len(members), len(members), len(central), len(local), 0)
     return local + central + b"PK\x05\x06" + end
+
+
+def repeated_row_parquet(path: Path, canonical: Path, rows: int = 1 << 20) -> None:
+    """A canonical Parquet file of ``rows`` copies of the first row of ``canonical`` (a
+    converted log): each column a run of one value, a few bytes in all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical)
+    block = table.slice(0, 1).take(pa.array([0] * (1 << 18)))
+    with pq.ParquetWriter(path, table.schema, compression="zstd") as writer:
+        for _ in range(rows >> 18):
+            writer.write_table(block)
