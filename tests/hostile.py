@@ -200,3 +200,51 @@ def lying_member_pt(inflated: int = 64 << 20, member: str = "data.pkl") -> bytes
         central += struct.pack("<I", where) + named
     end = struct.pack("<HHHHIIH", 0, 0, len(members), len(members), len(central), len(local), 0)
     return local + central + b"PK\x05\x06" + end
+
+
+def repeated_row_parquet(path: Path, canonical: Path, rows: int = 1 << 20) -> None:
+    """A canonical Parquet file of ``rows`` copies of the first row of ``canonical`` (a
+    converted log): each column a run of one value, a few bytes in all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical)
+    block = table.slice(0, 1).take(pa.array([0] * (1 << 18)))
+    with pq.ParquetWriter(path, table.schema, compression="zstd") as writer:
+        for _ in range(rows >> 18):
+            writer.write_table(block)
+
+
+def many_members_pt(count: int = 20_000, name_length: int = 420) -> bytes:
+    """A zip archive whose central directory lists ``count`` members (each of a name of
+    ``name_length`` bytes, all pointing at one empty member) besides a data.pkl: a list
+    of members megabytes long in a file barely larger."""
+    import struct
+    import zlib
+
+    pickled = PROTO + b"}."
+    local = b""
+    entries = []
+    for name, data in ((b"a" * name_length, b""), (b"archive/data.pkl", pickled)):
+        entries.append((name, data, len(local)))
+        head = struct.pack(
+            "<HHHHIIIHH", 0, 0, 0, 0, zlib.crc32(data), len(data), len(data), len(name), 0
+        )
+        local += b"PK\x03\x04" + struct.pack("<H", 20) + head + name + data
+    central = []
+    for name, data, where in entries:
+        head = struct.pack(
+            "<HHHHIIIHH", 0, 0, 0, 0, zlib.crc32(data), len(data), len(data), len(name), 0
+        )
+        central.append(
+            b"PK\x01\x02"
+            + struct.pack("<HH", 20, 20)
+            + head
+            + b"\0" * 10
+            + struct.pack("<I", where)
+            + name
+        )
+    listing = central[0] * count + central[1]
+    total = count + 1
+    end = struct.pack("<HHHHIIH", 0, 0, total, total, len(listing), len(local), 0)
+    return local + listing + b"PK\x05\x06" + end

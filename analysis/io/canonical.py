@@ -15,6 +15,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.discover import Source
+from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, over_limit
 from analysis.schema import (
     CANONICAL_SCHEMA,
     REQUIRED_COLUMNS,
@@ -39,7 +40,10 @@ def source_formats(source: Source) -> list[str]:
 
 
 def read_canonical(
-    source: Source, extra: Sequence[str], columns: Sequence[str] | None = None
+    source: Source,
+    extra: Sequence[str],
+    columns: Sequence[str] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> pl.DataFrame:
     """A canonical Parquet or Arrow file as the canonical table; only ``columns`` (and
     the extra fields) are read when given."""
@@ -49,6 +53,8 @@ def read_canonical(
         file = _ArrowFile(source)
     except (Exception, pl.exceptions.PanicException) as exc:
         raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    if file.rows is not None:
+        _check_rows(source, file.rows, limits)
     present = file.columns
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
@@ -96,6 +102,27 @@ def read_canonical(
     return frame
 
 
+ROW_BYTES = 100
+"""The least memory one row of the canonical table takes once read (22 columns)."""
+
+
+def _check_rows(source: Source, rows: int, limits: Limits) -> None:
+    """Refuse a Parquet file whose footer declares more rows than its bytes can hold
+    within ``max_inflation``: the reader allocates what the footer says (a 19 KB file
+    declaring a billion rows asked for 8 GB; 50 million copies of one row compress to
+    5.6 MB and took 2.6 GB). A file that convert writes holds a row in 6 bytes or more."""
+    size = source.path.stat().st_size
+    ratio = limits.max_inflation
+    if rows * ROW_BYTES > max(INFLATION_FLOOR, ratio * size):
+        raise over_limit(
+            source.path,
+            f"a Parquet file declaring {rows:,} rows in {size:,} bytes (at least "
+            f"{rows * ROW_BYTES:,} bytes in memory, more than {ratio} times its size)",
+            "max_inflation",
+            ratio,
+        )
+
+
 _CANONICAL_ONLY = (
     "Parquet and Arrow files are read in the layout `dressage-replay convert` writes: "
     "write raw records as JSONL instead (polars: DataFrame.write_ndjson), and read or "
@@ -118,7 +145,9 @@ class _ArrowFile:
             import pyarrow.parquet as pq
 
             self.schema = pq.read_schema(self.path)
+            self.rows: int | None = pq.read_metadata(self.path).num_rows
         else:
+            self.rows = None
             with pa.ipc.open_file(self.path) as reader:
                 self.schema = reader.schema
         self.columns = self.schema.names

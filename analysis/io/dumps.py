@@ -18,7 +18,7 @@ from analysis.errors import (
 from analysis.io import arrays
 from analysis.io.discover import Source, is_eval_dump
 from analysis.io.limits import DEFAULT_LIMITS, Limits
-from analysis.io.pickles import ZIP_MAGIC, load_pickled
+from analysis.io.pickles import MAX_DIRECTORY_BYTES, ZIP_MAGIC, directory_bytes, load_pickled
 from analysis.io.train_dumps import train_dump_layout
 
 EVAL_GROUP_PREFIX = "eval:"
@@ -142,6 +142,10 @@ def _peek_rollout_id(path: Path) -> object:
         with path.open("rb") as handle:
             head = handle.read(_PEEK_BYTES)
             if head.startswith(ZIP_MAGIC):
+                handle.seek(max(0, path.stat().st_size - (1 << 16) - 22))
+                listed = directory_bytes(handle.read())
+                if listed is None or listed > MAX_DIRECTORY_BYTES:
+                    return _UNKNOWN  # the whole read says why
                 with zipfile.ZipFile(handle) as archive:
                     names = [n for n in archive.namelist() if n.endswith("data.pkl")]
                     if not names:

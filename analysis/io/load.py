@@ -352,7 +352,9 @@ class _Reading:
     def _canonical(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
         yield from self._flush(str(source.path))
         try:
-            table = read_canonical(source, self.options.extra_fields, self.options.columns)
+            table = read_canonical(
+                source, self.options.extra_fields, self.options.columns, self.options.limits
+            )
         except LogFormatError as error:
             self.skip_or_raise(error)
             return

@@ -24,6 +24,26 @@ from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, check_re
 
 ZIP_MAGIC = b"PK\x03\x04"
 
+MAX_DIRECTORY_BYTES = 8 << 20
+"""Most bytes of an archive's central directory (its list of members, 46 bytes and a name
+each): some 100,000 members, where a torch.save file has one per tensor and four more.
+zipfile builds an object per member, 7.6 s for a million of them (a 47 MB file)."""
+
+
+def directory_bytes(tail: bytes) -> int | None:
+    """The size of the central directory that the end of a zip archive (its last 64 KiB
+    and 22 bytes) declares, as zipfile reads it; None when it does not say."""
+    end = tail.rfind(b"PK\x05\x06")
+    if end < 0 or len(tail) < end + 22:
+        return None
+    locator = end - 20  # zip64: its record, just before its locator, says (as zipfile reads)
+    if locator >= 0 and tail[locator : locator + 4] == b"PK\x06\x07":
+        record = locator - 56
+        if record < 0 or tail[record : record + 4] != b"PK\x06\x06":
+            return None
+        return int.from_bytes(tail[record + 40 : record + 48], "little")
+    return int.from_bytes(tail[end + 12 : end + 16], "little")
+
 
 def _bytearray(*args: Any) -> bytearray:
     """``bytearray()`` of bytes or text, never ``bytearray(n)`` (n bytes of the file's
@@ -237,6 +257,13 @@ def _open_archive(
     """A torch.save archive and its one ``data.pkl``, refused unread when it would
     inflate past ``max_inflation`` or when there are several (torch.load and this
     reader could then pick different ones: what was checked would not be what is read)."""
+    listed = directory_bytes(raw[-(1 << 16) - 22 :])
+    if listed is not None and listed > MAX_DIRECTORY_BYTES:
+        raise DamagedFileError(
+            f"{path}: a zip archive whose list of members takes {listed:,} bytes (more than "
+            f"{MAX_DIRECTORY_BYTES:,}, some 100,000 members); a torch.save file has one member "
+            "per tensor"
+        )
     try:
         archive = zipfile.ZipFile(io.BytesIO(raw))
         members = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]

@@ -145,6 +145,24 @@ def test_a_zip_member_that_lies_about_its_size_is_not_inflated_past_it(
     assert peak < 16 << 20, peak
 
 
+def test_an_archive_listing_a_hundred_thousand_members_is_refused_unlisted(
+    tmp_path: Path,
+) -> None:
+    """zipfile makes an object per member of the list, 7.6 s a million, and the list was
+    read twice (a 47 MB file of a million took 21 s); a torch.save file has one a tensor."""
+    from analysis.errors import LogFormatError
+
+    data = hostile.many_members_pt(20_000, 420)
+    assert pickles.directory_bytes(data[-70_000:]) == 20_000 * (46 + 420) + 46 + 16
+    path = tmp_path / "many.pt"
+    path.write_bytes(data)
+    with pytest.raises(DamagedFileError, match="list of members takes"):
+        dump_samples(path, trust_pickle=False)
+    path.write_bytes(hostile.many_members_pt(1_000, 420))  # 0.5 MB of list: read
+    with pytest.raises(LogFormatError, match="expected"):  # read: a dict without samples
+        dump_samples(path, trust_pickle=False)
+
+
 def test_an_archive_with_two_data_pkl_is_refused(tmp_path: Path) -> None:
     """torch.load reads the one of its archive name: another could be what was checked."""
     path = tmp_path / "two.pt"

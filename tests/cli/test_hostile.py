@@ -321,6 +321,27 @@ def test_a_segment_file_past_the_record_limit_is_refused_unread(
     assert CliRunner().invoke(app, ["inspect", str(run)]).exit_code == 0
 
 
+def test_a_parquet_file_of_millions_of_one_row_is_refused_unread(tmp_path: Path) -> None:
+    """The reader allocates the rows the footer declares: 50 million copies of one row
+    (5.6 MB) took 2.6 GB, and a 19 KB footer declaring a billion asked for 8 GB."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    log = _runner_log(tmp_path)
+    honest = tmp_path / "a.parquet"
+    assert CliRunner().invoke(app, ["convert", str(log), "-o", str(honest)]).exit_code == 0
+    bomb = tmp_path / "bomb.parquet"
+    hostile.repeated_row_parquet(bomb, honest, 1 << 19)
+    assert bomb.stat().st_size < 1 << 20
+    failed = CliRunner().invoke(app, ["inspect", str(bomb)])
+    assert failed.exit_code == 5, failed.output
+    assert "declaring 524,288 rows" in failed.stderr and "--limit max_inflation=" in failed.stderr
+    raised = CliRunner().invoke(app, ["inspect", str(bomb), "--limit", "max_inflation=100000"])
+    assert raised.exit_code == 0, raised.output
+    assert CliRunner().invoke(app, ["inspect", str(honest)]).exit_code == 0
+
+
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
