@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import glob
+import hashlib
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -113,10 +116,25 @@ class LeftoverRemovedWarning(UserWarning):
     write of that output (the command line prints it as a ``warning:`` line)."""
 
 
+@functools.cache
+def _here() -> str:
+    """8 hex digits that tell this machine, boot and process namespace apart: a pid means
+    something only there. A container sharing the folder, or another host on shared
+    storage, sees a live writer's pid as gone; its temporaries carry another tag, so they
+    are never taken for leftovers here."""
+    parts = [socket.gethostname()]
+    with contextlib.suppress(OSError):
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    with contextlib.suppress(OSError):
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:8]
+
+
 def _temp_name(path: Path) -> str:
-    """A temporary's name beside ``path``: ``.NAME.<pid>-XXXXXXXX.tmp``, the pid of the
-    process that writes it (a later write removes it once that process is gone)."""
-    return f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    """A temporary's name beside ``path``: ``.NAME.<pid>-<here>-XXXXXXXX.tmp``, the pid of
+    the process that writes it and where that pid means something (:func:`_here`): a
+    later write from the same place removes it once that process is gone."""
+    return f".{path.name}.{os.getpid()}-{_here()}-{secrets.token_hex(4)}.tmp"
 
 
 def _alive(pid: int) -> bool:
@@ -135,20 +153,22 @@ def _alive(pid: int) -> bool:
 
 def _ours(name: str) -> bool:
     """Whether ``name`` is a temporary of this process (a folder being written)."""
-    found = re.fullmatch(r"\..+\.([0-9]{1,10})-[0-9a-f]{8}\.tmp", name)
-    return found is not None and int(found.group(1)) == os.getpid()
+    found = re.fullmatch(r"\..+\.([0-9]{1,10})-([0-9a-f]{8})-[0-9a-f]{8}\.tmp", name)
+    return found is not None and int(found.group(1)) == os.getpid() and found.group(2) == _here()
 
 
 def remove_leftovers(path: Path) -> list[Path]:
-    """Remove the temporaries of ``path`` (``.NAME.<pid>-XXXXXXXX.tmp``, files or folders)
-    whose writing process is gone: a write killed (``kill -9``, the OOM killer) left them.
-    Nothing else is touched, not even another output's temporaries; each removal is said
-    as a :class:`LeftoverRemovedWarning`."""
+    """Remove the temporaries of ``path`` (``.NAME.<pid>-<here>-XXXXXXXX.tmp``, files or
+    folders) written on this machine and in this process namespace (:func:`_here`) whose
+    writing process is gone: a write killed (``kill -9``, the OOM killer) left them.
+    Nothing else is touched, not even another output's temporaries, nor those written
+    from elsewhere (whose pids mean nothing here); each removal is said as a
+    :class:`LeftoverRemovedWarning`."""
     path = Path(path)
     removed: list[Path] = []
     if _ours(path.parent.name):
         return removed  # a file of a folder this process is writing: nothing left there
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.([0-9]{{1,10}})-[0-9a-f]{{8}}\.tmp")
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.([0-9]{{1,10}})-{_here()}-[0-9a-f]{{8}}\.tmp")
     try:
         entries = list(os.scandir(path.parent))
     except OSError:
@@ -223,7 +243,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
     On Linux the temporary is an anonymous file (``O_TMPFILE``) written through its
     ``/proc/self/fd/N`` path, so that nothing is left if the process is killed; elsewhere,
-    or where the folder's filesystem has none, a file ``.NAME.<pid>-XXXXXXXX.tmp``, which
+    or where the folder's filesystem has none, a file ``.NAME.<pid>-<here>-XXXXXXXX.tmp``, which
     the next write of ``path`` removes if a kill left it (:func:`remove_leftovers`).
     """
     path = Path(path)
@@ -280,7 +300,7 @@ def _named_temporary(path: Path, directory: Path) -> Iterator[Path]:
 
 
 def temporary_folder(path: Path) -> Path:
-    """A new folder ``.NAME.<pid>-XXXXXXXX.tmp`` beside ``path``, to be renamed to it when
+    """A new folder ``.NAME.<pid>-<here>-XXXXXXXX.tmp`` beside ``path``, to be renamed to it when
     whole (first removing the ones killed writes of ``path`` left: :func:`remove_leftovers`);
     its permissions are a plain mkdir()'s."""
     path = Path(path)
@@ -294,7 +314,7 @@ def atomic_folder(path: Path) -> Iterator[Path]:
 
     ``path`` must not exist, or be an empty folder: a run is never mixed into another's
     files, and an interrupted write leaves nothing behind (a kill leaves the folder
-    ``.NAME.<pid>-XXXXXXXX.tmp``, which the next write of ``path`` removes).
+    ``.NAME.<pid>-<here>-XXXXXXXX.tmp``, which the next write of ``path`` removes).
     """
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def _anonymous_in(pid: int, folder: Path) -> bool:
 
 
 def _named_in(folder: Path, name: str) -> list[Path]:
-    return [p for p in folder.iterdir() if re.fullmatch(rf"\.{re.escape(name)}\.\d+-[0-9a-f]{{8}}\.tmp", p.name)]  # fmt: skip
+    return [p for p in folder.iterdir() if re.fullmatch(rf"\.{re.escape(name)}\.\d+-[0-9a-f]{{8}}-[0-9a-f]{{8}}\.tmp", p.name)]  # fmt: skip
 
 
 def _kill_when(process: subprocess.Popen[str], writing: Callable[[], bool]) -> None:
@@ -155,25 +156,53 @@ def _dead_pid() -> int:
 
 
 def test_only_the_outputs_own_leftovers_of_dead_writers_are_removed(tmp_path: Path) -> None:
-    dead, alive = _dead_pid(), os.getpid()
+    from analysis.io.tables import _here
+
+    dead, alive, here = _dead_pid(), os.getpid(), _here()
+    elsewhere = "ffffffff" if here != "ffffffff" else "00000000"
     kept = [
-        f".out.csv.{alive}-0123abcd.tmp",  # its writer runs (this process)
-        f".other.csv.{dead}-0123abcd.tmp",  # another output's
-        f".out.csv.{dead}-0123abcz.tmp",  # not the pattern
-        f".out.csv.{dead}-0123abcd.tmp.bak",
-        f"out.csv.{dead}-0123abcd.tmp",
+        f".out.csv.{alive}-{here}-0123abcd.tmp",  # its writer runs (this process)
+        f".other.csv.{dead}-{here}-0123abcd.tmp",  # another output's
+        f".out.csv.{dead}-{here}-0123abcz.tmp",  # not the pattern
+        f".out.csv.{dead}-{here}-0123abcd.tmp.bak",
+        f"out.csv.{dead}-{here}-0123abcd.tmp",
         ".out.csv.0123abcd.tmp",  # a temporary of before: no pid, left alone
+        f".out.csv.{dead}-0123abcd.tmp",  # no tag of where it was written: left alone
+        # Written in another container or on another host: its pid means nothing here.
+        f".out.csv.{dead}-{elsewhere}-0123abcd.tmp",
     ]
     for name in kept:
         (tmp_path / name).write_text("kept")
-    gone = [tmp_path / f".out.csv.{dead}-89abcdef.tmp", tmp_path / f".out.csv.{dead}-00000000.tmp"]
+    gone = [
+        tmp_path / f".out.csv.{dead}-{here}-89abcdef.tmp",
+        tmp_path / f".out.csv.{dead}-{here}-00000000.tmp",
+    ]
     gone[0].write_text("half")
     gone[1].mkdir()
     (gone[1] / "inside").write_text("half")
     with pytest.warns(LeftoverRemovedWarning, match=r"out\.csv: removed .*killed"):
         analysis.write_frame(pl.DataFrame({"a": [1]}), tmp_path / "out.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, "out.csv"])
-    assert (tmp_path / f".out.csv.{alive}-0123abcd.tmp").read_text() == "kept"
+    assert (tmp_path / f".out.csv.{alive}-{here}-0123abcd.tmp").read_text() == "kept"
+
+
+def test_the_tag_is_of_this_pid_namespace(tmp_path: Path) -> None:
+    """A process in another pid namespace (a container sharing the folder) writes another
+    tag: a live writer there, whose pid is gone here, is not taken for a leftover."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    from analysis.io.tables import _here
+
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.io.tables import _here; print(_here())"
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, str(ROOT)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if done.returncode:
+        pytest.skip(f"cannot make a pid namespace here: {done.stderr.strip()[:100]}")
+    assert done.stdout.strip() != _here()
+    same = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True)
+    assert same.stdout.strip() == _here()
 
 
 def test_no_leftover_no_warning(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
@@ -279,9 +308,10 @@ def test_convert_to_a_folder_removes_the_staging_a_killed_convert_left(tmp_path:
     """convert -o FOLDER stages its parts in ``.NAME.<pid>-XXXXXXXX.tmp`` as well."""
     from typer.testing import CliRunner
 
+    from analysis.io.tables import _here
     from cli.app import app
 
-    left = tmp_path / f".ds.{_dead_pid()}-0123abcd.tmp"
+    left = tmp_path / f".ds.{_dead_pid()}-{_here()}-0123abcd.tmp"
     left.mkdir()
     (left / "part-00000.parquet").write_text("half")
     result = CliRunner().invoke(
