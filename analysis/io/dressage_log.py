@@ -218,8 +218,21 @@ def read_dressage_log(
     )
 
 
+def call_start_target_groups(path: Path, limits: Limits = DEFAULT_LIMITS) -> int | None:
+    """The target_groups of the last rollout call the log starts (what
+    :func:`read_dressage_log` keeps), without reading the rest of each line's meaning;
+    None when it starts none."""
+    target = None
+    for number, line in log_lines(path, limits):
+        parsed = _LINE.match(line)
+        if parsed is not None and (match := _CALL_START.match(parsed.group(5))):
+            target = _log_int(match.group(2), f"{path}:{number}")
+    return target
+
+
 def _log_int(digits: str, where: str) -> int:
     """A number of a log line; one beyond 64 bits is no step, batch size or group id."""
+    digits = digits.lstrip("0") or "0"
     value = int(digits) if len(digits) < 20 else 2**63  # int() of 4,301 digits raises
     if value >= 2**63:
         raise LogFormatError(

@@ -27,7 +27,6 @@ from analysis.io.dressage_log import (
     DressageLog,
     calls_frame,
     events_frame,
-    log_lines,
     read_dressage_log,
     read_dump_rows,
     read_metrics,
@@ -380,27 +379,26 @@ def _samples_per_prompt(
 
 
 def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int | None:
-    """A Dressage run folder's own batch size, cheaply: the first rollout call's
-    target_groups in dressage_log.txt, else the metrics' or the dumps' (the whole run is
-    read only then); None when the run does not say, or cannot be read (within
-    ``limits``: a file past them is refused, as reading the run would refuse it)."""
-    import re
-
+    """A Dressage run folder's own batch size, cheaply: the target_groups of the last
+    rollout call that dressage_log.txt starts (as :func:`read_run` takes it, from the
+    same lines), else the metrics' or the dumps' (the whole run is read only then); None
+    when the run does not say, or cannot be read (within ``limits``: a file past them is
+    refused, as reading the run would refuse it)."""
+    from analysis.io.dressage_log import call_start_target_groups
     from analysis.io.limits import LimitError
 
     root = find_run_root(Path(path))
     if root is None:
         return None
-    pattern = re.compile(r"target_groups=(\d{1,18})(?!\d)")  # longer: read_run says why
     if (root / LOG).is_file():
         try:
-            for _, line in log_lines(root / LOG, limits):
-                if found := pattern.search(line):
-                    return int(found.group(1)) or None
+            target = call_start_target_groups(root / LOG, limits)
         except LimitError:
             raise
         except ReplayError:
-            pass  # an unreadable log: the slower way below
+            target = None  # an unreadable log: the slower way below
+        if target is not None:
+            return target or None
     try:
         return read_run(root, limits=limits).target_groups
     except LimitError:

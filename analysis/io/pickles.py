@@ -300,13 +300,15 @@ def _member(archive: zipfile.ZipFile, name: str, size: int) -> bytes:
 
 
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """A member's bytes, no more than the size it declares: zipfile inflates a deflated
-    member to its end whatever its header says (one declaring 100 bytes gave 1 GB)."""
+    """A member's bytes, no more than the size it declares: zipfile's ``read()`` inflates a
+    deflated member to its end whatever its header says (one declaring 100 bytes gave
+    1 GB). Read with a size, it stops at the declared size and checks the CRC of what it
+    read; a member that holds fewer bytes than it declares is damaged."""
     with archive.open(info) as member:
-        data = member.read(info.file_size + 1)  # to the end, so its CRC is checked
+        data = member.read(info.file_size + 1)
     if len(data) != info.file_size:
         raise zipfile.BadZipFile(
-            f"{info.filename} holds more than the {info.file_size:,} bytes it declares"
+            f"{info.filename} holds {len(data):,} bytes where it declares {info.file_size:,}"
         )
     return data
 

@@ -41,3 +41,23 @@ def test_a_log_without_steps_is_refused_in_its_own_words(tmp_path: Path) -> None
     with pytest.raises(analysis.ConfigError, match="AReaL logs record no trainer step") as err:
         analysis.batch_groups_for([areal], None, prepared, report)
     assert str(areal) in str(err.value) and "batch_groups" in str(err.value)
+
+
+def test_the_fast_read_of_the_batch_size_is_read_runs(
+    run_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """The batch size read cheaply from dressage_log.txt is the one read_run keeps (the
+    last call start's target_groups), not a config line's partial_rollout_target_groups."""
+    import shutil
+
+    from analysis.io.dressage_run import run_target_groups
+
+    run = tmp_path / "run"
+    shutil.copytree(run_folders["k2-m1"], run)
+    log = run / "dressage_log.txt"
+    lines = log.read_text().splitlines(keepends=True)
+    stamp = lines[0][:23]
+    config = f"{stamp} dressage.config INFO args: partial_rollout_target_groups=7\n"
+    log.write_text(config + "".join(lines))
+    assert analysis.read_run(run).target_groups == 2
+    assert run_target_groups(run) == 2
