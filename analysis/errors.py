@@ -30,6 +30,8 @@ class ExitCode(IntEnum):
     OUTPUT = 8
     DISAGREES = 9
     """``verify``: the replay disagrees with what the run's own files say happened."""
+    OUT_OF_MEMORY = 10
+    """The process ran out of memory (a ``MemoryError``): the work needs more than it got."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT)."""
     STDOUT_GONE = 141

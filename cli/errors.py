@@ -80,6 +80,14 @@ def command_failed(error: BaseException, *, show_traceback: bool) -> int:
     if isinstance(error, ReplayError):
         typer.echo(f"Error: {one_line(error.render(say_setting))}", err=True)
         return error.exit_code
+    if isinstance(error, MemoryError):
+        typer.echo(
+            "Error: out of memory: this work needs more memory than the process could get; "
+            "give it less at a time (fewer inputs, fewer settings with -k and -m, "
+            "--limit values no higher than needed) or run it where more memory is free",
+            err=True,
+        )
+        return ExitCode.OUT_OF_MEMORY
     # also a panic inside a native library
     typer.echo(
         f"Error: internal error ({type(error).__name__}: {one_line(str(error))}); "

@@ -788,3 +788,21 @@ def test_results_with_standard_output_closed_are_an_output_error(
     )  # fmt: skip
     assert done.returncode == 8, done.stderr
     assert done.stderr.startswith("Error: standard output is closed")
+
+
+def test_running_out_of_memory_is_its_own_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError (a sweep or report over hundreds of thousands of versions can get
+    there within every input limit) ends in one line and exit 10, not as an internal
+    error (exit 1)."""
+    import analysis
+    from cli.app import app
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(analysis, "sweep", exhausted)
+    sample = str(Path(__file__).parents[2] / "sample_data" / "rollouts.jsonl")
+    result = CliRunner().invoke(app, ["sweep", sample, "-k", "1", "-m", "1"])
+    assert result.exit_code == 10 == int(analysis.ExitCode.OUT_OF_MEMORY), result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: out of memory:") and "internal error" not in line
