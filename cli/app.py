@@ -29,6 +29,8 @@ def _no_breaks_at_hyphens() -> None:
     or a default such as partial-rollout stays whole on its line (click's wrapper also
     breaks after a hyphen). The wrapper is click's own, vendored by typer: left as it is
     where it cannot be found."""
+    # typer's own copy first; click itself (installed beside, by Ray for one) only when
+    # typer has none: importing it costs a command's start 10 ms for nothing.
     for name in ("typer._click._textwrap", "click._textwrap"):
         try:
             module = importlib.import_module(name)
@@ -52,6 +54,7 @@ def _no_breaks_at_hyphens() -> None:
         wrapper.__init__ = init
         wrapper._handle_long_word = long_word
         wrapper._whole_words = True
+        return
 
 
 _no_breaks_at_hyphens()
