@@ -44,6 +44,20 @@ def loaded(path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settin
     return table, dict(report.skipped), list(report.skipped_where)
 
 
+def pieces_the_helper_sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The indexes of the pieces the helper sends back, filled as a load collects them."""
+    taken: list[int] = []
+    real = jsonl_parts.Helper.collected
+
+    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
+        sent = real(self)
+        taken.extend(sent)
+        return sent
+
+    monkeypatch.setattr(jsonl_parts.Helper, "collected", collected)
+    return taken
+
+
 @pytest.mark.parametrize("bad", [False, True])
 @pytest.mark.parametrize("policy", ["skip", "fail"])
 def test_two_processes_read_what_one_does(
@@ -66,15 +80,7 @@ def test_two_processes_read_what_one_does(
 def test_the_helper_reads_its_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check above can fail only if the helper does read pieces: it does."""
     path = log_with_bad_lines(tmp_path / "log.jsonl", False)
-    taken: list[int] = []
-    real = jsonl_parts.Helper.collected
-
-    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
-        sent = real(self)
-        taken.extend(sent)
-        return sent
-
-    monkeypatch.setattr(jsonl_parts.Helper, "collected", collected)
+    taken = pieces_the_helper_sent(monkeypatch)
     monkeypatch.setattr(jsonl_parts, "PIECES", 400)  # enough that it gets some
     loaded(path, monkeypatch, split=True)
     assert taken and max(taken) == len(cut(path, path.stat().st_size, 400)) - 1
@@ -155,15 +161,7 @@ def test_the_helpers_pieces_are_numbered_as_the_file(
         lines[-1] = b'{"group_index": 1, "tokens": \n'
         path.write_bytes(b"".join(lines))
     one = loaded(path, monkeypatch, split=False, on_bad_record=policy)
-    taken: list[int] = []
-    real = jsonl_parts.Helper.collected
-
-    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
-        sent = real(self)
-        taken.extend(sent)
-        return sent
-
-    monkeypatch.setattr(jsonl_parts.Helper, "collected", collected)
+    taken = pieces_the_helper_sent(monkeypatch)
     monkeypatch.setattr(jsonl_parts, "PIECES", 400)
     front = jsonl_parts.PieceQueue.take_front
 

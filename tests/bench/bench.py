@@ -9,6 +9,7 @@ each round. ``--large`` adds the multi-GB convert.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -163,14 +164,18 @@ def bench_against_reference() -> list[dict[str, Any]]:
     ]
 
 
+def polars_spans(path: Path) -> None:
+    """polars' streaming NDJSON scan computing every record's full_versions spans."""
+    pl.scan_ndjson(path).select(
+        spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
+    ).collect(engine="streaming")
+
+
 def bench_jsonl_ingestion() -> list[dict[str, Any]]:
     path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
     size = path.stat().st_size / 1e6
 
-    def polars_scan() -> None:
-        pl.scan_ndjson(path).select(
-            spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
-        ).collect(engine="streaming")
+    polars_scan = functools.partial(polars_spans, path)
 
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "out.parquet"
@@ -209,10 +214,7 @@ def bench_jsonl_against_duckdb() -> list[dict[str, Any]]:
     path = ensure(DATA / "long_tokens.jsonl", long_token_jsonl)
     size = path.stat().st_size / 1e6
 
-    def polars_scan() -> None:
-        pl.scan_ndjson(path).select(
-            spans=pl.col("metadata").struct.field("full_versions").list.eval(pl.element().rle())
-        ).collect(engine="streaming")
+    polars_scan = functools.partial(polars_spans, path)
 
     connection = duckdb.connect()
     connection.execute("SET enable_progress_bar = false")
