@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
-from typing import Any
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 NOT_REAL = frozenset({"", "-1", "unknown", "none"})
 
@@ -56,7 +57,7 @@ Span = tuple[int, int, str]
 """A run of equal labels: (start inclusive, end exclusive, label as written)."""
 
 
-def run_length_spans(labels: Sequence[Any]) -> list[Span]:
+def run_length_spans(labels: Sequence[Any]) -> SpanRuns:
     """Encode per-token labels as consecutive runs, the form of ``version_spans``.
 
     Examples
@@ -69,7 +70,63 @@ def run_length_spans(labels: Sequence[Any]) -> list[Span]:
     return builder.spans
 
 
+class SpanRuns(Sequence[Span]):
+    """Spans as two arrays of positions and a list of labels, read as a sequence of
+    :data:`Span` tuples: 24 bytes a span, where a tuple each takes ~120 (a token list of
+    alternating versions has a span per token)."""
+
+    __slots__ = ("ends", "labels", "starts")
+
+    def __init__(self) -> None:
+        self.starts = array("q")
+        self.ends = array("q")
+        self.labels: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @overload
+    def __getitem__(self, index: int) -> Span: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Span]: ...
+    def __getitem__(self, index: int | slice) -> Span | list[Span]:
+        if isinstance(index, slice):
+            return list(zip(self.starts[index], self.ends[index], self.labels[index], strict=True))
+        return self.starts[index], self.ends[index], self.labels[index]
+
+    def __iter__(self) -> Iterator[Span]:
+        return zip(self.starts, self.ends, self.labels, strict=True)
+
+    def __reversed__(self) -> Iterator[Span]:
+        return zip(reversed(self.starts), reversed(self.ends), reversed(self.labels), strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SpanRuns):
+            return (self.starts, self.ends, self.labels) == (other.starts, other.ends, other.labels)
+        return isinstance(other, list) and list(self) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 _NO_RUN = object()
+
+BULK_RUNS = 64
+"""Runs of one piece after which the rest of the piece, if it is all text or whole
+numbers, is read in bulk (NumPy: a token list of alternating versions has a run a token).
+Fewer runs, as real token lists have, are cheaper one by one."""
+
+_PLAIN = frozenset({str, int})
+
+
+class TooManySpans(ValueError):
+    """A token-version list of more spans than a :class:`SpanBuilder` takes."""
+
+    def __init__(self, most: int) -> None:
+        super().__init__(f"more than {most:,} runs of token versions (spans)")
+        self.most = most
 
 
 class SpanBuilder:
@@ -77,38 +134,113 @@ class SpanBuilder:
     are those of the whole list (a run that goes on into the next piece is one run, named
     by its first value), without the list being held."""
 
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
+    def __init__(self, most: int | None = None) -> None:
+        self.spans = SpanRuns()
         self.end = 0
         self.key: Any = _NO_RUN  # the first raw value of the last run
+        self.most = most
+        """Spans past which :class:`TooManySpans` is raised, after the piece that made them."""
 
     def feed(self, labels: Sequence[Any]) -> None:
         """Take the next piece of the labels."""
-        spans, start, key = self.spans, self.end, self.key
+        self._feed(labels)
+        if self.most is not None and len(self.spans) > self.most:
+            raise TooManySpans(self.most)
+
+    def _feed(self, labels: Sequence[Any]) -> None:
+        spans, start, key, base, runs = self.spans, self.end, self.key, self.end, 0
         # Group equal raw values in C, then name each run once: 3 and "3" are one label, so
         # adjacent runs whose names agree are merged. A piece's first run may go on with
         # the last one (compared as itertools.groupby compares: identity, then ==).
         for value, run in itertools.groupby(labels):
             end = start + len(list(run))
             if key is value or key == value:
-                spans[-1] = (spans[-1][0], end, spans[-1][2])
+                spans.ends[-1] = end
             else:
                 text = label_text(value)
                 text = "" if text is None else text
-                if spans and spans[-1][2] == text:
-                    spans[-1] = (spans[-1][0], end, text)
+                if spans.labels and spans.labels[-1] == text:
+                    spans.ends[-1] = end
                 else:
-                    spans.append((start, end, text))
+                    spans.starts.append(start)
+                    spans.ends.append(end)
+                    spans.labels.append(text)
                 key = value
-            start = end
+            start, runs = end, runs + 1
+            if runs == BULK_RUNS:
+                rest = labels[start - base :]
+                if len(rest) >= BULK_RUNS and set(map(type, rest)) <= _PLAIN:
+                    self.end, self.key = start, key
+                    self._feed_bulk(rest)
+                    return
         self.end, self.key = start, key
+
+    def _feed_bulk(self, labels: Sequence[Any]) -> None:
+        """:meth:`feed` of texts and whole numbers (whose == is their type's own), with
+        the work per run in NumPy: the same spans, key and errors."""
+        import numpy as np  # (here: the reading helper process imports this module)
+
+        spans, base, size = self.spans, self.end, len(labels)
+        distinct = dict.fromkeys(labels)
+        code_of = dict(zip(distinct, itertools.count(), strict=False))
+        raw = np.fromiter(map(code_of.__getitem__, labels), np.intp, size)
+        raw_starts = np.flatnonzero(raw[1:] != raw[:-1]) + 1
+        name_of: dict[str, int] = {}  # equal names (3 and "3") are one code
+        names = [label_text(value) or "" for value in distinct]
+        by_raw = np.array([name_of.setdefault(name, len(name_of)) for name in names], np.intp)
+        name = by_raw[raw]
+        first = labels[0]
+        continued = self.key is first or self.key == first
+        if continued:  # the first run goes on with the last span, named as it is
+            name[: raw_starts[0] if len(raw_starts) else size] = name_of.setdefault(
+                spans.labels[-1], len(name_of)
+            )
+        texts = list(name_of)
+        merged = continued or (bool(spans.labels) and spans.labels[-1] == texts[name[0]])
+        starts = np.flatnonzero(name[1:] != name[:-1]) + 1
+        if merged:
+            spans.ends[-1] = base + (int(starts[0]) if len(starts) else size)
+        else:
+            starts = np.concatenate([[0], starts])
+        if len(starts):
+            spans.starts.frombytes((starts + base).astype(np.int64).tobytes())
+            ends = np.append(starts[1:], size) + base
+            spans.ends.frombytes(ends.astype(np.int64).tobytes())
+            spans.labels.extend(map(texts.__getitem__, name[starts].tolist()))
+        last = int(raw_starts[-1]) if len(raw_starts) else 0  # the last run of raw values
+        if not (continued and last == 0):
+            self.key = labels[last]
+        self.end = base + size
 
     def feed_run(self, value: Any, count: int) -> None:
         """Take ``count`` (>= 1) values equal to ``value``: ``feed([value] * count)``."""
         self.feed((value,))
-        start, end, label = self.spans[-1]
-        self.spans[-1] = (start, end + count - 1, label)
+        self.spans.ends[-1] += count - 1
         self.end += count - 1
+
+
+def true_runs(values: Sequence[Any], base: int = 0) -> tuple[list[int], list[int]]:
+    """The runs of true values (``bool``) as their starts and ends, counted from
+    ``base``, found by NumPy (an alternating mask has a run a value)."""
+    import numpy as np
+
+    flags = np.fromiter(map(bool, values), bool, len(values))
+    edges = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+    starts = np.concatenate([[0], edges]) if len(flags) else edges
+    ends = np.append(edges, len(flags))
+    on = flags[starts]
+    return (starts[on] + base).tolist(), (ends[on] + base).tolist()
+
+
+def on_ranges(mask: Sequence[Any] | None, length: int) -> tuple[Sequence[int], Sequence[int]]:
+    """The index ranges where a loss mask is true (all of them without one), as their
+    starts and their ends; a mask kept as runs (:class:`analysis.io.lean.LeanList`) gives
+    its own."""
+    if mask is None:
+        return [0], [length]
+    if getattr(mask, "mask", False):
+        return mask.on_starts, mask.on_ends  # type: ignore[attr-defined]
+    return true_runs(mask)
 
 
 def distinct_real_labels(spans: Sequence[Span]) -> list[str]:
@@ -147,6 +279,8 @@ def derive_end_version(
     if response_length is None:
         response_length = len(loss_mask) if loss_mask is not None else total
     response_start = max(0, total - response_length)
+    if len(spans) > BULK_RUNS:
+        return _last_trainable_real(spans, response_start, loss_mask)
     for start, end, label in reversed(spans):
         if end <= response_start:
             break
@@ -160,6 +294,33 @@ def derive_end_version(
         last = end - response_start
         if _any_on(loss_mask, first, last):
             return real
+    return None
+
+
+def _last_trainable_real(
+    spans: Sequence[Span], response_start: int, loss_mask: Sequence[Any] | None
+) -> str | None:
+    """:func:`derive_end_version`'s answer for many spans: realness decided once per
+    label, and the real spans walked back beside the mask's runs of true values, so each
+    span and each run is passed once (a span of one token in two is as fast)."""
+    labels = spans.labels if isinstance(spans, SpanRuns) else [label for _, _, label in spans]
+    real_of = {label: real_label(label) for label in set(labels)}
+    width = spans[-1][1] - response_start
+    on_starts, on_ends = on_ranges(loss_mask, width if loss_mask is None else len(loss_mask))
+    at = len(on_starts) - 1  # the last run of the mask not yet passed
+    reals = itertools.compress(range(len(labels) - 1, -1, -1), map(real_of.get, reversed(labels)))
+    for index in reals:
+        start, end, label = spans[index]
+        if end <= response_start:
+            return None
+        # The mask is aligned with the response: runs of trainable tokens inside this span?
+        first, last = max(start, response_start) - response_start, end - response_start
+        while at >= 0 and on_starts[at] >= last:
+            at -= 1
+        if at < 0:
+            return None
+        if on_ends[at] > first:
+            return real_of[label]
     return None
 
 

@@ -30,6 +30,7 @@ FLAGS = {
     "max_inflation": "--limit max_inflation=",
     "max_pickle_values": "--limit max_pickle_values=",
     "max_depth": "--limit max_depth=",
+    "max_spans": "--limit max_spans=",
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens
     # have no flag, so they keep their keyword)
     "workers": "--workers",

@@ -318,6 +318,11 @@ def natural_key(label: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
 _DIGITS = re.compile("([0-9]+)")
 
 
+_LONG_RECORD = 1 << 16
+"""Spans of a record whose distinct codes are counted, not sorted (a record with a span
+per token of alternating versions can be a slice by itself, of millions of spans)."""
+
+
 def distinct_per_record(code: np.ndarray, before: np.ndarray, scratch: Scratch) -> np.ndarray:
     """How many distinct codes each record has; record i's codes are
     ``code[before[i]:before[i + 1]]``.
@@ -342,6 +347,12 @@ def distinct_per_record(code: np.ndarray, before: np.ndarray, scratch: Scratch) 
     decreases[starts[starts > 0] - 1] = False  # a pair across two records
     if decreases.any():
         unsorted = np.unique(np.searchsorted(before, np.flatnonzero(decreases) + 1, "right") - 1)
+        lengths = before[unsorted + 1] - before[unsorted]
+        for long in unsorted[lengths >= _LONG_RECORD]:  # by counting, not sorting
+            count[long] = np.count_nonzero(np.bincount(code[before[long] : before[long + 1]]))
+        unsorted = unsorted[lengths < _LONG_RECORD]
+        if len(unsorted) == 0:
+            return count
         record = np.repeat(np.arange(n_records), np.diff(before))
         pick = np.isin(record, unsorted)
         order = np.lexsort((code[pick], record[pick]))

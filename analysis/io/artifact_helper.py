@@ -18,7 +18,7 @@ from analysis.io.artifacts import Chunk, FileResult
 from analysis.io.fields import (
     FieldMap,
 )
-from analysis.io.limits import DEFAULT_LIMITS
+from analysis.io.limits import DEFAULT_LIMITS, Limits
 
 HELPER_MIN_INSTANCES = 128
 """Below this many session folders the helper's start-up costs more than it saves."""
@@ -84,7 +84,8 @@ def _read_frame(stream: Any) -> Any:
 def helper_main() -> None:
     """Entry point of the helper process."""
     stdin, out = sys.stdin.buffer, sys.stdout.buffer
-    field_paths, extra, parent, chunk_files, most = _read_frame(stdin)
+    field_paths, extra, parent, chunk_files, limit_values = _read_frame(stdin)
+    limits = Limits(*limit_values)
     fields = FieldMap(**{name: tuple(paths) for name, paths in field_paths.items()})
     results: list[FileResult] = []
     batches = instances = 0
@@ -98,7 +99,7 @@ def helper_main() -> None:
     with artifacts.collector_paused():
         while (batch := _read_frame(stdin)) is not None:
             for instance in batch:
-                artifacts.read_session(instance, fields, extra, results, most)
+                artifacts.read_session(instance, fields, extra, results, limits)
                 if os.getppid() != parent:
                     raise SystemExit(1)
             batches, instances = batches + 1, instances + len(batch)
@@ -120,14 +121,20 @@ class HelperProcess:
         pending: collections.deque[str],
         fields: FieldMap,
         extra: Sequence[str],
-        most: int = DEFAULT_LIMITS.max_record_bytes,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         import queue
         import subprocess
         import threading
 
         job = marshal.dumps(
-            (dataclasses.asdict(fields), list(extra), os.getpid(), artifacts.CHUNK_FILES, most)
+            (
+                dataclasses.asdict(fields),
+                list(extra),
+                os.getpid(),
+                artifacts.CHUNK_FILES,
+                dataclasses.astuple(limits),
+            )
         )
         self.pending = pending
         self.process: subprocess.Popen[bytes] | None = None

@@ -54,7 +54,7 @@ from analysis.io.fields import (
     row_columns,
 )
 from analysis.io.jsonl import json_problem, parse_json
-from analysis.io.limits import DEFAULT_LIMITS, LimitError, over_limit, printable
+from analysis.io.limits import DEFAULT_LIMITS, LimitError, Limits, over_limit, printable
 
 if TYPE_CHECKING:  # imported when a helper is wanted (a circular import otherwise)
     from analysis.io.artifact_helper import HelperProcess
@@ -150,14 +150,15 @@ def read_artifact_folder(
     on_chunk: Callable[[Chunk], None],
     progress: Callable[[int, int], None] | None = None,
     tie_warnings: list[str] | None = None,
-    most: int = DEFAULT_LIMITS.max_record_bytes,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[int, list[str]]:
     """Read every segment file below ``root``; return how many there were, and warnings.
 
     The warning that files share a modification time goes to ``tie_warnings`` when given
     (the caller knows whether the files are ordered by it).
 
-    A file past ``most`` bytes (``max_record_bytes``) is refused unread.
+    A file past ``max_record_bytes`` is refused unread, a record past ``max_spans``
+    is a bad record (``limits``).
     The results go to ``on_chunk`` a few thousand files at a time, in no particular
     order: the caller puts them in arrival order (completion time, else modification
     time, then path) once all are read, since the last file read may be the first to
@@ -197,10 +198,10 @@ def read_artifact_folder(
         pending = collections.deque(instances)
         try:
             if helper_wanted(instances):
-                helper = HelperProcess(pending, fields, extra, most)
-            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick, most=most)
+                helper = HelperProcess(pending, fields, extra, limits)
+            read_shard(_taken(pending), fields, extra, on_chunk=read, tick=tick, limits=limits)
             if helper is not None:
-                warnings += _finish_helper(helper, root, fields, extra, read, take, most)
+                warnings += _finish_helper(helper, root, fields, extra, read, take, limits)
         finally:
             if helper is not None:
                 helper.stop()
@@ -228,7 +229,7 @@ def _finish_helper(
     extra: Sequence[str],
     read: Callable[[list[FileResult]], None],
     take: Callable[[Chunk], None],
-    most: int,
+    limits: Limits,
 ) -> list[str]:
     """Take the helper's last chunks; read what a failed helper left, and say so."""
     helper.no_more()  # none are left: its input ends, whatever it reports
@@ -238,7 +239,7 @@ def _finish_helper(
         return []
     # Its chunks so far stand; this process reads the folders it left.
     left = helper.unfinished()
-    read_shard(left, fields, extra, on_chunk=read, most=most)
+    read_shard(left, fields, extra, on_chunk=read, limits=limits)
     return [
         f"{root}: the helper process failed ({helper.problem}); "
         + (
@@ -275,7 +276,7 @@ def read_shard(
     *,
     on_chunk: Callable[[list[FileResult]], None],
     tick: Callable[[int], None] | None = None,
-    most: int = DEFAULT_LIMITS.max_record_bytes,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
     """Read every file of the given session folders, in no particular order.
 
@@ -284,7 +285,7 @@ def read_shard(
     """
     results: list[FileResult] = []
     for done, instance in enumerate(instances, start=1):
-        read_session(instance, fields, extra, results, most)
+        read_session(instance, fields, extra, results, limits)
         if len(results) >= CHUNK_FILES:
             on_chunk(results)
             results = []
@@ -299,20 +300,21 @@ def read_session(
     fields: FieldMap,
     extra: Sequence[str],
     results: list[FileResult],
-    most: int = DEFAULT_LIMITS.max_record_bytes,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> None:
     """Add the results of one session folder's files (its segments, or its error) to
     ``results``."""
     results += [
-        read_segment_file(path, fields, extra, most) for path in _session_files(session, results)
+        read_segment_file(path, fields, extra, limits) for path in _session_files(session, results)
     ]
 
 
 def read_segment_file(
-    path: str, fields: FieldMap, extra: Sequence[str], most: int = DEFAULT_LIMITS.max_record_bytes
+    path: str, fields: FieldMap, extra: Sequence[str], limits: Limits = DEFAULT_LIMITS
 ) -> FileResult:
     """One segment file (an object, or a list of them) as canonical rows or errors; one
-    past ``most`` bytes is refused unread (max_record_bytes)."""
+    past ``max_record_bytes`` is refused unread."""
+    most = limits.max_record_bytes
     try:
         stamp, data = _read_file(path, most)
     except OSError as exc:
@@ -347,7 +349,7 @@ def read_segment_file(
     entries: list[Entry] = []
     for number, where, record in numbered:
         try:
-            row = canonical_row(record, fields=fields, where=where, extra=extra)
+            row = canonical_row(record, fields=fields, where=where, extra=extra, limits=limits)
         except (LogFormatError, MissingFieldError) as error:
             entries.append((number, None, (type(error).__name__, str(error))))
             continue

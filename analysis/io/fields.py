@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import operator
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -26,8 +27,17 @@ from analysis.errors import (
 )
 from analysis.io.dressage_records import as_time, attempt_group, error_document
 from analysis.io.lean import LeanList, lean_drift
+from analysis.io.limits import DEFAULT_LIMITS, Limits, over_limit
 from analysis.io.pickles import SKIPPED
-from analysis.labels import Span, derive_end_version, label_text, real_label, run_length_spans
+from analysis.labels import (
+    Span,
+    SpanRuns,
+    TooManySpans,
+    derive_end_version,
+    label_text,
+    real_label,
+    run_length_spans,
+)
 from analysis.schema import CANONICAL_COLUMNS, MAX_TOKENS
 
 
@@ -309,8 +319,10 @@ def canonical_row(
     where: str,
     file_step: int | None = None,
     extra: Sequence[str] = (),
+    limits: Limits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
-    """Map one raw slime/Dressage record to a canonical row (without source columns)."""
+    """Map one raw slime/Dressage record to a canonical row (without source columns);
+    a record of more than ``max_spans`` spans is refused (:class:`LimitError`)."""
     if not isinstance(record, dict):
         raise LogFormatError(
             f"{where}: a record must be a JSON object (found {type(record).__name__})"
@@ -320,11 +332,18 @@ def canonical_row(
             f"{where}: metadata must be an object (found {type(record['metadata']).__name__})"
         )
     try:
-        return _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
+        row = _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
+    except TooManySpans as exc:  # a lean list stopped at the limit
+        raise over_limit(where, f"{exc} in one record", "max_spans", exc.most) from None
     except ValueError as exc:  # a label of the wrong type, from analysis.labels
         raise LogFormatError(f"{where}: {exc}") from exc
     except RecursionError as exc:  # JSON nests up to 1,024 deep; a value this deep is not a log's
         raise LogFormatError(f"{where}: a value nested too deeply to read") from exc
+    spans = row["version_spans"]
+    if spans is not None and len(spans) > limits.max_spans:
+        what = f"{len(spans):,} runs of token versions (spans) in one record"
+        raise over_limit(where, what, "max_spans", limits.max_spans)
+    return row
 
 
 def _canonical_row(
@@ -358,7 +377,7 @@ def _canonical_row(
 
     full_versions = _int_list(found.token_versions, "full_versions", where)
     raw_spans = found.version_spans
-    spans: list[Span] | None
+    spans: Sequence[Span] | None
     if isinstance(full_versions, LeanList):
         spans = full_versions.spans()
     elif full_versions is not None:
@@ -437,7 +456,7 @@ def _group_of(
     return group
 
 
-def _call_versions(value: Any, where: str) -> tuple[list[Span] | None, str | None]:
+def _call_versions(value: Any, where: str) -> tuple[Sequence[Span] | None, str | None]:
     """slime's ``weight_versions`` (one label per generate call) as spans indexed by call,
     and the last real label as the end version. An empty list, or text (a log written with
     ``default=str``), versions nothing."""
@@ -446,8 +465,9 @@ def _call_versions(value: Any, where: str) -> tuple[list[Span] | None, str | Non
     labels = _int_list(value, "weight_versions", where) or []
     if not labels:
         return None, None
-    real = [label for label in map(real_label, labels) if label is not None]
-    return run_length_spans(labels), real[-1] if real else None
+    spans = run_length_spans(labels)
+    real_of = {label: real_label(label) for label in set(spans.labels)}
+    return spans, next(filter(None, map(real_of.__getitem__, reversed(spans.labels))), None)
 
 
 def _as_reward(value: int | float | None, where: str) -> float | None:
@@ -510,22 +530,35 @@ class RowColumns:
     """Canonical rows as columns of plain values (no polars), ready for a table.
 
     The spans are flattened: record ``i`` has the spans ``span_offsets[i]`` to
-    ``span_offsets[i + 1]``, or none when ``spans_missing[i]``. Plain lists, so a
-    helper process can hand them over with :mod:`marshal`.
+    ``span_offsets[i + 1]``, or none when ``spans_missing[i]``. Plain values, so a
+    helper process can hand them over with :mod:`marshal`; span positions are 64-bit
+    arrays (a token list of alternating versions has a span a token), handed over as
+    their bytes.
     """
 
     columns: dict[str, Sequence[Any]]
     span_offsets: list[int]
-    span_starts: list[int]
-    span_ends: list[int]
+    span_starts: array[int]
+    span_ends: array[int]
     span_labels: list[str]
     spans_missing: list[bool]
+
+    def __post_init__(self) -> None:
+        for name in ("span_starts", "span_ends"):
+            value = getattr(self, name)
+            if not isinstance(value, array):  # bytes, from as_tuple, or a list
+                positions = array("q")
+                if isinstance(value, bytes):
+                    positions.frombytes(value)
+                else:
+                    positions.extend(value)
+                setattr(self, name, positions)
 
     def as_tuple(self) -> tuple[Any, ...]:
         """The fields as a tuple, for :mod:`marshal` (``RowColumns(*t)`` rebuilds it)."""
         return (
-            self.columns, self.span_offsets, self.span_starts, self.span_ends,
-            self.span_labels, self.spans_missing,
+            self.columns, self.span_offsets, self.span_starts.tobytes(),
+            self.span_ends.tobytes(), self.span_labels, self.spans_missing,
         )  # fmt: skip
 
 
@@ -533,7 +566,12 @@ _ROW_COLUMNS = tuple(name for name in CANONICAL_COLUMNS if name != "version_span
 
 
 def row_columns(rows: Sequence[dict[str, Any]], extra: Sequence[str]) -> RowColumns:
-    """Turn canonical rows (and their ``extra`` fields) into :class:`RowColumns`."""
+    """Turn canonical rows (and their ``extra`` fields) into :class:`RowColumns`.
+
+    The rows are used up: the first :class:`~analysis.labels.SpanRuns` is taken over
+    whole, not copied (one record's spans can be most of the chunk), and grows with the
+    spans of the rows after it.
+    """
     # One pass over the rows makes the columns (a comprehension per column is slower).
     picked = zip(*map(operator.itemgetter(*_ROW_COLUMNS), rows), strict=True) if rows else ()
     columns: dict[str, Sequence[Any]] = dict.fromkeys(_ROW_COLUMNS, ())
@@ -542,17 +580,22 @@ def row_columns(rows: Sequence[dict[str, Any]], extra: Sequence[str]) -> RowColu
         if path not in CANONICAL_COLUMNS:
             columns[path] = [row[path] for row in rows]
     offsets = [0]
-    starts: list[int] = []
-    ends: list[int] = []
+    starts, ends = array("q"), array("q")
     labels: list[str] = []
     missing = []
     for row in rows:
         spans = row["version_spans"]
         missing.append(spans is None)
-        if spans:
+        if isinstance(spans, SpanRuns) and not labels:  # taken over, not copied
+            starts, ends, labels = spans.starts, spans.ends, spans.labels
+        elif isinstance(spans, SpanRuns):  # (extended in C: a span per token is no rarity)
+            starts.extend(spans.starts)
+            ends.extend(spans.ends)
+            labels.extend(spans.labels)
+        elif spans:
             for start, end, label in spans:
                 starts.append(start)
                 ends.append(end)
                 labels.append(label)
-        offsets.append(len(starts))
+        offsets.append(len(labels))
     return RowColumns(columns, offsets, starts, ends, labels, missing)

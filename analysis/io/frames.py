@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -200,8 +201,8 @@ def _spans_column(data: RowColumns) -> pl.Series:
     """Build the spans column from flat Arrow arrays (a list of dicts per row is much slower)."""
     values = pa.StructArray.from_arrays(
         [
-            pa.array(data.span_starts, pa.int64()),
-            pa.array(data.span_ends, pa.int64()),
+            _positions(data.span_starts),
+            _positions(data.span_ends),
             pa.array(data.span_labels, pa.string()),
         ],
         names=["start", "end", "version"],
@@ -212,3 +213,8 @@ def _spans_column(data: RowColumns) -> pl.Series:
         mask=pa.array(data.spans_missing, pa.bool_()),
     )
     return pl.Series("version_spans", pl.from_arrow(array)).cast(SPAN_TYPE)
+
+
+def _positions(values: array[int]) -> pa.Array:
+    """64-bit positions as an Arrow array over the same memory."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])

@@ -191,7 +191,7 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any], 
     text, fail = printable(str(path)), options.on_bad_record != "skip"
     rows: list[dict[str, Any]] = []
     errors: list[ReplayError] = []
-    lean = lean_plan(options.fields, options.extra_fields)
+    lean = lean_plan(options.fields, options.extra_fields, options.limits.max_spans)
     part = (piece.start, piece.stop, piece.first_line or 1)
     records = jsonl_records(path, options.limits, part=part, lean=lean)
     lines = 0
@@ -209,7 +209,7 @@ def read_piece(path: Path, options: Any, piece: Piece) -> tuple[Any, list[Any], 
                 raise record
             row = canonical_row(
                 record, fields=options.fields, where=f"{text}:{number}",
-                extra=options.extra_fields,
+                extra=options.extra_fields, limits=options.limits,
             )  # fmt: skip
         except (LogFormatError, MissingFieldError) as error:
             errors.append(error)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import orjson
 
-from analysis.labels import Span, SpanBuilder
+from analysis.labels import SpanBuilder, SpanRuns, on_ranges, true_runs
 
 if TYPE_CHECKING:
     from analysis.io.fields import FieldMap
@@ -70,10 +70,19 @@ class LeanPlan:
     keys: frozenset[bytes]
     paths: tuple[tuple[str, tuple[str, ...]], ...]
     fields: FieldMap
+    max_spans: int | None = None
+    """Spans past which a token-version list stops being folded (the row is then refused
+    by its limit, ``max_spans``; the rest of the list is parsed, not kept)."""
+    fold: bool = True
+    """Whether the lists are folded at all: not when only the record's keys are asked
+    (which system's log a file is), then they keep only their lengths."""
 
 
 @functools.lru_cache(maxsize=32)
-def lean_plan(fields: FieldMap, extra: tuple[str, ...] = ()) -> LeanPlan | None:
+def lean_plan(
+    fields: FieldMap, extra: tuple[str, ...] = (), max_spans: int | None = None, *,
+    fold: bool = True,
+) -> LeanPlan | None:  # fmt: skip
     """The plan for a field map and extra columns, or None when the lean path cannot be
     used: a path of a token list that is also (a part of) another meaning's path or an
     extra column, a path in two token-list meanings, or a key that JSON escapes."""
@@ -92,7 +101,7 @@ def lean_plan(fields: FieldMap, extra: tuple[str, ...] = ()) -> LeanPlan | None:
             if parts[:short] == other[:short]:  # one is (a part of) the other
                 return None
     keys = frozenset(parts[-1].encode() for parts in lean)
-    return LeanPlan(keys, tuple(paths), fields)
+    return LeanPlan(keys, tuple(paths), fields, max_spans, fold)
 
 
 class LeanList(Sequence[Any]):
@@ -101,9 +110,12 @@ class LeanList(Sequence[Any]):
     its first bad label), its runs of true values (a loss mask) or its values as doubles
     (log-probs)."""
 
-    def __init__(self, *, spans: bool = False, mask: bool = False, values: bool = False) -> None:
+    def __init__(
+        self, *, spans: bool = False, mask: bool = False, values: bool = False,
+        max_spans: int | None = None,
+    ) -> None:  # fmt: skip
         self.length = 0
-        self.builder = SpanBuilder() if spans else None
+        self.builder = SpanBuilder(max_spans) if spans else None
         self.error: ValueError | None = None
         self.mask = mask
         # Runs of true values as two arrays (16 bytes a run; a tuple of two ints takes ~100)
@@ -134,12 +146,12 @@ class LeanList(Sequence[Any]):
             except ValueError as exc:  # a bad label: raised where the row asks for spans
                 self.error = exc
         if self.mask:
-            start = self.length
-            for on, run in itertools.groupby(map(bool, items)):
-                end = start + len(list(run))
-                if on:
-                    self._on(start, end)
-                start = end
+            starts, ends = true_runs(items, self.length)
+            if starts and self.on_ends and self.on_ends[-1] == starts[0]:
+                self.on_ends[-1] = ends[0]  # a run that goes on from the last piece
+                starts, ends = starts[1:], ends[1:]
+            self.on_starts.extend(starts)
+            self.on_ends.extend(ends)
 
     def _feed_run(self, value: Any, count: int) -> None:
         if self.builder is not None and self.error is None:
@@ -178,7 +190,7 @@ class LeanList(Sequence[Any]):
             return int(at >= 0 and index < self.on_ends[at])
         raise TypeError("this LeanList keeps only its length")
 
-    def spans(self) -> list[Span]:
+    def spans(self) -> SpanRuns:
         """The list's spans, as :func:`analysis.labels.run_length_spans` gives them."""
         if self.error is not None:
             raise self.error
@@ -198,23 +210,6 @@ class LeanList(Sequence[Any]):
             if end > first:
                 return True
         return False
-
-
-def on_ranges(mask: Sequence[Any] | None, length: int) -> tuple[Sequence[int], Sequence[int]]:
-    """The index ranges where a loss mask is true (all of them without one), as their
-    starts and their ends."""
-    if mask is None:
-        return [0], [length]
-    if isinstance(mask, LeanList) and mask.mask:
-        return mask.on_starts, mask.on_ends
-    starts, ends, start = array("q"), array("q"), 0
-    for on, run in itertools.groupby(map(bool, mask)):
-        end = start + len(list(run))
-        if on:
-            starts.append(start)
-            ends.append(end)
-        start = end
-    return starts, ends
 
 
 def lean_drift(
@@ -350,9 +345,10 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
     for index, (start, stop, _, quoted) in enumerate(arrays):
         meaning, parent, key = located[index]
         lean = LeanList(
-            spans=meaning == "token_versions",
-            mask=meaning == "loss_mask",
-            values=values and meaning in _LOG_PROBS,
+            spans=plan.fold and meaning == "token_versions",
+            mask=plan.fold and meaning == "loss_mask",
+            values=plan.fold and values and meaning in _LOG_PROBS,
+            max_spans=plan.max_spans,
         )
         pieces, empty = 0, False
         for piece in _pieces(line, start + 1, stop, quoted):

@@ -45,6 +45,11 @@ class Limits:
     log-probs and mask values)."""
     max_depth: int = 100
     """Deepest nesting of lists and dicts in a pickle (real samples nest 4-6 deep)."""
+    max_spans: int = 1 << 20
+    """Most runs of token versions (spans) in one record: a million, where a real
+    trajectory has one per weight version it saw and per tool turn (thousands at most).
+    A list of alternating versions has one per token, and each is kept in the canonical
+    table (32 bytes): past it, the record is a bad record."""
 
     def __post_init__(self) -> None:
         for item in fields(self):

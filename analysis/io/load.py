@@ -222,6 +222,11 @@ def _kept_columns(
     return frame.select(*[name for name in CANONICAL_SCHEMA if name in columns], *extra)
 
 
+CHUNK_SPANS = 1 << 20
+"""Spans held as rows before they are made a table chunk, as with ``chunk_records``
+records: a record can hold a span a token (alternating versions)."""
+
+
 class _Reading:
     """One load: the sources in arrival order, each read by the reader of its format, the
     rows of record-by-record formats gathered into chunks, bad input skipped or raised."""
@@ -229,6 +234,7 @@ class _Reading:
     def __init__(self, options: ReadOptions, report: LoadReport) -> None:
         self.options, self.report = options, report
         self.rows: list[dict[str, Any]] = []
+        self.spans = 0  # held in self.rows
         self.dump_ids: dict[Path, int | None] = {}  # each dump's rollout_id, to order them
 
     def chunks(self, inputs: Sequence[str | Path]) -> Iterator[pl.DataFrame]:
@@ -347,7 +353,7 @@ class _Reading:
     def _flush(self, where: str) -> Iterator[pl.DataFrame]:
         if self.rows:
             yield rows_to_frame(self.rows, self.options.extra_fields, where=where)
-            self.rows = []
+            self.rows, self.spans = [], 0
 
     def _canonical(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
         yield from self._flush(str(source.path))
@@ -376,7 +382,7 @@ class _Reading:
         ties: list[str] = []
         files, warnings = read_artifact_folder(
             source.path, fields=self.options.fields, extra=extra, on_chunk=folder.take,
-            progress=within, tie_warnings=ties, most=self.options.limits.max_record_bytes,
+            progress=within, tie_warnings=ties, limits=self.options.limits,
         )  # fmt: skip
         self.report.sources.append(dataclasses.replace(source, files=files))
         self.report.warnings += warnings
@@ -412,7 +418,8 @@ class _Reading:
                 row[name] = at(record, name)
             row["source"], row["record"] = path_text, number
             self.rows.append(row)
-            if len(self.rows) >= self.options.chunk_records:
+            self.spans += len(row.get("version_spans") or ())
+            if len(self.rows) >= self.options.chunk_records or self.spans >= CHUNK_SPANS:
                 yield from self._flush(path_text)
 
     def _records(
@@ -442,7 +449,7 @@ class _Reading:
 
         records = _raw_records(
             source, self.dump_ids, trust_pickle=options.trust_pickle, limits=options.limits,
-            progress=within, part=part, lean=lean_plan(options.fields, options.extra_fields),
+            progress=within, part=part, lean=lean_plan(options.fields, options.extra_fields, options.limits.max_spans),
         )  # fmt: skip
         lines = 0
         while True:
@@ -460,7 +467,7 @@ class _Reading:
                     raise record
                 row = canonical_row(
                     record, fields=options.fields, where=where, file_step=file_step,
-                    extra=options.extra_fields,
+                    extra=options.extra_fields, limits=options.limits,
                 )  # fmt: skip
             except (LogFormatError, MissingFieldError) as error:
                 self.skip_or_raise(self._forced(error, source) if number == 1 else error)
@@ -468,7 +475,8 @@ class _Reading:
             row["source"] = path_text
             row["record"] = number
             self.rows.append(row)
-            if len(self.rows) >= options.chunk_records:
+            self.spans += len(row["version_spans"] or ())
+            if len(self.rows) >= options.chunk_records or self.spans >= CHUNK_SPANS:
                 yield from self._flush(path_text)
         return lines
 

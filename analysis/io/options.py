@@ -55,6 +55,8 @@ class ReadOptions:
     """Most values one pickle may hold, each object counted every time it is referenced."""
     max_depth: int = DEFAULT_LIMITS.max_depth
     """Deepest nesting of containers in a pickle."""
+    max_spans: int = DEFAULT_LIMITS.max_spans
+    """Most runs of token versions (spans) in one record."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_fields", tuple(self.extra_fields))

@@ -41,8 +41,8 @@ def peer_of_file(path: Path) -> str | None:
     """The system whose log a JSONL file is, by its first record; None when it is no
     other system's (or cannot be read: its reader will say why)."""
     try:
-        # Lean: a long first line's token lists are not built to read its keys.
-        for _, record in jsonl_records(path, lean=lean_plan(FieldMap())):
+        # Lean: a long first line's token lists are not kept, nor folded, to read its keys.
+        for _, record in jsonl_records(path, lean=lean_plan(FieldMap(), fold=False)):
             return peer_of_record(record)
     except ReplayError:  # reading it again will report the problem
         return None

@@ -112,7 +112,10 @@ def test_the_readme_limits_table_matches_the_code() -> None:
     section = readme.split("### Limits", 1)[1].split("Beside these", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, re.MULTILINE)
     assert [name for name, _ in rows] == list(Limits.names())
-    shown = {"32 MiB": 32 << 20, "100": 100, "134,217,728 (2^27)": 1 << 27}
+    shown = {
+        "32 MiB": 32 << 20, "100": 100, "134,217,728 (2^27)": 1 << 27,
+        "1,048,576 (2^20)": 1 << 20,
+    }  # fmt: skip
     for name, default in rows:
         text = default.strip()
         assert (shown[text] if text in shown else int(text)) == getattr(Limits(), name)

@@ -56,9 +56,14 @@ def plain_span(labels: list[str] | None) -> int:
 
 
 @settings(max_examples=200, deadline=None)
-@given(records=label_lists, cut=st.integers(0, 5), slice_spans=st.sampled_from([1, 5, 1 << 18]))
+@given(
+    records=label_lists,
+    cut=st.integers(0, 5),
+    slice_spans=st.sampled_from([1, 5, 1 << 18]),
+    long_record=st.sampled_from([1, 3, 1 << 16]),
+)
 def test_views_give_each_records_span(
-    records: list[list[str] | None], cut: int, slice_spans: int
+    records: list[list[str] | None], cut: int, slice_spans: int, long_record: int
 ) -> None:
     # A slice of a longer column (Arrow offsets that do not start at 0), in two chunks,
     # read in slices of a few records or in one.
@@ -66,6 +71,7 @@ def test_views_give_each_records_span(
     spans = pl.concat([spans.slice(cut, len(records) // 2), spans.slice(cut + len(records) // 2)])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(views_module, "_SLICE_SPANS", slice_spans)
+        patch.setattr(views_module, "_LONG_RECORD", long_record)  # counted, not sorted
         from_views = views_module._spans_from_views(spans)
     assert from_views is not None  # short labels without nulls take the view path
     written, span = from_views

@@ -1,0 +1,80 @@
+"""Token lists with a span per token (alternating versions; issue 18), run as the command
+line runs them: a record of more spans than ``max_spans`` is refused before its spans are
+built, and below the limit such lists are read in bulk, in bounded time and memory (as
+:mod:`tests.cli.test_hostile` measures them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import analysis
+import analysis.errors
+from analysis.io import lean
+from tests import hostile
+
+PEAK_MB = 1024
+SECONDS = 10 + 5  # the bound, and the start of an interpreter that imports polars
+GOOD = b'{"group_index": 0, "rollout_id": 1, "metadata": {"parent_traj_id": "t", "full_versions": ["3"]}}\n'
+
+
+def alternating(group: int, pairs: int, pair: bytes = b"0,1") -> bytes:
+    """A record whose token versions alternate, one run per token."""
+    return (
+        b'{"group_index": %d, "rollout_id": 1, "metadata": {"parent_traj_id": "a", '
+        b'"full_versions": [' % group + b",".join([pair] * pairs) + b"]}}\n"
+    )
+
+
+def test_a_record_past_max_spans_is_a_bad_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(GOOD + alternating(1, 3))  # 6 spans
+    for lean_min in (1 << 62, 0):  # the whole parse, and the lean one
+        monkeypatch.setattr(lean, "LEAN_MIN_BYTES", lean_min)
+        with pytest.raises(analysis.errors.LogFormatError, match=r"log.jsonl:2: .*max_spans=5\b"):
+            analysis.load_logs([path], max_spans=5)
+        report = analysis.LoadReport()
+        kept = analysis.load_logs([path], max_spans=5, on_bad_record="skip", report=report)
+        assert kept["group_id"].to_list() == ["0"] and sum(report.skipped.values()) == 1
+        spans = analysis.load_logs([path], max_spans=6)["version_spans"].list.len()
+        assert spans.to_list() == [1, 6]
+
+
+@pytest.mark.slow
+def test_sixteen_million_spans_in_one_line_are_refused_unbuilt(tmp_path: Path) -> None:
+    """32 MB of [0,1,0,1,...]: building its spans took 17 s and 1.4 GB; refused now as
+    soon as the limit is passed."""
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(GOOD + alternating(1, 8_000_000))
+    run = hostile.run_bounded("replay", str(path), "-k", "1", "-b", "1")
+    assert run.code == 5, run.stderr
+    assert run.stderr.startswith("Error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert f"{path}:2: " in run.stderr and "--limit max_spans=" in run.stderr
+    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+    skipped = hostile.run_bounded(
+        "replay", str(path), "-k", "1", "-b", "1", "--on-bad-record", "skip"
+    )
+    assert skipped.code == 0, skipped.stderr
+    assert skipped.peak_mb < PEAK_MB and skipped.seconds < SECONDS, skipped
+
+
+@pytest.mark.slow
+def test_millions_of_spans_below_the_limit_are_read_in_bulk(tmp_path: Path) -> None:
+    """A 31 MB line of 7.8 million alternating labels (raised limit), and 30 lines of
+    half a million each: 24 s and 2.0 GB, and 11 s and 1.3 GB, before the bulk reading."""
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(GOOD + alternating(1, 3_900_000, b'"0","1"'))
+    many = tmp_path / "many.jsonl"
+    with many.open("wb") as out:
+        out.write(GOOD)
+        for group in range(1, 31):
+            out.write(alternating(group, 250_000))
+    for path, limit in ((one, "max_spans=8M"), (many, "max_spans=1M")):
+        run = hostile.run_bounded(
+            "replay", str(path), "-k", "1", "-b", "1", "--limit", limit, "--json"
+        )
+        assert run.code == 0, run.stderr
+        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (path.name, run)
