@@ -185,9 +185,12 @@ class SpanBuilder:
         code_of = dict(zip(distinct, itertools.count(), strict=False))
         raw = np.fromiter(map(code_of.__getitem__, labels), np.intp, size)
         raw_starts = np.flatnonzero(raw[1:] != raw[:-1]) + 1
-        name_of: dict[str, int] = {}  # equal names (3 and "3") are one code
-        names = [label_text(value) or "" for value in distinct]
-        by_raw = np.array([name_of.setdefault(name, len(name_of)) for name in names], np.intp)
+        names = [value if type(value) is str else label_text(value) or "" for value in distinct]
+        name_of = dict(zip(names, itertools.count(), strict=False))
+        by_raw = np.arange(len(names))
+        if len(name_of) < len(names):  # equal names (3 and "3") are one code
+            name_of = {}
+            by_raw = np.array([name_of.setdefault(name, len(name_of)) for name in names], np.intp)
         name = by_raw[raw]
         first = labels[0]
         continued = self.key is first or self.key == first
@@ -301,18 +304,19 @@ def _last_trainable_real(
     spans: Sequence[Span], response_start: int, loss_mask: Sequence[Any] | None
 ) -> str | None:
     """:func:`derive_end_version`'s answer for many spans: realness decided once per
-    label, and the real spans walked back beside the mask's runs of true values, so each
+    label met, and the spans walked back beside the mask's runs of true values, so each
     span and each run is passed once (a span of one token in two is as fast)."""
-    labels = spans.labels if isinstance(spans, SpanRuns) else [label for _, _, label in spans]
-    real_of = {label: real_label(label) for label in set(labels)}
     width = spans[-1][1] - response_start
     on_starts, on_ends = on_ranges(loss_mask, width if loss_mask is None else len(loss_mask))
     at = len(on_starts) - 1  # the last run of the mask not yet passed
-    reals = itertools.compress(range(len(labels) - 1, -1, -1), map(real_of.get, reversed(labels)))
-    for index in reals:
-        start, end, label = spans[index]
+    real_of: dict[str, str | None] = {}
+    for start, end, label in reversed(spans):
         if end <= response_start:
             return None
+        if label not in real_of:
+            real_of[label] = real_label(label)
+        if real_of[label] is None:
+            continue
         # The mask is aligned with the response: runs of trainable tokens inside this span?
         first, last = max(start, response_start) - response_start, end - response_start
         while at >= 0 and on_starts[at] >= last:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import itertools
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.labels import real_label
+from analysis.labels import NOT_REAL, real_label
 
 
 def first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:
@@ -143,13 +143,26 @@ def written_labels(spans: pl.Series) -> list[str]:
     return written.drop_nulls().to_list()
 
 
-def real_labels_expr(written: Iterable[str]) -> pl.Expr:
+MANY_LABELS = 1 << 14
+"""Distinct labels past which realness is decided by polars for every span, not once per
+label in Python (a log of a million distinct labels took 30 s)."""
+
+PY_WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+"""The characters ``str.strip`` removes (real_label strips with it): Unicode's
+whitespace and four ASCII separators, which polars' own strip would leave."""
+
+
+def real_labels_expr(written: Sequence[str]) -> pl.Expr:
     """An expression for ``list.eval`` giving the real labels of a record's spans, normalised.
 
     ``written`` are the distinct labels of the spans (:func:`written_labels`). Realness
     (docs/semantics.md §2) is decided once per distinct label; labels that need stripping (rare) are
     mapped to their normal form, the others filtered.
     """
+    if len(written) > MANY_LABELS:  # decided by polars, span by span
+        stripped = _VERSION.str.strip_chars(PY_WHITESPACE)
+        real = stripped.is_not_null() & ~stripped.str.to_lowercase().is_in(sorted(NOT_REAL))
+        return stripped.filter(real)
     normal = {text: real_label(text) for text in written}
     if all(label is None or label == text for text, label in normal.items()):
         not_real = [text for text, label in normal.items() if label is None]
@@ -267,6 +280,8 @@ def _slice_spans(
         return np.zeros(len(offsets) - 1, dtype=np.int64)
     scratch.fit(size)
     indices, distinct = _encode_views(views, scratch.low)
+    if len(distinct) + len(written) > MANY_LABELS:
+        return None  # so many labels that polars decides each (real_labels_expr)
     known = scratch.texts
     texts = []
     for low_word, high_word in distinct.tolist():

@@ -215,3 +215,37 @@ def test_versioned_trajectories_is_a_fact_of_the_group_not_of_the_setting() -> N
     assert (strict["decision"] == "rejected_span").sum() > 0
     assert (loose["versioned_trajectories"] > 0).all()
     assert strict["versioned_trajectories"].to_list() == loose["versioned_trajectories"].to_list()
+
+
+# Labels whose realness turns on how they are stripped and lowered: the ASCII separators
+# str.strip removes (and Rust's trim does not), non-ASCII spaces, the Kelvin sign.
+ODD_LABELS = [
+    "\x1cnone\x1f", "\u3000-1\u2003", "\xa0Unknown\x85", "NONE", "\u212aey", "unknown\u200b",
+    "\t7\n", "7", " 8 ", "İ", "-1 ", "", "x\x1cy",
+]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.lists(st.sampled_from(SHORT_LABELS + ODD_LABELS), max_size=8) | st.none(), max_size=30
+    )
+)
+def test_many_labels_are_judged_by_polars_as_by_real_label(
+    records: list[list[str] | None],
+) -> None:
+    """Past MANY_LABELS distinct labels realness is decided by polars string functions
+    for every span; each record's span and the real labels are those real_label gives."""
+    spans = spans_column(records)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(views_module, "MANY_LABELS", 0)
+        if any(records):  # too many for the view path
+            assert views_module._spans_from_views(spans) is None
+        real, span = views_module.record_spans(spans)
+    assert span.tolist() == [plain_span(labels) for labels in records]
+    got = spans.to_frame("s").select(pl.col("s").list.eval(real)).to_series().to_list()
+    expected = [
+        None if labels is None else [r for r in map(real_label, labels) if r is not None]
+        for labels in records
+    ]
+    assert got == expected
