@@ -397,8 +397,14 @@ class _Reading:
 
     def _peer(self, source: Source, before: int, total: int) -> Iterator[pl.DataFrame]:
         """A file of another system's log (analysis.io.peers), line by line."""
-        path_text = str(source.path)
-        items = peer_rows(source.format, source.path, jsonl_records(source.path))
+        path_text, within = str(source.path), None
+        if (progress := self.options.progress) is not None:
+            # The file's bytes as parts of this one source (per mille), as for JSONL.
+            def within(done: int, size: int) -> None:
+                progress(before * 1000 + done * 1000 // size, total * 1000)
+
+        lines = jsonl_records(source.path, self.options.limits, progress=within)
+        items = peer_rows(source.format, source.path, lines)
         extra = [name for name in self.options.extra_fields if name not in CANONICAL_SCHEMA]
         first = True
         while True:
@@ -447,9 +453,10 @@ class _Reading:
             def within(done: int, size: int) -> None:
                 progress(before * 1000 + done * 1000 // size, total * 1000)
 
+        lean = lean_plan(options.fields, options.extra_fields, options.limits.max_spans)
         records = _raw_records(
             source, self.dump_ids, trust_pickle=options.trust_pickle, limits=options.limits,
-            progress=within, part=part, lean=lean_plan(options.fields, options.extra_fields, options.limits.max_spans),
+            progress=within, part=part, lean=lean,
         )  # fmt: skip
         lines = 0
         while True:

@@ -323,3 +323,25 @@ def test_a_folder_that_cannot_be_listed_is_not_taken_for_a_peer_log(tmp_path: Pa
             raise PermissionError(13, "Permission denied", str(self))
 
     assert peer_tree(Locked(str(tmp_path / "step_1"))) is None
+
+
+@pytest.mark.parametrize("name", ["prime-rl", "areal", "verl", "nemo-rl"])
+def test_a_peer_log_is_read_within_the_limits_given_with_progress(
+    name: str, tmp_path: Path
+) -> None:
+    """Another system's log was read at the default limits whatever was asked, and
+    without progress."""
+    good = {
+        "prime-rl": peer_logs.prime_episode("e", "g", 0, 0, step=1),
+        "areal": peer_logs.areal_sample(1, 0, -1, 1, 1.0),
+        "verl": peer_logs.verl_sample(1, "q", 1.0),
+        "nemo-rl": peer_logs.nemo_sample(0, [1], [2], 1.0),
+    }[name]
+    line = json.dumps(good) + "\n"
+    log = tmp_path / "log.jsonl"
+    log.write_text(line * 3)
+    with pytest.raises(LogFormatError, match=r":1: .*max_record_bytes="):
+        analysis.load_logs([log], log_format=name, max_record_bytes=len(line) - 2)
+    seen: list[tuple[int, int]] = []
+    table = analysis.load_logs([log], log_format=name, progress=lambda d, t: seen.append((d, t)))
+    assert table.height == 3 and seen and seen[-1][0] == seen[-1][1]
