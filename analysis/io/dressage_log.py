@@ -30,7 +30,9 @@ from analysis.errors import (
     short_repr,
 )
 from analysis.io.dumps import dump_samples
+from analysis.io.fields import FieldMap
 from analysis.io.jsonl import jsonl_records
+from analysis.io.lean import lean_plan
 from analysis.io.limits import DEFAULT_LIMITS, Limits, over_limit
 
 CALL_SCHEMA: dict[str, Any] = {
@@ -389,14 +391,16 @@ def read_dump_rows(
         if rollout_id is not None and optional_int(rollout_id) is None:
             raise LogFormatError(f"{path}: rollout_id does not fit in 64 bits; {DUMP_FIX}")
         by_step[rollout_id if rollout_id is not None else int(path.stem)] = [
-            (f"{path}: sample {i}", _sample(sample, f"{path}: sample {i}", DUMP_FIX))
+            (f"{path}: sample {i}", _slim(_sample(sample, f"{path}: sample {i}", DUMP_FIX)))
             for i, sample in enumerate(samples)
         ]
     source = DUMPS if paths else None
     if not paths and (root / ROLLOUTS).is_file():
         source = ROLLOUTS
         fix = "correct the line, or remove rollouts.jsonl (the kept groups are then not checked)"
-        for number, record in jsonl_records(root / ROLLOUTS, limits):
+        # Lean: a long line's token lists are neither kept nor folded (only ids are read).
+        lean = lean_plan(FieldMap(), fold=False)
+        for number, record in jsonl_records(root / ROLLOUTS, limits, lean=lean):
             if isinstance(record, LogFormatError):
                 raise record
             where = f"{root / ROLLOUTS}:{number}"
@@ -407,7 +411,7 @@ def read_dump_rows(
                     f"{where}: no metadata.dressage_return_rollout_id; "
                     "remove rollouts.jsonl or provide rollout_data/"
                 )
-            by_step.setdefault(step, []).append((where, sample))
+            by_step.setdefault(step, []).append((where, _slim(sample)))
     rows: list[dict[str, Any]] = []
     for step in sorted(by_step):
         rows += _dump_rows(step, [sample for _, sample in by_step[step]])
@@ -448,6 +452,22 @@ def _sample(record: Any, where: str, fix: str) -> dict[str, Any]:
             f"{where}: `metadata` must be an object (found {short_repr(metadata)}); {fix}"
         )
     return {**record, "metadata": metadata or {}}
+
+
+_SAMPLE_KEYS = ("index", "group_index", "session_id")
+_METADATA_KEYS = (
+    "dressage_return_async_group_id", "instance_id", "parent_traj_id", "session_id",
+    "dressage_return_rollout_id",
+)  # fmt: skip
+
+
+def _slim(sample: dict[str, Any]) -> dict[str, Any]:
+    """What :func:`_dump_rows` reads of a sample: a run's samples are held until the
+    whole file is read, and their token lists would be most of it."""
+    meta = sample["metadata"]
+    slim = {key: sample[key] for key in _SAMPLE_KEYS if key in sample}
+    slim["metadata"] = {key: meta[key] for key in _METADATA_KEYS if key in meta}
+    return slim
 
 
 def _dump_rows(step: int, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
