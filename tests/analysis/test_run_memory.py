@@ -10,30 +10,40 @@ from pathlib import Path
 from analysis.io.dressage_log import read_dump_rows
 
 
-def test_rollouts_jsonl_samples_are_held_as_their_ids(tmp_path: Path) -> None:
-    lines = []
-    for i in range(6):
-        sample = {
-            "index": i, "group_index": i // 2, "tokens": list(range(150_000)),
-            "loss_mask": [1] * 150_000,
-            "metadata": {
-                "parent_traj_id": f"t{i}", "instance_id": f"q{i // 2}",
-                "dressage_return_rollout_id": 3, "dressage_return_async_group_id": i // 2,
-                "full_versions": ["-1"] * 1000 + ["5"] * 149_000,
-            },
-        }  # fmt: skip
-        lines.append(json.dumps(sample))
-    (tmp_path / "rollouts.jsonl").write_text("\n".join(lines) + "\n")
-    line_bytes = max(map(len, lines))
+def rollouts(folder: Path, samples: int) -> Path:
+    """A run folder whose rollouts.jsonl has ``samples`` lines of 2.3 MB."""
+    folder.mkdir()
+    with (folder / "rollouts.jsonl").open("w") as out:
+        for i in range(samples):
+            sample = {
+                "index": i, "group_index": i // 2, "tokens": list(range(150_000)),
+                "loss_mask": [1] * 150_000,
+                "metadata": {
+                    "parent_traj_id": f"t{i}", "instance_id": f"q{i // 2}",
+                    "dressage_return_rollout_id": 3, "dressage_return_async_group_id": i // 2,
+                    "full_versions": ["-1"] * 1000 + ["5"] * 149_000,
+                },
+            }  # fmt: skip
+            out.write(json.dumps(sample) + "\n")
+    return folder
+
+
+def peak_of_reading(folder: Path) -> int:
     tracemalloc.start()
     try:
-        rows, source = read_dump_rows(tmp_path)
+        rows, source = read_dump_rows(folder)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert source == "rollouts.jsonl"
     assert [(r["trajectory_id"], r["group_position"], r["sample_index"]) for r in rows] == [
-        (f"t{i}", i // 2, i) for i in range(6)
+        (f"t{i}", i // 2, i) for i in range(len(rows))
     ]
-    # One line at a time, its lists as lengths: held whole, six parsed lines took ~25x.
-    assert peak < 4 * line_bytes, (peak, line_bytes)
+    return peak
+
+
+def test_rollouts_jsonl_samples_are_held_as_their_ids(tmp_path: Path) -> None:
+    few = peak_of_reading(rollouts(tmp_path / "few", 3))
+    many = peak_of_reading(rollouts(tmp_path / "many", 12))
+    # One line at a time, its lists as lengths: held whole, the peak grew with each line.
+    assert many < 1.3 * few, (many, few)
