@@ -541,6 +541,8 @@ def test_ctrl_c_at_any_moment_of_a_run_is_130_without_a_traceback(tmp_path: Path
         assert child.stderr is not None
         err = child.stderr.read().decode()
         code = child.wait(timeout=60)
+        if code == 1 and "Fatal Python error: init_import_site" in err:
+            continue  # the interpreter's own start, importing `site` (on a loaded host)
         # -SIGINT: Python's own start, before any handler (the shell says 130 too)
         assert code in (0, 130, -signal.SIGINT), (step, code, err)
         assert "internal error" not in err and (code != 130 or "Traceback" not in err), err
