@@ -57,17 +57,26 @@ Span = tuple[int, int, str]
 """A run of equal labels: (start inclusive, end exclusive, label as written)."""
 
 
-def run_length_spans(labels: Sequence[Any]) -> SpanRuns:
-    """Encode per-token labels as consecutive runs, the form of ``version_spans``.
+def run_length_spans(labels: Sequence[Any], most: int | None = None) -> SpanRuns:
+    """Encode per-token labels as consecutive runs, the form of ``version_spans``; past
+    ``most`` spans, :class:`TooManySpans` is raised (the list is read a slice at a time,
+    so that no more than a slice's spans are built past it).
 
     Examples
     --------
     >>> run_length_spans(["-1", "v0", "v0", -1, "v0"])
     [(0, 1, '-1'), (1, 3, 'v0'), (3, 4, '-1'), (4, 5, 'v0')]
     """
-    builder = SpanBuilder()
-    builder.feed(labels)
+    builder = SpanBuilder(most)
+    if most is None:
+        builder.feed(labels)
+    else:
+        for start in range(0, len(labels), _SLICE):
+            builder.feed(labels[start : start + _SLICE])
     return builder.spans
+
+
+_SLICE = 1 << 16
 
 
 class SpanRuns(Sequence[Span]):

@@ -332,7 +332,10 @@ def canonical_row(
             f"{where}: metadata must be an object (found {type(record['metadata']).__name__})"
         )
     try:
-        row = _canonical_row(record, fields=fields, where=where, file_step=file_step, extra=extra)
+        row = _canonical_row(
+            record, fields=fields, where=where, file_step=file_step, extra=extra,
+            max_spans=limits.max_spans,
+        )  # fmt: skip
     except TooManySpans as exc:  # a lean list stopped at the limit
         raise over_limit(where, f"{exc} in one record", "max_spans", exc.most) from None
     except ValueError as exc:  # a label of the wrong type, from analysis.labels
@@ -353,6 +356,7 @@ def _canonical_row(
     where: str,
     file_step: int | None,
     extra: Sequence[str],
+    max_spans: int,
 ) -> dict[str, Any]:
     error = error_document(record)
     if error is not None:  # a Dressage error.json: the failed trajectory's sample, aborted
@@ -381,7 +385,7 @@ def _canonical_row(
     if isinstance(full_versions, LeanList):
         spans = full_versions.spans()
     elif full_versions is not None:
-        spans = run_length_spans(full_versions)
+        spans = run_length_spans(full_versions, max_spans)
     elif raw_spans is not None:
         spans = _spans_from_field(raw_spans, where)
     else:
@@ -392,7 +396,7 @@ def _canonical_row(
     derived = False
     if end_raw is None and spans is None and found.weight_versions is not None:
         # Plain slime: spans over generate calls, not tokens (docs/semantics.md §1.1).
-        spans, end_version = _call_versions(found.weight_versions, where)
+        spans, end_version = _call_versions(found.weight_versions, where, max_spans)
         derived = end_version is not None
     elif end_raw is None and spans:
         end_version = derive_end_version(
@@ -456,7 +460,9 @@ def _group_of(
     return group
 
 
-def _call_versions(value: Any, where: str) -> tuple[Sequence[Span] | None, str | None]:
+def _call_versions(
+    value: Any, where: str, max_spans: int
+) -> tuple[Sequence[Span] | None, str | None]:
     """slime's ``weight_versions`` (one label per generate call) as spans indexed by call,
     and the last real label as the end version. An empty list, or text (a log written with
     ``default=str``), versions nothing."""
@@ -465,7 +471,7 @@ def _call_versions(value: Any, where: str) -> tuple[Sequence[Span] | None, str |
     labels = _int_list(value, "weight_versions", where) or []
     if not labels:
         return None, None
-    spans = run_length_spans(labels)
+    spans = run_length_spans(labels, max_spans)
     real_of = {label: real_label(label) for label in set(spans.labels)}
     return spans, next(filter(None, map(real_of.__getitem__, reversed(spans.labels))), None)
 

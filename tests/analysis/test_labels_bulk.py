@@ -136,3 +136,19 @@ def test_end_versions_over_many_spans_are_the_reference_models(
         spans.feed(versions)
         got = derive_end_version(spans.spans, response_length=response, loss_mask=given_mask)
     assert got == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=runs_of(PLAIN, 60), most=st.integers(0, 40), piece=st.sampled_from([1, 7, 1 << 16]))
+def test_a_list_past_most_spans_is_refused_and_one_within_is_whole(
+    values: list[Any], most: int, piece: int
+) -> None:
+    expected = plain_spans(values)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(labels_module, "_SLICE", piece)  # read a slice at a time
+        patch.setattr(labels_module, "BULK_RUNS", 2)
+        if len(expected) > most:
+            with pytest.raises(labels_module.TooManySpans, match=f"more than {most:,} runs"):
+                labels_module.run_length_spans(values, most)
+        else:
+            assert list(labels_module.run_length_spans(values, most)) == expected

@@ -97,3 +97,20 @@ def test_millions_of_distinct_labels_are_judged_in_bulk(tmp_path: Path) -> None:
         run = hostile.run_bounded(*args, str(path))
         assert run.code == 0, (args, run.stderr)
         assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (args, run)
+
+
+@pytest.mark.slow
+def test_a_dump_of_sixteen_million_spans_is_refused_at_the_limit(tmp_path: Path) -> None:
+    """A 30 MB pickled dump of one sample of 16 million alternating versions: its spans
+    were all built (1.5 GB) before the record was refused; now only the limit's."""
+    import pickle
+
+    samples = [{"group_index": 0, "index": 0, "metadata": {"parent_traj_id": "t",
+                "full_versions": [0, 1] * 8_000_000}}]  # fmt: skip
+    path = tmp_path / "0.pkl"
+    path.write_bytes(pickle.dumps({"rollout_id": 0, "samples": samples}, protocol=2))
+    del samples
+    run = hostile.run_bounded("replay", str(path), "-k", "1", "-b", "1")
+    assert run.code == 5, run.stderr
+    assert "sample 1: " in run.stderr and "--limit max_spans=" in run.stderr
+    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
