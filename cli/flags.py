@@ -29,6 +29,7 @@ FLAGS = {
     "max_record_bytes": "--limit max_record_bytes=",
     "max_inflation": "--limit max_inflation=",
     "max_pickle_values": "--limit max_pickle_values=",
+    "max_pickle_bytes": "--limit max_pickle_bytes=",
     "max_depth": "--limit max_depth=",
     "max_spans": "--limit max_spans=",
     # simulate: SimulationConfig's parameters (max_turns, prompt_tokens and tool_tokens

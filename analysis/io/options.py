@@ -53,6 +53,8 @@ class ReadOptions:
     """Largest decompressed/compressed ratio of a gzip stream or a deflated zip member."""
     max_pickle_values: int = DEFAULT_LIMITS.max_pickle_values
     """Most values one pickle may hold, each object counted every time it is referenced."""
+    max_pickle_bytes: int = DEFAULT_LIMITS.max_pickle_bytes
+    """Most memory the unpickler may take to build one pickle, in bytes."""
     max_depth: int = DEFAULT_LIMITS.max_depth
     """Deepest nesting of containers in a pickle."""
     max_spans: int = DEFAULT_LIMITS.max_spans

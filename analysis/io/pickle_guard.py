@@ -7,6 +7,10 @@ Two checks, one before and one after CPython's (fast, C) unpickler runs:
   made so far (the unpickler grows its memo table to twice the index: a 7-byte pickle
   can ask for gigabytes), or a length that runs past the end of the data. Runs of small
   numbers, most of a dump's bytes, are skipped by one regular expression.
+* :func:`memory_budget`, around the unpickler, lowers the process's address-space
+  limit to what it maps now plus ``max_pickle_bytes`` (where the system has one): a
+  pickle of few bytes (a deflated ``data.pkl``) can make hundreds of millions of floats,
+  each 32 bytes; past it the unpickler fails at once, with MemoryError.
 * :func:`check_built` walks what was built, without recursion, and counts every object
   each time it is referenced (memo reuse lets a small pickle hold a list of a million
   references to a list of a million references...): past ``max_pickle_values`` it is
@@ -16,8 +20,11 @@ Two checks, one before and one after CPython's (fast, C) unpickler runs:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickletools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from analysis.io.limits import Limits
@@ -213,3 +220,30 @@ def _too_many(budget: int) -> PickleTooBig:
         "max_pickle_values",
         budget,
     )
+
+
+@contextlib.contextmanager
+def memory_budget(extra: int) -> Iterator[bool]:
+    """While inside, the process may map at most ``extra`` bytes more than it maps now
+    (the soft ``RLIMIT_AS``, put back after): the C unpickler then raises MemoryError
+    past it instead of taking the machine's memory. Yields whether the limit was set (not
+    where the system has no such limit or no ``/proc/self/statm``, or a lower one is set)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        with open("/proc/self/statm", "rb") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError, IndexError):
+        yield False
+        return
+    cap = mapped + extra
+    unlimited = resource.RLIM_INFINITY
+    if (soft != unlimited and soft <= cap) or (hard != unlimited and hard < cap):
+        yield False
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield True
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -213,7 +213,7 @@ def _restricted_load(
             ).load()
         pickle_guard.check_built(built, limits)
         return built
-    except UnsafePickleError:
+    except (UnsafePickleError, MemoryError):
         raise
     except pickle_guard.PickleTooBig as exc:
         raise over_limit(where, f"a pickle of {exc.what}", exc.name, exc.value) from exc
@@ -224,8 +224,21 @@ def _restricted_load(
 
 
 def load_pickled(path: Path, *, trust_pickle: bool = False, limits: Limits = DEFAULT_LIMITS) -> Any:
-    """Return the object in a ``.pt`` zip archive or a bare pickle file."""
+    """Return the object in a ``.pt`` zip archive or a bare pickle file; reading it,
+    inflating it and building its objects take at most ``max_pickle_bytes`` of memory
+    (:func:`analysis.io.pickle_guard.memory_budget`), unless the pickle is trusted."""
     check_regular(path)
+    if trust_pickle:
+        return _load_pickled(path, trust_pickle=True, limits=limits)
+    try:
+        with pickle_guard.memory_budget(limits.max_pickle_bytes):
+            return _load_pickled(path, trust_pickle=False, limits=limits)
+    except MemoryError:
+        what = f"a pickle that takes more than {limits.max_pickle_bytes:,} bytes to read"
+        raise over_limit(path, what, "max_pickle_bytes", limits.max_pickle_bytes) from None
+
+
+def _load_pickled(path: Path, *, trust_pickle: bool, limits: Limits) -> Any:
     raw = path.read_bytes()
     if raw.startswith(ZIP_MAGIC):
         if trust_pickle:
@@ -235,6 +248,8 @@ def load_pickled(path: Path, *, trust_pickle: bool = False, limits: Limits = DEF
         with archive:
             try:
                 payload = _read_member(archive, member)
+            except MemoryError:
+                raise
             except Exception as exc:  # zipfile raises many types on damaged archives
                 raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
             return _restricted_load(
@@ -267,6 +282,8 @@ def _open_archive(
     try:
         archive = zipfile.ZipFile(io.BytesIO(raw))
         members = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
+    except MemoryError:
+        raise
     except Exception as exc:  # zipfile raises many types on damaged archives
         raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
     if not members:

@@ -114,7 +114,7 @@ def test_the_readme_limits_table_matches_the_code() -> None:
     assert [name for name, _ in rows] == list(Limits.names())
     shown = {
         "32 MiB": 32 << 20, "100": 100, "134,217,728 (2^27)": 1 << 27,
-        "1,048,576 (2^20)": 1 << 20,
+        "1,048,576 (2^20)": 1 << 20, "512 MiB": 512 << 20,
     }  # fmt: skip
     for name, default in rows:
         text = default.strip()
