@@ -55,7 +55,7 @@ def test_a_pickle_past_the_memory_budget_is_refused(tmp_path: Path) -> None:
     )
     before = resource.getrlimit(resource.RLIMIT_AS)
     with pickle_guard.memory_budget(1 << 20) as held:
-        assert held and resource.getrlimit(resource.RLIMIT_AS)[0] < before[0]  # Linux
+        assert held and resource.getrlimit(resource.RLIMIT_AS)[0] != before[0]  # Linux
     with pytest.raises(LogFormatError, match=r"0.pkl: .*max_pickle_bytes=8,388,608 "):
         load_pickled(path, limits=analysis.Limits(max_pickle_bytes=8 << 20))
     assert len(load_pickled(path)["samples"][0]) == 400_000  # within the default
