@@ -337,6 +337,8 @@ class _Reading:
         file would be read as (not "fix the record": every record would fail alike)."""
         if self.options.log_format is None or self.options.on_bad_record == "skip":
             return error
+        if isinstance(error, LimitError):  # unread: it tells nothing of the format
+            return error
         try:
             found = read_as(source.path)
         except ReplayError:

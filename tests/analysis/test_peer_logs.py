@@ -345,3 +345,12 @@ def test_a_peer_log_is_read_within_the_limits_given_with_progress(
     seen: list[tuple[int, int]] = []
     table = analysis.load_logs([log], log_format=name, progress=lambda d, t: seen.append((d, t)))
     assert table.height == 3 and seen and seen[-1][0] == seen[-1][1]
+
+
+def test_a_first_line_past_the_limit_is_not_taken_for_the_wrong_format(tmp_path: Path) -> None:
+    """An unread line tells nothing of the format: no 'probably not a verl log'."""
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(peer_logs.verl_sample(1, "q" * 200, 1.0)) + "\n")
+    with pytest.raises(LogFormatError) as raised:
+        analysis.load_logs([log], log_format="verl", max_record_bytes=64)
+    assert "max_record_bytes=" in str(raised.value) and "probably not" not in str(raised.value)
