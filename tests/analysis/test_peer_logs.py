@@ -349,8 +349,8 @@ def test_a_peer_log_is_read_within_the_limits_given_with_progress(
 
 def test_a_first_line_past_the_limit_is_not_taken_for_the_wrong_format(tmp_path: Path) -> None:
     """An unread line tells nothing of the format: no 'probably not a verl log'."""
-    log = tmp_path / "log.jsonl"
-    log.write_text(json.dumps(peer_logs.verl_sample(1, "q" * 200, 1.0)) + "\n")
+    log = tmp_path / "log.jsonl"  # past the default limit, so that no probe reads it
+    log.write_text(json.dumps(peer_logs.verl_sample(1, "q" * (33 << 20), 1.0)) + "\n")
     with pytest.raises(LogFormatError) as raised:
-        analysis.load_logs([log], log_format="verl", max_record_bytes=64)
+        analysis.load_logs([log], log_format="verl")
     assert "max_record_bytes=" in str(raised.value) and "probably not" not in str(raised.value)
