@@ -113,6 +113,18 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory_and_time(tmp_path: Path) -> No
     _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_inflation=200")
 
 
+def test_a_gzip_file_of_millions_of_members_is_read_in_bounded_time(tmp_path: Path) -> None:
+    """Python's gzip module spends tens of microseconds on each member of a stream: a
+    record and then two million members of one newline each (42 MB) took 58 s."""
+    import gzip
+
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(gzip.compress(RECORD, mtime=0) + gzip.compress(b"\n", mtime=0) * 2_000_000)
+    run = hostile.run_bounded("inspect", str(path), timeout=2 * SECONDS)
+    assert run.code == 0, run.stderr
+    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+
+
 @pytest.mark.slow
 def test_a_line_past_the_limit_is_a_bad_record_skipped_unread(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
