@@ -215,6 +215,34 @@ def repeated_row_parquet(path: Path, canonical: Path, rows: int = 1 << 20) -> No
             writer.write_table(block)
 
 
+def repeated_row_ipc(path: Path, canonical: Path, rows: int = 1 << 20) -> None:
+    """An Arrow IPC file (zstd-compressed, as polars and pyarrow write one) of ``rows``
+    copies of the first row of ``canonical`` (a converted log): its batches declare some
+    300 bytes a row in a few bytes."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical)
+    block = table.slice(0, 1).take(pa.array([0] * (1 << 18)))
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for _ in range(rows >> 18):
+            writer.write_table(block)
+
+
+def lying_buffer_ipc(path: Path, canonical: Path, declared: int = 1 << 40) -> None:
+    """A small zstd-compressed Arrow IPC file of the first rows of ``canonical`` whose
+    first compressed buffer declares ``declared`` bytes once decompressed (its first 8
+    bytes, just before the zstd frame's magic number)."""
+    repeated_row_ipc(path, canonical, 1 << 18)
+    data = bytearray(path.read_bytes())
+    frame = data.index(b"\x28\xb5\x2f\xfd")
+    assert 0 < int.from_bytes(data[frame - 8 : frame], "little") < 1 << 30
+    data[frame - 8 : frame] = declared.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+
+
 def many_members_pt(count: int = 20_000, name_length: int = 420) -> bytes:
     """A zip archive whose central directory lists ``count`` members (each of a name of
     ``name_length`` bytes, all pointing at one empty member) besides a data.pkl: a list

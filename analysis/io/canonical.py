@@ -15,6 +15,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.io.discover import Source
+from analysis.io.ipc_sizes import IpcLayoutError, declared_sizes
 from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, over_limit
 from analysis.schema import (
     CANONICAL_SCHEMA,
@@ -55,6 +56,8 @@ def read_canonical(
         raise DamagedFileError(f"{unreadable} ({exc})") from exc
     if file.rows is not None:
         _check_rows(source, file.rows, limits)
+    else:
+        _check_ipc_sizes(source, limits, unreadable)
     present = file.columns
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
@@ -83,6 +86,8 @@ def read_canonical(
             )
     try:
         stored = file.read(read)
+    except MemoryError:  # (pyarrow's "malloc failed": out of memory, not a damaged file)
+        raise
     # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
         raise DamagedFileError(f"{unreadable} ({exc})") from exc
@@ -121,6 +126,33 @@ def _check_rows(source: Source, rows: int, limits: Limits) -> None:
             "max_inflation",
             ratio,
         )
+
+
+def _check_ipc_sizes(source: Source, limits: Limits, unreadable: str) -> None:
+    """Refuse an Arrow IPC file whose batches declare more rows, or more bytes once
+    decompressed, than its bytes can hold within ``max_inflation`` (rows counted as
+    :func:`_check_rows` counts them), from its metadata alone: pyarrow allocates what a
+    batch declares before it reads the batch."""
+    size = source.path.stat().st_size
+    ratio = limits.max_inflation
+    bound = max(INFLATION_FLOOR, ratio * size)
+    try:
+        declared = declared_sizes(source.path, bound // ROW_BYTES, bound)
+    except (IpcLayoutError, OSError, ValueError) as exc:
+        raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    if declared.rows * ROW_BYTES > bound:
+        what = f"{declared.rows:,} rows (at least {declared.rows * ROW_BYTES:,} bytes in memory)"
+    elif declared.inflated > bound:
+        what = f"{declared.inflated:,} bytes once decompressed"
+    else:
+        return
+    raise over_limit(
+        source.path,
+        f"an Arrow IPC file whose batches declare at least {what} in {size:,} bytes, "
+        f"more than {ratio} times its size",
+        "max_inflation",
+        ratio,
+    )
 
 
 _CANONICAL_ONLY = (
@@ -167,10 +199,18 @@ class _ArrowFile:
                 if _has_dictionary(field.type):
                     table.column(field.name).validate(full=True)
             return table
-        with pa.ipc.open_file(self.path) as reader:
-            table = reader.read_all().select(columns)
-        table.validate(full=True)
-        return table
+        # A batch at a time, and only the columns wanted decompressed: read whole, a
+        # compressed file was held twice over (every column, then the ones kept).
+        wanted = [self.schema.get_field_index(name) for name in columns]
+        options = pa.ipc.IpcReadOptions(included_fields=wanted) if wanted else None
+        batches = []
+        with pa.ipc.open_file(self.path, options=options) as reader:
+            for index in range(reader.num_record_batches):
+                batch = reader.get_batch(index)
+                batch.validate(full=True)
+                batches.append(batch)
+            schema = reader.schema
+        return pa.Table.from_batches(batches, schema).select(columns)
 
     def frame(self, table: pa.Table) -> pl.DataFrame:
         """The columns read, as polars takes them (this is where text that is not UTF-8

@@ -198,3 +198,29 @@ def test_a_probe_reads_only_the_first_members_of_a_gzip_file(tmp_path: Path) -> 
     path.write_bytes(b"".join(gzip.compress(line) for line in lines))
     assert [n for n, _ in jsonl_records(path, members=3)] == [1, 2, 3]
     assert len(list(jsonl_records(path))) == len(lines)
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
+def test_an_arrow_file_declares_its_rows_and_inflated_bytes(
+    tmp_path: Path, compression: str | None
+) -> None:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from analysis.io.ipc_sizes import declared_sizes
+
+    values = pa.array([f"value {i % 7}" for i in range(30_000)])
+    table = pa.table({"n": pa.array(range(30_000)), "s": values, "d": values.dictionary_encode()})
+    path = tmp_path / "t.arrow"
+    options = ipc.IpcWriteOptions(compression=compression)
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for start in range(0, 30_000, 7_000):
+            writer.write_table(table.slice(start, 7_000))
+    declared = declared_sizes(path, 1 << 40, 1 << 40)
+    assert declared.rows == 30_000
+    # Every buffer as pyarrow holds it, within its padding to 8 bytes (and the dictionary).
+    assert table.nbytes <= declared.inflated <= table.nbytes + 8 * 9 * 5 + 1_000
+    if compression:
+        assert declared.inflated > 2 * path.stat().st_size
+    stopped = declared_sizes(path, 1, 1 << 40)
+    assert stopped.rows == 7_000  # summed no further than past the bound

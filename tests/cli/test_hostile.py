@@ -354,6 +354,39 @@ def test_a_parquet_file_of_millions_of_one_row_is_refused_unread(tmp_path: Path)
     assert CliRunner().invoke(app, ["inspect", str(honest)]).exit_code == 0
 
 
+def test_an_arrow_file_declaring_more_than_it_holds_is_refused_unread(tmp_path: Path) -> None:
+    """pyarrow allocates what a compressed batch declares before reading it: the rows of
+    its batches and the bytes of its buffers, each buffer's in its first 8 bytes."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    log = _runner_log(tmp_path)
+    parquet, honest = tmp_path / "a.parquet", tmp_path / "a.arrow"
+    for out in (parquet, honest):
+        assert CliRunner().invoke(app, ["convert", str(log), "-o", str(out)]).exit_code == 0
+    assert CliRunner().invoke(app, ["inspect", str(honest)]).exit_code == 0
+    repeated = tmp_path / "repeated.arrow"
+    hostile.repeated_row_ipc(repeated, parquet, 1 << 19)  # some 27 times its 5 MB
+    assert CliRunner().invoke(app, ["inspect", str(repeated)]).exit_code == 0
+    lowered = CliRunner().invoke(app, ["inspect", str(repeated), "--limit", "max_inflation=20"])
+    assert lowered.exit_code == 5, lowered.output
+    assert "bytes once decompressed in" in lowered.stderr, lowered.stderr
+    assert "--limit max_inflation=" in lowered.stderr
+    rows = CliRunner().invoke(app, ["inspect", str(repeated), "--limit", "max_inflation=1"])
+    assert "declare at least 262,144 rows (at least 26,214,400 bytes in memory)" in rows.stderr
+    lying = tmp_path / "lying.arrow"
+    hostile.lying_buffer_ipc(lying, parquet, 1 << 40)
+    _refused(
+        hostile.run_bounded("inspect", str(lying)),
+        5,
+        f"{lying}: ",
+        "declare at least 1,099,",
+        "bytes once decompressed in",
+        "--limit max_inflation=",
+    )
+
+
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
