@@ -242,6 +242,20 @@ def repeated_row_ipc(path: Path, canonical: Path, rows: int = 1 << 20) -> None:
             writer.write_table(block)
 
 
+def one_row_batches_ipc(path: Path, canonical: Path, batches: int = 20_000) -> None:
+    """An LZ4-compressed Arrow IPC file of ``batches`` batches of one row each (the first
+    row of ``canonical``), some 2.6 KB a batch."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical).slice(0, 1)
+    (batch,) = table.to_batches()
+    options = ipc.IpcWriteOptions(compression="lz4")
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for _ in range(batches):
+            writer.write_batch(batch)
+
+
 def lying_buffer_ipc(path: Path, canonical: Path, declared: int = 1 << 40) -> None:
     """A small zstd-compressed Arrow IPC file of the first rows of ``canonical`` whose
     first compressed buffer declares ``declared`` bytes once decompressed (its first 8

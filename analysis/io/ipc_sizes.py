@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,15 +76,17 @@ class _Flat:
         at = self.field(table, index)
         return None if at is None else at + self._unpack("<I", at)
 
-    def structs(self, table: int, index: int, fmt: str) -> list[tuple[int, ...]]:
-        """The vector of structs of field ``index``, each unpacked with ``fmt``."""
+    def structs(self, table: int, index: int, fmt: str) -> Iterator[tuple[int, ...]]:
+        """The vector of structs of field ``index``, each unpacked with ``fmt`` as it is
+        reached (a footer can list millions of blocks: none is copied or held)."""
         at = self.target(table, index)
         if at is None:
-            return []
+            return
         count, size = self._unpack("<I", at), struct.calcsize(fmt)
         if count * size > self.stop - at - 4:
             raise IpcLayoutError("a vector longer than its flatbuffer")
-        return list(struct.iter_unpack(fmt, self.data[at + 4 : at + 4 + count * size]))
+        for item in range(at + 4, at + 4 + count * size, size):
+            yield struct.unpack_from(fmt, self.data, item)
 
 
 _BLOCK = "<qi4xq"
@@ -108,13 +111,16 @@ def declared_sizes(path: Path, rows_bound: int, bytes_bound: int) -> Declared:
             raise IpcLayoutError("a footer length outside the file")
         footer = _Flat(data, start, start + length)
         table = footer.root()
-        blocks = [(block, True) for block in footer.structs(table, 3, _BLOCK)]
-        blocks += [(block, False) for block in footer.structs(table, 2, _BLOCK)]
         declared = Declared()
-        for (offset, metadata, body), rows in blocks:
-            _add_batch(data, (offset, metadata, body), rows, declared)
-            if declared.rows > rows_bound or declared.inflated > bytes_bound:
-                break
+        for rows, index in ((True, 3), (False, 2)):  # record batches, then dictionaries
+            end = 0
+            for offset, metadata, body in footer.structs(table, index, _BLOCK):
+                if offset < end:  # (one batch listed many times would be read as many)
+                    raise IpcLayoutError(f"a batch block ({offset:,}) within the one before")
+                _add_batch(data, (offset, metadata, body), rows, declared)
+                end = offset + metadata + body
+                if declared.rows > rows_bound or declared.inflated > bytes_bound:
+                    return declared
         return declared
 
 

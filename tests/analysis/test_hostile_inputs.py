@@ -224,3 +224,32 @@ def test_an_arrow_file_declares_its_rows_and_inflated_bytes(
         assert declared.inflated > 2 * path.stat().st_size
     stopped = declared_sizes(path, 1, 1 << 40)
     assert stopped.rows == 7_000  # summed no further than past the bound
+
+
+def test_an_arrow_file_listing_one_batch_many_times_is_damaged(tmp_path: Path) -> None:
+    """Its footer lists the first batch in place of the second: read twice as many times
+    as listed, a footer of millions of blocks would be millions of reads of one batch."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from analysis.io.ipc_sizes import IpcLayoutError, declared_sizes
+
+    table = pa.table({"n": pa.array(range(1000))})
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+        writer.write_table(table)
+    data = bytearray(path.read_bytes())
+    assert declared_sizes(path, 1 << 40, 1 << 40).rows == 2000
+    first = 16 + struct.unpack_from("<i", data, 12)[0]  # past the schema's message
+    footer = len(data) - 10 - struct.unpack_from("<i", data, len(data) - 10)[0]
+    block = data.index(struct.pack("<q", first), footer)
+    data[block + 24 : block + 48] = data[block : block + 24]
+    path.write_bytes(bytes(data))
+    assert len(ipc.open_file(path).read_all()) == 2000  # (pyarrow reads it)
+    with pytest.raises(IpcLayoutError, match="within the one before"):
+        declared_sizes(path, 1 << 40, 1 << 40)
+    with pytest.raises(DamagedFileError, match="within the one before"):
+        analysis.load_logs([path])
