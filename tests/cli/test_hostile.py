@@ -410,7 +410,8 @@ def test_an_arrow_file_declaring_more_than_it_holds_is_refused_unread(tmp_path: 
 @pytest.mark.slow
 def test_an_arrow_file_of_many_one_row_batches_is_read_in_bounded_time(tmp_path: Path) -> None:
     """pyarrow handed each buffer of each batch to a thread, and polars was given a chunk
-    a batch: 20,000 batches of one row (52 MB) took 22 s and 1.1 GB."""
+    a batch: 20,000 batches of one row (52 MB) took 22 s and 1.1 GB; each batch held its
+    own buffers (0.55 GB without them joined as they are read, 0.25 GB with)."""
     from typer.testing import CliRunner
 
     from cli.app import app
@@ -422,7 +423,7 @@ def test_an_arrow_file_of_many_one_row_batches_is_read_in_bounded_time(tmp_path:
     hostile.one_row_batches_ipc(path, parquet, 20_000)
     run = hostile.run_bounded("inspect", str(path), timeout=2 * SECONDS)
     assert run.code == 0, run.stderr
-    assert run.peak_mb < PEAK_MB and run.seconds < 10, run
+    assert run.peak_mb < 400 and run.seconds < 10, run
 
 
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
