@@ -2,9 +2,10 @@
 runner that measures a command's peak memory and time.
 
 Memory is measured as the child's peak resident size, from ``os.wait4``'s resource usage
-(``ru_maxrss``, the kernel's own count); an address-space limit (``RLIMIT_AS``, 3 GB,
-set in the child by ``preexec_fn``) keeps a regression from taking the machine down,
-and a timeout from running on.
+(``ru_maxrss``, the kernel's own count) in a small launcher (:mod:`tests.launch`), so that
+pytest's own memory is not counted; an address-space limit (``RLIMIT_AS``, 3 GB, set in
+the child by the launcher) keeps a regression from taking the machine down, and a
+timeout from running on.
 """
 
 from __future__ import annotations
@@ -12,16 +13,15 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import resource
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(__file__).resolve().with_name("launch.py")
 GUARD_BYTES = 3 << 30
 """Address space a hostile run may map: well above what a bounded run needs (polars and
 its threads map ~1 GB they never touch), well below what would harm the machine."""
@@ -37,27 +37,38 @@ class Run:
 
 def run_bounded(*args: str, timeout: float = 60.0, cwd: Path = ROOT) -> Run:
     """Run ``dressage-replay args`` in a child process; its exit code, stderr, time and
-    peak resident memory."""
+    peak resident memory.
 
-    def guard() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (GUARD_BYTES, GUARD_BYTES))
-
+    Started by :mod:`tests.launch`, a script that imports only built-in modules: Linux
+    counts a forked child's resident size from its parent's and keeps the highest figure
+    across ``exec``, so a child forked by pytest itself was measured with pytest's pages
+    (a pytest holding 600 MB more measured ``--help`` at 765 MB, not 165)."""
     env = {**os.environ, "POLARS_MAX_THREADS": "2", "RAYON_NUM_THREADS": "2"}
+    command = [sys.executable, "-m", "cli", *args]
+    return run_measured(command, timeout=timeout, cwd=cwd, env=env)
+
+
+def run_measured(
+    command: list[str],
+    *,
+    timeout: float = 60.0,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """Run ``command`` through :mod:`tests.launch`: its exit code, stderr, time and peak
+    resident memory (its own, from ~10 MB of the launcher's)."""
+    launcher = [sys.executable, "-S", str(LAUNCHER), str(GUARD_BYTES), str(timeout)]
     start = time.monotonic()
-    child = subprocess.Popen(
-        [sys.executable, "-m", "cli", *args], cwd=cwd, env=env, preexec_fn=guard,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    done = subprocess.run(
+        [*launcher, *command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, timeout=timeout + 30, check=False,
     )  # fmt: skip
-    timer = threading.Timer(timeout, child.kill)
-    timer.start()
-    try:
-        assert child.stderr is not None
-        stderr = child.stderr.read().decode("utf-8", "replace")
-        _, status, usage = os.wait4(child.pid, 0)
-    finally:
-        timer.cancel()
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return Run(child.returncode, stderr, time.monotonic() - start, usage.ru_maxrss / 1024)
+    seconds = time.monotonic() - start
+    stderr = done.stderr.decode("utf-8", "replace")
+    report = done.stdout.split()
+    assert done.returncode == 0 and len(report) >= 2, (done, stderr)
+    status, peak_kib = int(report[-2]), int(report[-1])
+    return Run(os.waitstatus_to_exitcode(status), stderr, seconds, peak_kib / 1024)
 
 
 # --------------------------------------------------------------------------- pickles
@@ -213,6 +224,48 @@ def repeated_row_parquet(path: Path, canonical: Path, rows: int = 1 << 20) -> No
     with pq.ParquetWriter(path, table.schema, compression="zstd") as writer:
         for _ in range(rows >> 18):
             writer.write_table(block)
+
+
+def repeated_row_ipc(path: Path, canonical: Path, rows: int = 1 << 20) -> None:
+    """An Arrow IPC file (zstd-compressed, as polars and pyarrow write one) of ``rows``
+    copies of the first row of ``canonical`` (a converted log): its batches declare some
+    300 bytes a row in a few bytes."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical)
+    block = table.slice(0, 1).take(pa.array([0] * (1 << 18)))
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for _ in range(rows >> 18):
+            writer.write_table(block)
+
+
+def one_row_batches_ipc(path: Path, canonical: Path, batches: int = 20_000) -> None:
+    """An LZ4-compressed Arrow IPC file of ``batches`` batches of one row each (the first
+    row of ``canonical``), some 2.6 KB a batch."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(canonical).slice(0, 1)
+    (batch,) = table.to_batches()
+    options = ipc.IpcWriteOptions(compression="lz4")
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for _ in range(batches):
+            writer.write_batch(batch)
+
+
+def lying_buffer_ipc(path: Path, canonical: Path, declared: int = 1 << 40) -> None:
+    """A small zstd-compressed Arrow IPC file of the first rows of ``canonical`` whose
+    first compressed buffer declares ``declared`` bytes once decompressed (its first 8
+    bytes, just before the zstd frame's magic number)."""
+    repeated_row_ipc(path, canonical, 1 << 18)
+    data = bytearray(path.read_bytes())
+    frame = data.index(b"\x28\xb5\x2f\xfd")
+    assert 0 < int.from_bytes(data[frame - 8 : frame], "little") < 1 << 30
+    data[frame - 8 : frame] = declared.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
 
 
 def many_members_pt(count: int = 20_000, name_length: int = 420) -> bytes:

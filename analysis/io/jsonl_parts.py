@@ -307,7 +307,7 @@ def read_in_pieces(
     path: Path,
     size: int,
     options: Any,
-    read_here: Callable[[Piece], Generator[Any, None, int]],
+    read_here: Callable[[Piece], Generator[Any, None, int | None]],
     flush: Callable[[], Iterator[Any]],
     warn: Callable[[str], None],
     frame_of: Callable[[Any], Any],
@@ -316,7 +316,8 @@ def read_in_pieces(
     """The table chunks of a large JSONL file read by this process and the helper:
     ``read_here(piece)`` reads a piece here, numbering its lines from its
     ``first_line`` (its rows gathered into chunks, ``flush`` yields the last one), and
-    returns its number of lines; ``frame_of`` makes a table chunk of the rows the helper
+    returns its number of lines, or None when the file broke within it (a read error:
+    nothing past it is read, as one process stops there); ``frame_of`` makes a table chunk of the rows the helper
     sends as columns; ``warn`` is told when the helper failed.
 
     The file is cut without counting its lines (a pass over it that both processes
@@ -335,7 +336,10 @@ def read_in_pieces(
         done_here, line = 0, 1
         while (index := shared.take_front()) is not None:
             done_here += 1
-            line += yield from read_here(dataclasses.replace(pieces[index], first_line=line))
+            read = yield from read_here(dataclasses.replace(pieces[index], first_line=line))
+            if read is None:
+                return
+            line += read
         sent = helper.collected()
         left = 0
         for piece in pieces[done_here:]:
@@ -348,7 +352,10 @@ def read_in_pieces(
                 line += lines
             else:  # the helper died with this piece, or met a bad record in it
                 left += piece.index not in sent
-                line += yield from read_here(numbered)
+                read = yield from read_here(numbered)
+                if read is None:
+                    return
+                line += read
         if left:
             warn(
                 f"{path}: the helper process failed ({helper.problem()}); this process "

@@ -432,10 +432,12 @@ class _Reading:
 
     def _records(
         self, source: Source, before: int, total: int, part: Piece | None = None
-    ) -> Generator[pl.DataFrame, None, int]:
+    ) -> Generator[pl.DataFrame, None, int | None]:
         """A file read record by record (JSONL, a JSON document, a dump); a large JSONL
         file on two cores (:mod:`analysis.io.jsonl_parts`), ``part`` one piece of it
-        (then returns the number of lines the piece holds)."""
+        (then returns the number of lines the piece holds, or None when the file could
+        not be read to the piece's end: its lines are not known, and the pieces after it
+        are not read, as one process reading the file stops where it breaks)."""
         path_text = printable(str(source.path))
         options = self.options
         if part is None and source.format == "jsonl":
@@ -468,9 +470,9 @@ class _Reading:
             except StopIteration as end:
                 lines = end.value or 0
                 break
-            except LogFormatError as error:
+            except LogFormatError as error:  # (the file cannot be read on)
                 self.skip_or_raise(error)
-                break
+                return None
             try:
                 if isinstance(record, ReplayError):
                     raise record

@@ -37,12 +37,18 @@ def peer_of_record(record: Any) -> str | None:
     return None
 
 
+_PROBED_MEMBERS = 1000
+"""Members of a gzip file looked through for its first record (a file of one member per
+record has it in the first; one of millions of empty members took seconds a reading)."""
+
+
 def peer_of_file(path: Path) -> str | None:
     """The system whose log a JSONL file is, by its first record; None when it is no
     other system's (or cannot be read: its reader will say why)."""
     try:
         # Lean: a long first line's token lists are not kept, nor folded, to read its keys.
-        for _, record in jsonl_records(path, lean=lean_plan(FieldMap(), fold=False)):
+        lean = lean_plan(FieldMap(), fold=False)
+        for _, record in jsonl_records(path, lean=lean, members=_PROBED_MEMBERS):
             return peer_of_record(record)
     except ReplayError:  # reading it again will report the problem
         return None

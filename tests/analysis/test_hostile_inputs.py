@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis.errors import ConfigError, SettingSyntaxError
+from analysis.errors import ConfigError, DamagedFileError, SettingSyntaxError
 from analysis.io.jsonl import jsonl_records
 from analysis.io.limits import LimitError, Limits
 from analysis.io.raw_writers import write_jsonl
@@ -144,3 +144,115 @@ def test_runs_of_blank_lines_are_read_in_bulk_and_counted(tmp_path: Path, compre
     gap = 1 + 100_000 + 3 + 70_000 + 1
     assert numbers == [1, *range(gap + 1, gap + len(rest) + 1), gap + len(rest) + 6]
     assert lines == gap + len(rest) + 8
+
+
+def _numbered(path: Path, **options: object) -> list[tuple[int, object]]:
+    return [(n, r if isinstance(r, dict) else str(r)) for n, r in jsonl_records(path, **options)]  # type: ignore[arg-type]
+
+
+def test_a_gzip_file_of_many_members_reads_as_one(tmp_path: Path) -> None:
+    """Concatenated gzip files (``cat a.gz b.gz``, a logger that compresses each flush) are
+    one stream: lines across members, members larger than zlib is fed at once, empty
+    members and zero padding between them, as Python's gzip module reads them."""
+    path, text = _log(tmp_path)
+    pieces, at = [], 0
+    for size in [1, 7, 1000, 20_000, 3, 100_000] * 50:
+        pieces.append(text[at : at + size])
+        at += size
+    pieces.append(text[at:])
+    packed = tmp_path / "log.jsonl.gz"
+    packed.write_bytes(
+        b"".join(
+            gzip.compress(piece, mtime=0) + (b"\0" * 5 if i % 7 == 3 else b"")
+            + (gzip.compress(b"") if i % 5 == 1 else b"")
+            for i, piece in enumerate(pieces)
+        )
+    )  # fmt: skip
+    assert _numbered(packed) == _numbered(path) and len(_numbered(path)) == len(RECORDS)
+
+
+def test_a_gzip_member_cut_or_damaged_ends_after_the_records_before_it(tmp_path: Path) -> None:
+    _, text = _log(tmp_path)
+    lines = text.splitlines(keepends=True)
+    members = [gzip.compress(line, mtime=0) for line in lines]
+    path = tmp_path / "log.jsonl.gz"
+    damaged = bytearray(members[30])
+    damaged[-6] ^= 0xFF  # its CRC
+    cases = {
+        "cut": (b"".join(members)[:-5], len(lines), "ended before the end-of-stream"),
+        "crc": (b"".join([*members[:30], bytes(damaged), *members[31:]]), 30, "incorrect data"),
+        "trailing": (b"".join(members) + b"garbage", len(lines), "incorrect header"),
+    }
+    for name, (data, before, words) in cases.items():
+        path.write_bytes(data)
+        read = jsonl_records(path)
+        numbers = []
+        with pytest.raises(DamagedFileError, match=words) as caught:
+            for number, _ in read:
+                numbers.append(number)
+        assert numbers == list(range(1, before + 1)), name
+        assert str(caught.value).startswith(f"{path}: cannot be read as (gzipped) JSONL (")
+
+
+def test_a_probe_reads_only_the_first_members_of_a_gzip_file(tmp_path: Path) -> None:
+    _, text = _log(tmp_path)
+    lines = text.splitlines(keepends=True)
+    path = tmp_path / "log.jsonl.gz"
+    path.write_bytes(b"".join(gzip.compress(line) for line in lines))
+    assert [n for n, _ in jsonl_records(path, members=3)] == [1, 2, 3]
+    assert len(list(jsonl_records(path))) == len(lines)
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
+def test_an_arrow_file_declares_its_rows_and_inflated_bytes(
+    tmp_path: Path, compression: str | None
+) -> None:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from analysis.io.ipc_sizes import declared_sizes
+
+    values = pa.array([f"value {i % 7}" for i in range(30_000)])
+    table = pa.table({"n": pa.array(range(30_000)), "s": values, "d": values.dictionary_encode()})
+    path = tmp_path / "t.arrow"
+    options = ipc.IpcWriteOptions(compression=compression)
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        for start in range(0, 30_000, 7_000):
+            writer.write_table(table.slice(start, 7_000))
+    declared = declared_sizes(path, 1 << 40, 1 << 40)
+    assert declared.rows == 30_000
+    # Every buffer as pyarrow holds it, within its padding to 8 bytes (and the dictionary).
+    assert table.nbytes <= declared.inflated <= table.nbytes + 8 * 9 * 5 + 1_000
+    if compression:
+        assert declared.inflated > 2 * path.stat().st_size
+    stopped = declared_sizes(path, 1, 1 << 40)
+    assert stopped.rows == 7_000  # summed no further than past the bound
+
+
+def test_an_arrow_file_listing_one_batch_many_times_is_damaged(tmp_path: Path) -> None:
+    """Its footer lists the first batch in place of the second: read twice as many times
+    as listed, a footer of millions of blocks would be millions of reads of one batch."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from analysis.io.ipc_sizes import IpcLayoutError, declared_sizes
+
+    table = pa.table({"n": pa.array(range(1000))})
+    path = tmp_path / "t.arrow"
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+        writer.write_table(table)
+    data = bytearray(path.read_bytes())
+    assert declared_sizes(path, 1 << 40, 1 << 40).rows == 2000
+    first = 16 + struct.unpack_from("<i", data, 12)[0]  # past the schema's message
+    footer = len(data) - 10 - struct.unpack_from("<i", data, len(data) - 10)[0]
+    block = data.index(struct.pack("<q", first), footer)
+    data[block + 24 : block + 48] = data[block : block + 24]
+    path.write_bytes(bytes(data))
+    assert len(ipc.open_file(path).read_all()) == 2000  # (pyarrow reads it)
+    with pytest.raises(IpcLayoutError, match="within the one before"):
+        declared_sizes(path, 1 << 40, 1 << 40)
+    with pytest.raises(DamagedFileError, match="within the one before"):
+        analysis.load_logs([path])

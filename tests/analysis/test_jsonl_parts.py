@@ -197,3 +197,31 @@ def test_pieces_cut_without_counting_are_the_same_pieces(tmp_path: Path, count: 
         (p.index, p.start, p.stop) for p in numbered
     ]
     assert {p.first_line for p in unnumbered} == {0}
+
+
+def test_a_read_error_midway_ends_the_file_as_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fails within a piece read here: the file ends there, as when one
+    process reads it (the pieces after it were read on, numbered as if the broken piece
+    held no lines: a piece's line count is its reader's)."""
+    import errno
+    import io
+
+    from analysis.io import jsonl
+
+    path = log_with_bad_lines(tmp_path / "log.jsonl", False)
+    broken = path.stat().st_size // 10  # within the first pieces, which this process reads
+
+    class Failing(io.BufferedReader):
+        def readline(self, size: int | None = -1) -> bytes:
+            if broken <= self.tell() < broken + 4096:  # one bad block: the rest reads
+                raise OSError(errno.EIO, "Input/output error")
+            return super().readline(size)
+
+    monkeypatch.setattr(jsonl, "_open", lambda name: Failing(io.FileIO(name), 1 << 22))
+    one = loaded(path, monkeypatch, split=False, on_bad_record="skip")
+    two = loaded(path, monkeypatch, split=True, on_bad_record="skip")
+    assert 0 < one[0].height < 200 and one[1] == {"damaged file": 1}
+    assert two[0].equals(one[0]), (two[0]["record"].to_list()[-5:], one[0]["record"].max())
+    assert two[1:] == one[1:]
