@@ -202,12 +202,17 @@ def late_older_labels(versions: Sequence[str]) -> list[tuple[str, str]]:
     return found
 
 
-def late_older_note(versions: Sequence[str], keep_versions: int) -> str | None:
+def late_older_note(
+    versions: Sequence[str], keep_versions: int, *, late: list[tuple[str, str]] | None = None
+) -> str | None:
     """What a version observed after a newer one does to the batch-level control: with
     K = 1 every later group at the higher number is stale, and Dressage's loop, which
-    waits for a full batch, can starve the trainer for ever (a livelock)."""
-    late = late_older_labels(versions)
-    if not late or keep_versions < 1:
+    waits for a full batch, can starve the trainer for ever (a livelock). ``late``:
+    ``late_older_labels(versions)`` when already found."""
+    if keep_versions < 1:
+        return None
+    late = late_older_labels(versions) if late is None else late
+    if not late:
         return None
     label, higher = late[0]
     more = f" ({len(late) - 1} more such labels)" if len(late) > 1 else ""

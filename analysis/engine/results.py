@@ -18,6 +18,7 @@ from analysis.engine.batching import (
     NO_VERSION,
     Collection,
     Observation,
+    batch_columns,
     collect,
 )
 from analysis.engine.config import ReplayConfig
@@ -161,26 +162,40 @@ def _batches_frame(
     observation: Observation, collection: Collection, config: ReplayConfig
 ) -> pl.DataFrame:
     kept, sums, _, largest = kept_gaps(observation, collection)
-    emitted = len(collection.batch_rows)
+    rows = batch_columns(collection.batch_rows)
+    emitted = len(rows)
     batch = collection.batch[kept]
     gap_sum = np.bincount(batch, weights=sums, minlength=emitted)
     gap_count = np.bincount(batch, weights=observation.versioned[kept], minlength=emitted)
     gap_max = np.full(emitted, -1, dtype=np.int64)
     np.maximum.at(gap_max, batch, largest)
-    rows = []
-    for (number, size, partial, now, arrivals, pendings), total, count, high in zip(
-        collection.batch_rows, gap_sum, gap_count, gap_max, strict=True
-    ):
-        known = now + 1
-        cutoff = max(0, known - config.keep_versions) if config.keep_versions and known else None
-        rows.append(
-            (
-                number, size, partial, now if known else None, cutoff,
-                total / count if count else None, int(high) if count else None,
-                arrivals, pendings,
-            )
-        )  # fmt: skip
-    return pl.DataFrame(rows, schema=_BATCH_SCHEMA, orient="row")
+    known = rows.current + 1
+    gapped = gap_count > 0
+    return pl.DataFrame(
+        {
+            "batch": np.arange(emitted, dtype=np.int64),
+            "groups": rows.groups,
+            "partial": rows.partial,
+            "current_version_index": _valid(rows.current, known > 0),
+            "cutoff_version_index": _valid(
+                np.maximum(0, known - config.keep_versions),
+                (known > 0) & (config.keep_versions > 0),
+            ),
+            "version_gap_mean": _valid(
+                np.divide(gap_sum, gap_count, out=np.zeros(emitted), where=gapped), gapped
+            ),
+            "version_gap_max": _valid(gap_max, gapped),
+            "dropped_arrival": rows.dropped_arrival,
+            "dropped_pending": rows.dropped_pending,
+        },
+        schema=_BATCH_SCHEMA,
+    )
+
+
+def _valid(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``values`` with null where not ``valid``."""
+    series = pl.Series(values)
+    return series if valid.all() else series.set(pl.Series(~valid), None)
 
 
 def replay_many(

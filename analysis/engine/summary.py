@@ -179,7 +179,7 @@ def summarise(
                 f"{setting('fields', 'token_versions=PATH')}"
             )
         )
-    late = late_older_note(observation.versions, config.keep_versions)
+    late = late_older_note(observation.versions, config.keep_versions, late=observation.late_older)
     if late is not None:
         notes.append(late)
     setting_notes = 1 if rejected else 0  # the rejected groups' note: this setting's count
