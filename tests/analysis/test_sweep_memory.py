@@ -1,0 +1,136 @@
+"""A sweep keeps one row per setting, not each setting's full replay (issue 18: a log of
+a version per group made every full result as large as the log, times every setting),
+and the figures draw a bounded number of bars whatever the log."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import analysis
+from analysis.engine import grid
+from analysis.views import plots
+from analysis.views._figures import MAX_BARS, capped_bars
+
+GRID = {"keep_versions": [0, 1, 2, 3, 4], "max_preempts": [None, 0, 1, 2, 3]}
+
+
+def flood(groups: int) -> analysis.PreparedLog:
+    """``groups`` groups, each its own end version, one or two trajectories each, every
+    third trajectory spanning the version before its own."""
+    records: list[dict[str, Any]] = []
+    for group in range(groups):
+        for trajectory in range(1 + group % 2):
+            meta: dict[str, Any] = {
+                "parent_traj_id": f"g{group}-{trajectory}",
+                "dressage_end_token_version": str(group),
+            }
+            if group and len(records) % 3 == 0:
+                meta["version_spans"] = [
+                    {"start": 0, "end": 4, "version": str(group - 1)},
+                    {"start": 4, "end": 10, "version": str(group)},
+                ]
+            records.append({"group_index": group, "response_length": 10, "metadata": meta})
+    return analysis.prepare(analysis.records_to_table(records))
+
+
+def peak_bytes(work: Callable[[], object]) -> int:
+    """The most Python and NumPy memory ``work`` held at once (tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("batch_groups", [1, 4])
+def test_a_sweep_holds_about_one_replay_not_one_per_setting(batch_groups: int) -> None:
+    prepared = flood(20_000)
+    run = dict(GRID, batch_groups=batch_groups)
+    analysis.sweep(prepared, **run)  # the caches every setting shares, filled once
+    config = analysis.ReplayConfig(keep_versions=1, max_preempts=1, batch_groups=batch_groups)
+    one = peak_bytes(lambda: analysis.replay(prepared, config))
+    every = peak_bytes(lambda: analysis.sweep(prepared, **run))
+    # Kept, the 25 full results took 25 times one (and more: a tuple per batch).
+    assert every < 2 * one, (every, one)
+
+
+def test_each_full_result_is_released_once_its_row_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prepared = flood(500)
+    alive: list[weakref.ref[analysis.ReplayResult]] = []
+    real = grid.replay
+
+    def spy(*args: Any, **kwargs: Any) -> analysis.ReplayResult:
+        for earlier in alive:
+            assert earlier() is None, "an earlier setting's full result is still held"
+        result = real(*args, **kwargs)
+        alive.append(weakref.ref(result))
+        return result
+
+    monkeypatch.setattr(grid, "replay", spy)
+    swept = analysis.sweep(prepared, **GRID, batch_groups=2)
+    assert len(alive) == swept.rows.height == 25
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+
+
+def test_a_setting_replayed_again_is_the_one_that_gave_its_row() -> None:
+    prepared = flood(300)
+    swept = analysis.sweep(prepared, **GRID, batch_groups=3)
+    assert len(swept.results) == swept.rows.height
+    for position in (0, 7, 24):
+        again = swept.results[position]
+        row = swept.rows.row(position, named=True)
+        assert (again.config.keep_versions, again.config.max_preempts) == (
+            row["keep_versions"], row["max_preempts"],
+        )  # fmt: skip
+        fresh = analysis.replay(prepared, again.config)
+        assert again.summary == fresh.summary
+        assert again.batches.equals(fresh.batches)
+        assert row["batches_emitted"] == again.batches.height
+    same_m = swept.results.where(max_preempts=1)
+    assert [c.keep_versions for c in same_m.configs] == GRID["keep_versions"]
+    assert all(r.config.max_preempts == 1 for r in same_m)
+
+
+def test_capped_bars_sum_the_tail_into_the_last_bar() -> None:
+    assert capped_bars([3, 5]) == ([3, 4, 5], None)
+    bars, tail = capped_bars([0, 10**6])
+    assert len(bars) == MAX_BARS and tail == MAX_BARS - 1
+
+
+def test_a_gap_of_hundreds_of_thousands_draws_a_bounded_histogram() -> None:
+    """With K off, a group of the first version arriving after 100,000 others has a gap
+    of 100,000: one bar per gap value was a figure of 100,000 bars per setting."""
+    records = [
+        {
+            "group_index": g,
+            "metadata": {"parent_traj_id": f"t{g}", "dressage_end_token_version": str(g)},
+        }
+        for g in range(1, 100_001)
+    ] + [
+        {
+            "group_index": 0,
+            "metadata": {"parent_traj_id": "late", "dressage_end_token_version": "1"},
+        }
+    ]
+    prepared = analysis.prepare(analysis.records_to_table(records))
+    figure = plots.make_plot(
+        "gaps", prepared, keep_versions=[0], max_preempts=[None], batch_groups=1
+    )
+    ax = figure.axes[0]
+    bars = [patch for container in ax.containers for patch in container]
+    assert 0 < len(bars) <= MAX_BARS
+    ticks = [tick.get_text() for tick in ax.get_xticklabels()]
+    assert ticks[-1] == f">={MAX_BARS - 1}"
+    # Every kept trajectory is counted: the bars add up to 100%.
+    assert sum(bar.get_height() for bar in bars) == pytest.approx(100.0)
