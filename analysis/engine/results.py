@@ -23,7 +23,7 @@ from analysis.engine.batching import (
 )
 from analysis.engine.config import ReplayConfig
 from analysis.engine.prepare import PreparedLog, prepare
-from analysis.engine.summary import ReplaySummary, kept_gaps, summarise
+from analysis.engine.summary import ReplaySummary, kept_gaps, kept_trajectory_gaps, summarise
 from analysis.errors import ConfigError, setting
 
 
@@ -51,6 +51,11 @@ class ReplayResult:
     def decisions(self) -> pl.DataFrame:
         """One row per group in arrival order: decision, stage, batch, version index and gap."""
         return _decisions_frame(self._prepared, self._observation, self._collection)
+
+    def kept_gaps(self) -> np.ndarray:
+        """The version gap of every kept trajectory that has a version: the non-null
+        ``version_gap`` of :func:`trajectory_outcomes`, without its frame."""
+        return kept_trajectory_gaps(self._prepared, self._observation, self._collection)
 
     @functools.cached_property
     def batches(self) -> pl.DataFrame:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from analysis.engine import (
@@ -344,9 +345,9 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     """Share of kept trajectories at each version gap, one bar series per setting."""
     series: list[tuple[ReplayConfig, Counter[int], int]] = []
     for result in results:  # one at a time: a sweep's results are replayed when read
-        gaps = trajectory_outcomes(prepared, result)["version_gap"].drop_nulls()
-        tally: dict[int, int] = dict(gaps.value_counts().iter_rows())
-        series.append((result.config, Counter(tally), len(gaps)))
+        values, sizes = np.unique(result.kept_gaps(), return_counts=True)
+        tally = Counter(dict(zip(values.tolist(), sizes.tolist(), strict=True)))
+        series.append((result.config, tally, int(sizes.sum())))
         del result
     configs = [config for config, _, _ in series]
     shared_m = len({c.max_preempts for c in configs}) <= 1

@@ -8,6 +8,7 @@ import gc
 import tracemalloc
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from analysis.engine import grid
 from analysis.views import plots
 from analysis.views._figures import MAX_BARS, capped_bars
 
+ROOT = Path(__file__).resolve().parents[2]
 GRID = {"keep_versions": [0, 1, 2, 3, 4], "max_preempts": [None, 0, 1, 2, 3]}
 
 
@@ -134,3 +136,21 @@ def test_a_gap_of_hundreds_of_thousands_draws_a_bounded_histogram() -> None:
     assert ticks[-1] == f">={MAX_BARS - 1}"
     # Every kept trajectory is counted: the bars add up to 100%.
     assert sum(bar.get_height() for bar in bars) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("source", ["sample", "flood"])
+def test_kept_gaps_are_the_trajectory_outcomes_gaps(source: str) -> None:
+    """The gaps figure reads the kept gaps from the per-group arrays: the same values as
+    the non-null version gaps of trajectory_outcomes, setting by setting."""
+    if source == "sample":
+        prepared = analysis.prepare(analysis.load_logs([ROOT / "sample_data" / "rollouts.jsonl"]))
+    else:
+        prepared = flood(2_000)
+    gaps = 0
+    for keep, limit, batch in [(0, None, 3), (1, 0, 2), (2, 1, 4), (3, None, 1)]:
+        config = analysis.ReplayConfig(keep_versions=keep, max_preempts=limit, batch_groups=batch)
+        result = analysis.replay(prepared, config)
+        outcomes = analysis.trajectory_outcomes(prepared, result)["version_gap"].drop_nulls()
+        assert sorted(result.kept_gaps().tolist()) == sorted(outcomes.to_list())
+        gaps += len(outcomes.filter(outcomes > 0))
+    assert gaps  # some gaps are not 0
