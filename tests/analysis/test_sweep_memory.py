@@ -11,12 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import analysis
 from analysis.engine import grid
+from analysis.engine.prepare import real_token_labels
 from analysis.views import plots
 from analysis.views._figures import MAX_BARS, capped_bars
+from analysis.views.bias import arrival_delays
+from tests.strategies import raw_logs
 
 ROOT = Path(__file__).resolve().parents[2]
 GRID = {"keep_versions": [0, 1, 2, 3, 4], "max_preempts": [None, 0, 1, 2, 3]}
@@ -154,3 +159,35 @@ def test_kept_gaps_are_the_trajectory_outcomes_gaps(source: str) -> None:
         assert sorted(result.kept_gaps().tolist()) == sorted(outcomes.to_list())
         gaps += len(outcomes.filter(outcomes > 0))
     assert gaps  # some gaps are not 0
+
+
+def arrival_delays_one_group_at_a_time(
+    prepared: analysis.PreparedLog, table: pl.DataFrame
+) -> list[int | None]:
+    """The plain loop ``arrival_delays`` was: each group's labels indexed as observed."""
+    labels = (
+        real_token_labels(table, by="group_id").group_by("group_id").agg(pl.col("label").unique())
+    )
+    token_labels = prepared.groups.select("group_id").join(
+        labels, on="group_id", how="left", maintain_order="left"
+    )["label"]
+    index: dict[str, int] = {}
+    delays: list[int | None] = []
+    for own, versions in zip(
+        token_labels.to_list(), prepared.trajectory_versions().to_list(), strict=True
+    ):
+        for label in versions:
+            index.setdefault(label, len(index))
+        known = [index[label] for label in (*(own or ()), *versions) if label in index]
+        delays.append(len(index) - 1 - min(known) if known else None)
+    return delays
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=raw_logs())
+def test_arrival_delays_on_arrays_agree_with_the_plain_loop(records: list[dict[str, Any]]) -> None:
+    table = analysis.records_to_table(records)
+    prepared = analysis.prepare(table)
+    fast = arrival_delays(prepared, table)
+    assert fast["group_id"].to_list() == prepared.groups["group_id"].to_list()
+    assert fast["arrival_delay"].to_list() == arrival_delays_one_group_at_a_time(prepared, table)
