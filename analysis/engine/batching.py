@@ -116,7 +116,7 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
         max_index[present] = np.maximum.reduceat(index, starts)
         sum_index[present] = np.add.reduceat(index, starts)
         versioned[present] = np.diff(starts, append=len(owner))
-    versions = tuple(arrays.labels[code] for code in codes[first_sorted])
+    versions = tuple(map(arrays.labels.__getitem__, codes[first_sorted].tolist()))
     return Observation(
         rejected=rejected,
         min_index=min_index,

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import analysis
 from analysis.engine import grid
@@ -191,3 +192,34 @@ def test_arrival_delays_on_arrays_agree_with_the_plain_loop(records: list[dict[s
     fast = arrival_delays(prepared, table)
     assert fast["group_id"].to_list() == prepared.groups["group_id"].to_list()
     assert fast["arrival_delay"].to_list() == arrival_delays_one_group_at_a_time(prepared, table)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    labels=st.lists(
+        st.integers(0, 40).map(str)
+        | st.integers(0, 9).map(lambda n: f"0{n}")
+        | st.sampled_from(["alpha", "٣", "1" * 19]),
+        max_size=30,
+    )
+)
+def test_late_older_labels_on_arrays_agree_with_the_plain_loop(labels: list[str]) -> None:
+    from analysis import labels as module
+
+    def plain(versions: list[str]) -> list[tuple[str, str]]:
+        found = []
+        highest: tuple[tuple[int, str], str] | None = None
+        for label in versions:
+            if not (label.isascii() and label.isdigit()):
+                continue
+            digits = label.lstrip("0")
+            number = (len(digits), digits)
+            if highest is not None and number < highest[0]:
+                found.append((label, highest[1]))
+            elif highest is None or number > highest[0]:
+                highest = (number, label)
+        return found
+
+    assert module.late_older_labels(labels) == plain(labels)
+    numbers = [label for label in labels if label.isascii() and label.isdigit() and len(label) < 19]
+    assert module._late_older_numbers(numbers) == (plain(numbers) if numbers else None)
