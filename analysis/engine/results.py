@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from analysis.engine.batching import (
+    KEPT,
     NO_VERSION,
     Collection,
     Observation,
@@ -56,6 +57,25 @@ class ReplayResult:
         """The version gap of every kept trajectory that has a version: the non-null
         ``version_gap`` of :func:`trajectory_outcomes`, without its frame."""
         return kept_trajectory_gaps(self._prepared, self._observation, self._collection)
+
+    def decision_names(self, *, per: str = "group") -> pl.Series:
+        """The decision of each group (arrival order), or with ``per="trajectory"`` of
+        each trajectory's group (trajectories in ``prepared.trajectories`` order): the
+        ``decision`` column of :attr:`decisions` and :func:`trajectory_outcomes`,
+        without their frames."""
+        codes = self._collection.decision
+        if per == "trajectory":
+            codes = codes[self._prepared.per_trajectory.arrival]
+        return pl.Series("decision", codes).replace_strict(
+            dict(enumerate(_DECISION_NAMES)), return_dtype=pl.String
+        )
+
+    def span_histograms(self) -> tuple[np.ndarray, np.ndarray]:
+        """How many checked trajectories have each span (index = span): of all groups,
+        and of the kept ones; the ``span`` column of :func:`trajectory_outcomes` counted
+        without its frame."""
+        prepared, decision = self._prepared, self._collection.decision
+        return prepared.span_histogram(None), prepared.span_histogram(decision == KEPT)
 
     @functools.cached_property
     def batches(self) -> pl.DataFrame:

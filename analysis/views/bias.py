@@ -16,7 +16,6 @@ from analysis.engine import (
     PreparedLog,
     ReplayResult,
     real_token_labels,
-    trajectory_outcomes,
 )
 from analysis.engine.batching import NO_VERSION
 
@@ -91,12 +90,20 @@ def who_gets_dropped(
 
     ``table`` is the loaded log (for rewards); ``prepared`` and ``result`` come from it.
     """
-    trajectories = trajectory_outcomes(prepared, result)
+    # From the per-group and per-trajectory arrays: over 300,000 groups, the frames of
+    # every decision and trajectory outcome took hundreds of MB of a report.
+    facts = prepared.per_trajectory
+    trajectories = pl.DataFrame(
+        {
+            "decision": result.decision_names(per="trajectory"),
+            "tokens": pl.Series(facts.tokens).set(pl.Series(facts.tokens_missing), None),
+            "records": facts.records,
+        }
+    )
     per_group_reward = table.group_by("group_id").agg(reward=pl.col("reward").mean())
-    groups = (
-        result.decisions.select("group_id", "decision")
-        .join(per_group_reward, on="group_id", how="left")
-        .join(arrival_delays(prepared, table), on="group_id", how="left")
+    decided = prepared.groups.select("group_id").with_columns(result.decision_names())
+    groups = decided.join(per_group_reward, on="group_id", how="left").join(
+        arrival_delays(prepared, table), on="group_id", how="left"
     )
     by_trajectory = trajectories.group_by("decision").agg(
         trajectories=pl.len(),
@@ -116,5 +123,5 @@ def who_gets_dropped(
         .with_columns(pl.col("groups", "trajectories").fill_null(0).cast(pl.Int64))
         .rename({"decision": "outcome"})
     )
-    never = result.decisions.filter(pl.col("decision") != "kept")["group_id"].to_list()
+    never = decided.filter(pl.col("decision") != "kept")["group_id"].to_list()
     return BiasReport(table=report, never_batched=tuple(never))

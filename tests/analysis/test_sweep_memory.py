@@ -223,3 +223,16 @@ def test_late_older_labels_on_arrays_agree_with_the_plain_loop(labels: list[str]
     assert module.late_older_labels(labels) == plain(labels)
     numbers = [label for label in labels if label.isascii() and label.isdigit() and len(label) < 19]
     assert module._late_older_numbers(numbers) == (plain(numbers) if numbers else None)
+
+
+def test_decision_names_are_the_frames_decisions() -> None:
+    """who_gets_dropped reads decisions from the arrays: the same as the frames'."""
+    prepared = analysis.prepare(analysis.load_logs([ROOT / "sample_data" / "rollouts.jsonl"]))
+    for keep, limit in [(1, 0), (2, None), (0, 1)]:
+        config = analysis.ReplayConfig(keep_versions=keep, max_preempts=limit, batch_groups=2)
+        result = analysis.replay(prepared, config)
+        assert result.decision_names().to_list() == result.decisions["decision"].to_list()
+        outcomes = analysis.trajectory_outcomes(prepared, result)
+        by_trajectory = result.decision_names(per="trajectory")
+        assert by_trajectory.to_list() == outcomes["decision"].to_list()
+        assert len(set(by_trajectory.to_list())) > 1
