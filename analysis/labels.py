@@ -362,6 +362,9 @@ def late_older_labels(versions: Sequence[str]) -> list[tuple[str, str]]:
     >>> late_older_labels(["alpha", "beta"])
     []
     """
+    fast = _late_older_numbers(versions)
+    if fast is not None:
+        return fast
     found = []
     highest: tuple[tuple[int, str], str] | None = None
     for label in versions:
@@ -376,12 +379,35 @@ def late_older_labels(versions: Sequence[str]) -> list[tuple[str, str]]:
     return found
 
 
-def late_older_note(versions: Sequence[str], keep_versions: int) -> str | None:
+def _late_older_numbers(versions: Sequence[str]) -> list[tuple[str, str]] | None:
+    """:func:`late_older_labels` on arrays when every label is a number of at most 18
+    ASCII digits (a log of a version per group has hundreds of thousands); None otherwise."""
+    import numpy as np
+
+    if not versions or not "".join(versions).isascii():
+        return None
+    if not all(map(str.isdigit, versions)) or max(map(len, versions)) > 18:
+        return None
+    values = np.fromiter(map(int, versions), dtype=np.int64, count=len(versions))
+    before = np.concatenate([[-1], np.maximum.accumulate(values)[:-1]])
+    # The first label at each new highest number: a later equal number does not replace it.
+    positions = np.arange(len(values))
+    holder = np.maximum.accumulate(np.where(values > before, positions, 0))
+    late = np.flatnonzero(values < before).tolist()
+    return [(versions[i], versions[int(holder[i - 1])]) for i in late]
+
+
+def late_older_note(
+    versions: Sequence[str], keep_versions: int, *, late: list[tuple[str, str]] | None = None
+) -> str | None:
     """What a version observed after a newer one does to the batch-level control: with
     K = 1 every later group at the higher number is stale, and Dressage's loop, which
-    waits for a full batch, can starve the trainer for ever (a livelock)."""
-    late = late_older_labels(versions)
-    if not late or keep_versions < 1:
+    waits for a full batch, can starve the trainer for ever (a livelock). ``late``:
+    ``late_older_labels(versions)`` when already found."""
+    if keep_versions < 1:
+        return None
+    late = late_older_labels(versions) if late is None else late
+    if not late:
         return None
     label, higher = late[0]
     more = f" ({len(late) - 1} more such labels)" if len(late) > 1 else ""

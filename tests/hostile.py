@@ -301,3 +301,50 @@ def many_members_pt(count: int = 20_000, name_length: int = 420) -> bytes:
     total = count + 1
     end = struct.pack("<HHHHIIH", 0, 0, total, total, len(listing), len(local), 0)
     return local + listing + b"PK\x05\x06" + end
+
+
+# --------------------------------------------------------------------------- sizes
+
+
+def version_flood(path: Path, groups: int, *, most_trajectories: int = 1, seed: int = 0) -> Path:
+    """A JSONL log of ``groups`` groups, each its own end version (``str(i)``): a version
+    per group, hundreds of thousands of versions within every input limit. Otherwise
+    realistic: 1 to ``most_trajectories`` trajectories per group (the same for a given
+    seed), trainer steps, response lengths and rewards, every fourth trajectory started
+    on the previous version (a span of 2, one switch) and one group in 50 aborted."""
+    import random
+
+    draw = random.Random(seed)
+    with path.open("w") as out:
+        index = 0
+        for group in range(groups):
+            for trajectory in range(draw.randint(1, most_trajectories)):
+                length = draw.randint(1, 200)
+                meta: dict[str, object] = {
+                    "parent_traj_id": f"g{group}-{trajectory}",
+                    "dressage_end_token_version": str(group),
+                    "dressage_return_rollout_id": group // 8,
+                }
+                if group and index % 4 == 0 and length > 1:
+                    cut = draw.randint(1, length - 1)
+                    meta["version_spans"] = [
+                        {"start": 0, "end": cut, "version": str(group - 1)},
+                        {"start": cut, "end": length, "version": str(group)},
+                    ]
+                record = {
+                    "group_index": group,
+                    "index": index,
+                    "response_length": length,
+                    "reward": round(draw.random(), 3),
+                    "status": "aborted" if group % 50 == 49 else "completed",
+                    "metadata": meta,
+                }
+                out.write(orjson_line(record))
+                index += 1
+    return path
+
+
+def orjson_line(record: dict[str, object]) -> str:
+    import orjson
+
+    return orjson.dumps(record).decode() + "\n"

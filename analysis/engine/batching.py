@@ -15,9 +15,15 @@ Work is split by what it depends on:
 
 from __future__ import annotations
 
+import functools
+import heapq
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
+
+from analysis.labels import late_older_labels
 
 NO_VERSION = np.iinfo(np.int64).max // 4
 """Stands for the index of a group without versions: never below any cutoff."""
@@ -69,6 +75,12 @@ class Observation:
     failed: np.ndarray
     """Whether each group is a failed (aborted) group."""
 
+    @functools.cached_property
+    def late_older(self) -> list[tuple[str, str]]:
+        """:func:`analysis.labels.late_older_labels` of ``versions``, found once per
+        observation (a sweep summarises every K over the same one)."""
+        return late_older_labels(self.versions)
+
 
 def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
     """Observe every group that the span check lets through, all at once (docs/semantics.md §3 step 1)."""
@@ -104,7 +116,7 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
         max_index[present] = np.maximum.reduceat(index, starts)
         sum_index[present] = np.add.reduceat(index, starts)
         versioned[present] = np.diff(starts, append=len(owner))
-    versions = tuple(arrays.labels[code] for code in codes[first_sorted])
+    versions = tuple(map(arrays.labels.__getitem__, codes[first_sorted].tolist()))
     return Observation(
         rejected=rejected,
         min_index=min_index,
@@ -118,6 +130,68 @@ def observe(arrays: GroupArrays, max_preempts: int | None) -> Observation:
     )
 
 
+BatchRow = tuple[int, int, bool, int, int, int]
+"""(batch, groups, partial, current index, dropped on arrival, dropped pending)."""
+
+
+@dataclass(frozen=True, eq=False)
+class BatchRows(Sequence[BatchRow]):
+    """The emitted batches' rows kept as five NumPy columns (a log of a version per group
+    emits as many batches as groups: a list of tuples took ~150 bytes a batch); read
+    as a sequence of :data:`BatchRow` tuples, equal to a list of the same tuples."""
+
+    groups: np.ndarray
+    partial: np.ndarray
+    current: np.ndarray
+    dropped_arrival: np.ndarray
+    dropped_pending: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    @overload
+    def __getitem__(self, index: int) -> BatchRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[BatchRow]: ...
+    def __getitem__(self, index: int | slice) -> BatchRow | list[BatchRow]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        number = range(len(self))[index]  # IndexError past the end, negatives from it
+        return (
+            number, int(self.groups[number]), bool(self.partial[number]),
+            int(self.current[number]), int(self.dropped_arrival[number]),
+            int(self.dropped_pending[number]),
+        )  # fmt: skip
+
+    def __iter__(self) -> Iterator[BatchRow]:
+        columns = (
+            self.groups.tolist(), self.partial.tolist(), self.current.tolist(),
+            self.dropped_arrival.tolist(), self.dropped_pending.tolist(),
+        )  # fmt: skip
+        return zip(range(len(self)), *columns, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def batch_columns(rows: Sequence[BatchRow]) -> BatchRows:
+    """The rows of any collection (a policy's loop keeps a list) as columns."""
+    if isinstance(rows, BatchRows):
+        return rows
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 6
+    return BatchRows(
+        groups=np.array(columns[1], dtype=np.int64),
+        partial=np.array(columns[2], dtype=bool),
+        current=np.array(columns[3], dtype=np.int64),
+        dropped_arrival=np.array(columns[4], dtype=np.int64),
+        dropped_pending=np.array(columns[5], dtype=np.int64),
+    )
+
+
 @dataclass(frozen=True)
 class Collection:
     """Per-group outcome codes of one (K, B) run of the loop, and the emitted batches."""
@@ -127,8 +201,8 @@ class Collection:
     """0-based emission index of kept groups, -1 otherwise."""
     current: np.ndarray
     """Current version index at the group's decision (emission, drop or failure); -1 if none."""
-    batch_rows: list[tuple[int, int, bool, int, int, int]]
-    """(batch, groups, partial, current index, dropped on arrival, dropped pending)."""
+    batch_rows: Sequence[BatchRow]
+    """One :data:`BatchRow` per emitted batch (:class:`BatchRows`, or a list)."""
 
 
 def collect(observation: Observation, *, keep_versions: int, batch_groups: int) -> Collection:
@@ -157,39 +231,65 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
     advancing = np.flatnonzero(observed & observation.advanced) if keep else entering[:0]
 
     dropped = np.zeros(len(entering), dtype=bool)  # dropped while pending, by entry
-    pending_drops: list[tuple[int, int]] = []  # (advancing group, how many it dropped)
-    collecting = np.zeros(0, dtype=np.int64)  # entries of the batch being collected
-    cursor = 0  # entries that have entered so far
-    positions = np.searchsorted(entering, advancing).tolist()
-    for group, position in zip(advancing.tolist(), positions, strict=True):
-        # Everything that arrived before this group enters. When that completes a batch,
-        # the batch being collected is the tail after the last completed one.
-        total = len(collecting) + position - cursor
-        if total >= batch_groups:
-            collecting = np.arange(position - total % batch_groups, position)
-        elif position > cursor:
-            collecting = np.concatenate([collecting, np.arange(cursor, position)])
-        cursor = position
-        if len(collecting):
-            stale_now = min_index[entering[collecting]] < known[group] - keep
-            if stale_now.any():
-                gone = entering[collecting[stale_now]]
-                decision[gone] = DROPPED_PENDING
-                current[gone] = now[group]
-                dropped[collecting[stale_now]] = True
-                pending_drops.append((group, len(gone)))
-                collecting = collecting[~stale_now]
+    pending_drops = advancing[:0]  # the advancing group that drops each pending group
+    if batch_groups > 1 and len(advancing):  # a batch of one is emitted as its group enters
+        by = _pending(
+            min_index[entering], np.searchsorted(entering, advancing),
+            known[advancing] - keep, batch_groups,
+        )  # fmt: skip
+        dropped = by >= 0
+        gone, groups = entering[dropped], advancing[by[dropped]]
+        decision[gone] = DROPPED_PENDING
+        current[gone] = now[groups]
+        pending_drops = groups
     return _emitted(
         entering[~dropped], batch_groups, stale, pending_drops, decision, batch_of, current,
         final_now=int(known[-1]) - 1 if n else -1, now=now,
     )  # fmt: skip
 
 
+def _pending(
+    entry_min: np.ndarray, positions: np.ndarray, cutoffs: np.ndarray, batch_groups: int
+) -> np.ndarray:
+    """For each entering group, the advance (an index into ``positions``) that drops it
+    while pending, or -1 when none does.
+
+    ``entry_min`` is each entering group's stalest version index; ``positions[a]`` how
+    many groups have entered when advance ``a`` is checked, ``cutoffs[a]`` the index
+    below which a version is then stale (both non-decreasing). So a group goes stale at
+    a moment known without the loop: the first advance after it entered whose cutoff
+    passes its stalest index; it is dropped then unless its batch was emitted first, as
+    it is once ``batch_groups`` groups that were not dropped have entered. Only that
+    count is sequential: the walk over entering groups keeps the batch being collected
+    in a heap by the moment each would be dropped.
+    """
+    entries = len(entry_min)
+    after = np.searchsorted(positions, np.arange(entries), side="right")
+    stale_at = np.searchsorted(cutoffs, entry_min, side="right")
+    advance = np.maximum(after, stale_at)
+    # The moment: how many groups have entered when the advance is checked (past the
+    # last entry for never).
+    moment = np.append(positions, entries + 1)[advance].tolist()
+    dropped: list[int] = []
+    batch: list[tuple[int, int]] = []  # (moment it is dropped, entry), a heap
+    for entry, when in enumerate(moment):
+        while batch and batch[0][0] <= entry:  # stale before this group enters
+            dropped.append(heapq.heappop(batch)[1])
+        heapq.heappush(batch, (when, entry))
+        if len(batch) == batch_groups:
+            batch = []
+    dropped += [entry for when, entry in batch if when <= entries]  # the last, partial batch
+    by = np.full(entries, -1, dtype=np.int64)
+    index = np.array(dropped, dtype=np.int64)
+    by[index] = advance[index]
+    return by
+
+
 def _emitted(
     members: np.ndarray,
     batch_groups: int,
     stale: np.ndarray,
-    pending_drops: list[tuple[int, int]],
+    pending_drops: np.ndarray,
     decision: np.ndarray,
     batch_of: np.ndarray,
     current: np.ndarray,
@@ -211,19 +311,14 @@ def _emitted(
     arrival = np.bincount(np.searchsorted(ends, np.flatnonzero(stale)), minlength=n_batches + 1)[
         :n_batches
     ]
-    pending = np.zeros(n_batches + 1, dtype=np.int64)
-    if pending_drops:
-        where, count = zip(*pending_drops, strict=True)
-        np.add.at(pending, np.searchsorted(ends, np.array(where)), np.array(count))
+    pending = np.bincount(np.searchsorted(ends, pending_drops), minlength=n_batches + 1)
     partial = ends == len(decision)
     emitted_now = np.where(partial, final_now, now[np.minimum(ends, len(now) - 1)])
     decision[members] = KEPT
     batch_of[members] = np.repeat(np.arange(n_batches), sizes)
     current[members] = np.repeat(emitted_now, sizes)
-    rows = list(
-        zip(
-            range(n_batches), sizes.tolist(), partial.tolist(), emitted_now.tolist(),
-            arrival.tolist(), pending[:n_batches].tolist(), strict=True,
-        )
+    rows = BatchRows(
+        groups=sizes, partial=partial, current=emitted_now.astype(np.int64, copy=False),
+        dropped_arrival=arrival.astype(np.int64, copy=False), dropped_pending=pending[:n_batches],
     )  # fmt: skip
     return Collection(decision=decision, batch=batch_of, current=current, batch_rows=rows)

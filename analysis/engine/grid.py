@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import polars as pl
 
@@ -46,12 +46,51 @@ PARETO_NOTE = (
 )
 
 
+class SettingReplays(Sequence[ReplayResult]):
+    """The full replay of each setting of a sweep, replayed again when asked for.
+
+    A sweep keeps one row per setting, not the full results: over a log of a version per
+    group each holds per-group and per-batch arrays (tens of MB for 300,000 groups), times
+    every setting. Replaying is deterministic, so ``results[i]`` is the replay that gave
+    row ``i``; each access replays it anew, so keep the ones you use.
+    """
+
+    def __init__(self, prepared: PreparedLog, configs: Sequence[ReplayConfig]) -> None:
+        self._prepared = prepared
+        self.configs: tuple[ReplayConfig, ...] = tuple(configs)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    @overload
+    def __getitem__(self, index: int) -> ReplayResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ReplayResult]: ...
+    def __getitem__(self, index: int | slice) -> ReplayResult | list[ReplayResult]:
+        if isinstance(index, slice):
+            return [replay(self._prepared, config) for config in self.configs[index]]
+        return replay(self._prepared, self.configs[index])
+
+    def where(self, *, max_preempts: int | None) -> SettingReplays:
+        """The settings with this ``max_preempts``, in order (still replayed when asked)."""
+        return SettingReplays(
+            self._prepared, [c for c in self.configs if c.max_preempts == max_preempts]
+        )
+
+    def __repr__(self) -> str:
+        return f"SettingReplays({len(self):,} settings, each replayed when asked for)"
+
+
 @dataclass(frozen=True)
 class SweepResult:
-    """One row per setting (``rows``) and the full replay of each, in the same order."""
+    """One row per setting (``rows``); ``results[i]`` replays the setting of row ``i``
+    in full when asked for (:class:`SettingReplays`: the full results are not kept)."""
 
     rows: pl.DataFrame
-    results: tuple[ReplayResult, ...]
+    results: SettingReplays
+    notes: tuple[str, ...] = ()
+    """The notes about the log of every setting's replay, each once, in order (a version
+    observed after a newer one, unknown tokens, no versions at all)."""
 
     def __repr__(self) -> str:
         keep = sorted(set(self.rows["keep_versions"].to_list()))
@@ -61,13 +100,6 @@ class SweepResult:
             f"SweepResult({self.rows.height:,} settings: K {keep}, "
             f"M {off + limits}; .rows has one row per setting)"
         )
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        """The notes about the log of every setting's replay, each once, in order (a
-        version observed after a newer one, unknown tokens, no versions at all)."""
-        found = dict.fromkeys(note for r in self.results for note in r.summary.log_notes)
-        return tuple(found)
 
     def _repr_html_(self) -> str:
         """A notebook shows the table of settings."""
@@ -226,14 +258,19 @@ def sweep(
         )
         for m, k in itertools.product(max_preempts, keep_versions)
     ]
-    results = []
+    rows, notes = [], {}
     for done, config in enumerate(configs, start=1):
-        results.append(replay(prepared, config))
+        # Only the row and the notes are kept: the full result goes before the next
+        # setting is replayed (SettingReplays replays one again when asked for).
+        result = replay(prepared, config)
+        rows.append(_row(result))
+        notes.update(dict.fromkeys(result.summary.log_notes))
+        del result
         if progress is not None:
             progress(done, len(configs))
-    rows = pl.DataFrame([_row(r) for r in results], schema=SWEEP_SCHEMA, orient="row")
-    rows = rows.with_columns(pareto=pl.Series(_pareto(rows), dtype=pl.Boolean))
-    return SweepResult(rows=rows, results=tuple(results))
+    frame = pl.DataFrame(rows, schema=SWEEP_SCHEMA, orient="row")
+    frame = frame.with_columns(pareto=pl.Series(_pareto(frame), dtype=pl.Boolean))
+    return SweepResult(rows=frame, results=SettingReplays(prepared, configs), notes=tuple(notes))
 
 
 def _pct(counts: dict[str, int | None], key: str) -> float | None:

@@ -15,14 +15,16 @@ import numpy as np
 import polars as pl
 
 from analysis.engine.batching import (
+    KEPT,
     NO_VERSION,
     Collection,
     Observation,
+    batch_columns,
     collect,
 )
 from analysis.engine.config import ReplayConfig
 from analysis.engine.prepare import PreparedLog, prepare
-from analysis.engine.summary import ReplaySummary, kept_gaps, summarise
+from analysis.engine.summary import ReplaySummary, kept_gaps, kept_trajectory_gaps, summarise
 from analysis.errors import ConfigError, setting
 
 
@@ -50,6 +52,30 @@ class ReplayResult:
     def decisions(self) -> pl.DataFrame:
         """One row per group in arrival order: decision, stage, batch, version index and gap."""
         return _decisions_frame(self._prepared, self._observation, self._collection)
+
+    def kept_gaps(self) -> np.ndarray:
+        """The version gap of every kept trajectory that has a version: the non-null
+        ``version_gap`` of :func:`trajectory_outcomes`, without its frame."""
+        return kept_trajectory_gaps(self._prepared, self._observation, self._collection)
+
+    def decision_names(self, *, per: str = "group") -> pl.Series:
+        """The decision of each group (arrival order), or with ``per="trajectory"`` of
+        each trajectory's group (trajectories in ``prepared.trajectories`` order): the
+        ``decision`` column of :attr:`decisions` and :func:`trajectory_outcomes`,
+        without their frames."""
+        codes = self._collection.decision
+        if per == "trajectory":
+            codes = codes[self._prepared.per_trajectory.arrival]
+        return pl.Series("decision", codes).replace_strict(
+            dict(enumerate(_DECISION_NAMES)), return_dtype=pl.String
+        )
+
+    def span_histograms(self) -> tuple[np.ndarray, np.ndarray]:
+        """How many checked trajectories have each span (index = span): of all groups,
+        and of the kept ones; the ``span`` column of :func:`trajectory_outcomes` counted
+        without its frame."""
+        prepared, decision = self._prepared, self._collection.decision
+        return prepared.span_histogram(None), prepared.span_histogram(decision == KEPT)
 
     @functools.cached_property
     def batches(self) -> pl.DataFrame:
@@ -161,26 +187,40 @@ def _batches_frame(
     observation: Observation, collection: Collection, config: ReplayConfig
 ) -> pl.DataFrame:
     kept, sums, _, largest = kept_gaps(observation, collection)
-    emitted = len(collection.batch_rows)
+    rows = batch_columns(collection.batch_rows)
+    emitted = len(rows)
     batch = collection.batch[kept]
     gap_sum = np.bincount(batch, weights=sums, minlength=emitted)
     gap_count = np.bincount(batch, weights=observation.versioned[kept], minlength=emitted)
     gap_max = np.full(emitted, -1, dtype=np.int64)
     np.maximum.at(gap_max, batch, largest)
-    rows = []
-    for (number, size, partial, now, arrivals, pendings), total, count, high in zip(
-        collection.batch_rows, gap_sum, gap_count, gap_max, strict=True
-    ):
-        known = now + 1
-        cutoff = max(0, known - config.keep_versions) if config.keep_versions and known else None
-        rows.append(
-            (
-                number, size, partial, now if known else None, cutoff,
-                total / count if count else None, int(high) if count else None,
-                arrivals, pendings,
-            )
-        )  # fmt: skip
-    return pl.DataFrame(rows, schema=_BATCH_SCHEMA, orient="row")
+    known = rows.current + 1
+    gapped = gap_count > 0
+    return pl.DataFrame(
+        {
+            "batch": np.arange(emitted, dtype=np.int64),
+            "groups": rows.groups,
+            "partial": rows.partial,
+            "current_version_index": _valid(rows.current, known > 0),
+            "cutoff_version_index": _valid(
+                np.maximum(0, known - config.keep_versions),
+                (known > 0) & (config.keep_versions > 0),
+            ),
+            "version_gap_mean": _valid(
+                np.divide(gap_sum, gap_count, out=np.zeros(emitted), where=gapped), gapped
+            ),
+            "version_gap_max": _valid(gap_max, gapped),
+            "dropped_arrival": rows.dropped_arrival,
+            "dropped_pending": rows.dropped_pending,
+        },
+        schema=_BATCH_SCHEMA,
+    )
+
+
+def _valid(values: np.ndarray, valid: np.ndarray) -> pl.Series:
+    """``values`` with null where not ``valid``."""
+    series = pl.Series(values)
+    return series if valid.all() else series.set(pl.Series(~valid), None)
 
 
 def replay_many(

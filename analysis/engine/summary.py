@@ -179,7 +179,7 @@ def summarise(
                 f"{setting('fields', 'token_versions=PATH')}"
             )
         )
-    late = late_older_note(observation.versions, config.keep_versions)
+    late = late_older_note(observation.versions, config.keep_versions, late=observation.late_older)
     if late is not None:
         notes.append(late)
     setting_notes = 1 if rejected else 0  # the rejected groups' note: this setting's count
@@ -270,8 +270,7 @@ def _group_gap_sums(
     key = ("token_weighted_gaps", observation.versions)
     if key not in prepared._cache:
         arrays = prepared.arrays
-        index = {label: position for position, label in enumerate(observation.versions)}
-        index_of_code = np.array([index.get(label, -1) for label in arrays.labels], dtype=np.int64)
+        index_of_code = version_index_of_codes(prepared, observation)
         tokens = entry_tokens(prepared)
         prepared._cache[key] = (
             _per_group(arrays.owner, tokens, arrays.n),
@@ -279,6 +278,32 @@ def _group_gap_sums(
         )
     sums: tuple[np.ndarray, np.ndarray] = prepared._cache[key]
     return sums
+
+
+def version_index_of_codes(prepared: PreparedLog, observation: Observation) -> np.ndarray:
+    """The index in ``observation.versions`` of each of ``prepared.arrays.labels`` (-1
+    for a label not observed), found once per observation order."""
+    key = ("index_of_code", observation.versions)
+    if key not in prepared._cache:
+        index = {label: position for position, label in enumerate(observation.versions)}
+        prepared._cache[key] = np.array(
+            [index.get(label, -1) for label in prepared.arrays.labels], dtype=np.int64
+        )
+    index_of_code: np.ndarray = prepared._cache[key]
+    return index_of_code
+
+
+def kept_trajectory_gaps(
+    prepared: PreparedLog, observation: Observation, collection: Collection
+) -> np.ndarray:
+    """The version gap of each kept trajectory that has a version (groups in arrival
+    order): the non-null ``version_gap`` of :func:`analysis.trajectory_outcomes`, from
+    the per-group arrays rather than a frame of every trajectory."""
+    arrays = prepared.arrays
+    kept = collection.decision[arrays.owner] == KEPT
+    index_of_code = version_index_of_codes(prepared, observation)
+    gaps: np.ndarray = collection.current[arrays.owner[kept]] - index_of_code[arrays.codes[kept]]
+    return gaps
 
 
 def _group_span_sums(prepared: PreparedLog) -> tuple[np.ndarray, np.ndarray]:

@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analysis.engine import (
     PreparedLog,
     ReplayResult,
     real_token_labels,
-    trajectory_outcomes,
 )
+from analysis.engine.batching import NO_VERSION
 
 OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
 OUTCOME_WORDS = {
@@ -46,25 +47,39 @@ def arrival_delays(prepared: PreparedLog, table: pl.DataFrame) -> pl.DataFrame:
     minus the index of its oldest token version (or trajectory version when it has none).
 
     Versions are observed as with both controls off, so every group is measured on the
-    same scale whatever the setting.
+    same scale whatever the setting. A token version counts once it has been observed
+    (as some group's trajectory version) by the time the group arrives.
+
+    Worked out on arrays, a group at a time never (a log of a version per group has
+    hundreds of thousands): the stalest trajectory version of each group is the
+    observation's, and each token label joins the observed versions' indexes.
     """
-    labels = (
-        real_token_labels(table, by="group_id").group_by("group_id").agg(pl.col("label").unique())
+    observation = prepared.observation(None)
+    known = observation.count_after  # versions observed once each group has arrived
+    stalest = observation.min_index.copy()
+    own = (
+        real_token_labels(table, by="group_id")
+        .join(
+            prepared.groups.select("group_id").with_row_index("position"),
+            on="group_id",
+            how="inner",
+        )
+        .join(
+            pl.DataFrame(
+                {"label": list(observation.versions), "index": range(len(observation.versions))},
+                schema={"label": pl.String, "index": pl.Int64},
+            ),
+            on="label",
+            how="inner",
+        )
     )
-    token_labels = prepared.groups.select("group_id").join(
-        labels, on="group_id", how="left", maintain_order="left"
-    )["label"]
-    index: dict[str, int] = {}
-    delays: list[int | None] = []
-    for own, versions in zip(
-        token_labels.to_list(), prepared.trajectory_versions().to_list(), strict=True
-    ):
-        for label in versions:
-            index.setdefault(label, len(index))
-        known = [index[label] for label in (*(own or ()), *versions) if label in index]
-        delays.append(len(index) - 1 - min(known) if known else None)
+    position = own["position"].to_numpy().astype(np.int64)
+    index = own["index"].to_numpy()
+    seen = index < known[position]  # observed by the time its group arrived
+    np.minimum.at(stalest, position[seen], index[seen])
+    delays = pl.Series(known - 1 - stalest, dtype=pl.Int64)
     return prepared.groups.select("group_id").with_columns(
-        arrival_delay=pl.Series(delays, dtype=pl.Int64)
+        arrival_delay=delays.set(pl.Series(stalest == NO_VERSION), None)
     )
 
 
@@ -75,12 +90,20 @@ def who_gets_dropped(
 
     ``table`` is the loaded log (for rewards); ``prepared`` and ``result`` come from it.
     """
-    trajectories = trajectory_outcomes(prepared, result)
+    # From the per-group and per-trajectory arrays: over 300,000 groups, the frames of
+    # every decision and trajectory outcome took hundreds of MB of a report.
+    facts = prepared.per_trajectory
+    trajectories = pl.DataFrame(
+        {
+            "decision": result.decision_names(per="trajectory"),
+            "tokens": pl.Series(facts.tokens).set(pl.Series(facts.tokens_missing), None),
+            "records": facts.records,
+        }
+    )
     per_group_reward = table.group_by("group_id").agg(reward=pl.col("reward").mean())
-    groups = (
-        result.decisions.select("group_id", "decision")
-        .join(per_group_reward, on="group_id", how="left")
-        .join(arrival_delays(prepared, table), on="group_id", how="left")
+    decided = prepared.groups.select("group_id").with_columns(result.decision_names())
+    groups = decided.join(per_group_reward, on="group_id", how="left").join(
+        arrival_delays(prepared, table), on="group_id", how="left"
     )
     by_trajectory = trajectories.group_by("decision").agg(
         trajectories=pl.len(),
@@ -100,5 +123,5 @@ def who_gets_dropped(
         .with_columns(pl.col("groups", "trajectories").fill_null(0).cast(pl.Int64))
         .rename({"decision": "outcome"})
     )
-    never = result.decisions.filter(pl.col("decision") != "kept")["group_id"].to_list()
+    never = decided.filter(pl.col("decision") != "kept")["group_id"].to_list()
     return BiasReport(table=report, never_batched=tuple(never))

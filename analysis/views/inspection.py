@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from analysis.engine import prepare
+from analysis.engine import PreparedLog, prepare
 from analysis.io.dumps import EVAL_GROUP_PREFIX
 from analysis.io.load import LoadReport
 from analysis.io.peers import peer_limits
@@ -71,10 +71,15 @@ class LogInspection:
         }
 
 
-def inspect_log(table: pl.DataFrame, report: LoadReport | None = None) -> LogInspection:
-    """Describe a loaded log: sizes, versions as Dressage would observe them, quality counts."""
+def inspect_log(
+    table: pl.DataFrame, report: LoadReport | None = None, *, prepared: PreparedLog | None = None
+) -> LogInspection:
+    """Describe a loaded log: sizes, versions as Dressage would observe them, quality counts.
+
+    ``prepared``: ``prepare(table)`` when already done (in arrival order: not with
+    ``order_by``), so that a log of hundreds of thousands of groups is prepared once."""
     report = report or LoadReport()
-    prepared = prepare(table)
+    prepared = prepare(table) if prepared is None else prepared
     observed = prepared.observation(None).versions
 
     span_end = pl.col("version_spans").list.last().struct.field("end")

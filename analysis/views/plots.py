@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from analysis.engine import (
@@ -27,13 +28,21 @@ from analysis.engine import (
     ReplayResult,
     SweepResult,
     replay,
-    replay_many,
     sweep,
-    trajectory_outcomes,
 )
+from analysis.engine.grid import SettingReplays
 from analysis.errors import ConfigError, setting
 from analysis.io.tables import atomic_path, check_output
-from analysis.views._figures import floats, k_label, m_label, new_figure, show_empty
+from analysis.views._figures import (
+    bar_heights,
+    bar_ticks,
+    capped_bars,
+    floats,
+    k_label,
+    m_label,
+    new_figure,
+    show_empty,
+)
 
 # Re-exported: plots is where callers find every figure.
 from analysis.views.timeline import TIMELINE_BINS as TIMELINE_BINS
@@ -265,10 +274,13 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
     """
     from matplotlib.ticker import MaxNLocator
 
-    outcomes = trajectory_outcomes(prepared, result).filter(pl.col("span").is_not_null())
-    all_spans = Counter(outcomes["span"].to_list())
-    kept_spans = Counter(outcomes.filter(pl.col("decision") == "kept")["span"].to_list())
-    unchecked = prepared.n_trajectories - outcomes.height
+    # Counted on the per-group arrays: a frame of every trajectory was 150 MB of a
+    # report over 300,000 groups.
+    all_counts, kept_counts = result.span_histograms()
+    all_spans = Counter({span: int(n) for span, n in enumerate(all_counts.tolist()) if n})
+    kept_spans = Counter({span: int(n) for span, n in enumerate(kept_counts.tolist()) if n})
+    checked = int(all_counts.sum())
+    unchecked = prepared.n_trajectories - checked
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
@@ -280,18 +292,19 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
         show_empty(ax, "no token versions in the log:\nspans are unknown")
         return figure
 
-    spans = list(range(min(all_spans), max(all_spans) + 1))
+    spans, tail_from = capped_bars(list(all_spans))
+    heights = bar_heights(all_spans, spans, tail_from)
     width = 0.4
     ax.bar(
         [s - width / 2 for s in spans],
-        [all_spans[s] for s in spans],
+        heights,
         width=width,
         color="0.65",
-        label=f"all trajectories (n={outcomes.height})",
+        label=f"all trajectories (n={checked})",
     )
     ax.bar(
         [s + width / 2 for s in spans],
-        [kept_spans[s] for s in spans],
+        bar_heights(kept_spans, spans, tail_from),
         width=width,
         color="C0",
         label=f"kept (n={sum(kept_spans.values())})",
@@ -305,20 +318,20 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
             linestyle="--",
             label=f"limit M+1 = {max_preempts + 1} versions",
         )
-    ax.set_xticks(spans)
-    if wants_log_counts(list(all_spans.values())):
+    ax.set_xticks(spans, bar_ticks(spans, tail_from))
+    if wants_log_counts(heights):
         ax.set_yscale("log")
         # Room below a count of 1 so the smallest bar shows; above for the legend.
-        ax.set_ylim(0.5, max(all_spans.values()) * 3)
+        ax.set_ylim(0.5, max(heights) * 3)
         ax.set_ylabel("trajectories (log scale)")
     else:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     for bars in ax.containers:
         # Counts over the bars: a log axis is hard to read off exactly.
-        heights = [bar.get_height() for bar in bars]
+        tops = [bar.get_height() for bar in bars]
         ax.bar_label(
             bars,  # type: ignore[arg-type]
-            labels=[f"{h:.0f}" if h else "" for h in heights],
+            labels=[f"{h:.0f}" if h else "" for h in tops],
             fontsize=7,
             color="0.3",
             padding=1,
@@ -332,20 +345,20 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
 
 def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     """Share of kept trajectories at each version gap, one bar series per setting."""
-    shared_m = len({r.config.max_preempts for r in results}) <= 1
-    series: list[tuple[str, Counter[int], int]] = []
-    for result in results:
-        gaps = trajectory_outcomes(prepared, result)["version_gap"].drop_nulls().to_list()
-        label = f"K={k_label(result.config.keep_versions)}"
-        if not shared_m:
-            label += f", M={m_label(result.config.max_preempts)}"
-        series.append((f"{label} (n={len(gaps)})", Counter(gaps), len(gaps)))
+    series: list[tuple[ReplayConfig, Counter[int], int]] = []
+    for result in results:  # one at a time: a sweep's results are replayed when read
+        values, sizes = np.unique(result.kept_gaps(), return_counts=True)
+        tally = Counter(dict(zip(values.tolist(), sizes.tolist(), strict=True)))
+        series.append((result.config, tally, int(sizes.sum())))
+        del result
+    configs = [config for config, _, _ in series]
+    shared_m = len({c.max_preempts for c in configs}) <= 1
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
     title = "Version gap of kept trajectories"
-    if results and shared_m:
-        config = results[0].config
+    if configs and shared_m:
+        config = configs[0]
         title += f" (M={m_label(config.max_preempts)}, B={config.batch_groups})"
     ax.set_title(title)
     ax.set_xlabel("version gap (versions behind the current one)")
@@ -356,18 +369,25 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
         show_empty(ax, "nothing kept with a version:\nno version gap to show")
         return figure
 
-    gap_values = list(range(min(all_gaps), max(all_gaps) + 1))
+    gap_values, tail_from = capped_bars(all_gaps)
     width = 0.8 / len(series)
-    for position, (label, counts, total) in enumerate(series):
+    for position, (config, counts, total) in enumerate(series):
+        label = f"K={k_label(config.keep_versions)}"
+        if not shared_m:
+            label += f", M={m_label(config.max_preempts)}"
+        label += f" (n={total})"
         offset = (position - (len(series) - 1) / 2) * width
         ax.bar(
             [gap + offset for gap in gap_values],
-            [100.0 * counts[gap] / total if total else 0.0 for gap in gap_values],
+            [
+                100.0 * h / total if total else 0.0
+                for h in bar_heights(counts, gap_values, tail_from)
+            ],
             width=width,
             color=f"C{position % 10}",
             label=label,
         )
-    ax.set_xticks(gap_values)
+    ax.set_xticks(gap_values, bar_ticks(gap_values, tail_from))
     ax.set_ylim(0, 105)
     ax.legend(title="keep_versions", loc="best")
     return figure
@@ -484,7 +504,7 @@ def make_plot(
             ReplayConfig(keep_versions=k, max_preempts=max_preempts[0], batch_groups=batch_groups)
             for k in keep_versions
         ]
-        return plot_gaps(prepared, replay_many(prepared, configs))
+        return plot_gaps(prepared, SettingReplays(prepared, configs))  # one at a time
     config = ReplayConfig(
         keep_versions=keep_versions[0], max_preempts=max_preempts[0], batch_groups=batch_groups
     )

@@ -163,8 +163,9 @@ def build_report(
         if _has_control(swept)
         else "the first setting (no setting with a control on was swept)"
     )
-    # The sweep already replayed every K under the focus setting's M: reuse those results.
-    per_k = [r for r in swept.results if r.config.max_preempts == config.max_preempts]
+    # Every K under the focus setting's M, each replayed again as the figure reads it
+    # (the sweep keeps its rows only).
+    per_k = swept.results.where(max_preempts=config.max_preempts)
     figures = [
         ("fig-sweep", "Tokens kept and version gap against K", plots.plot_sweep(swept)),
         ("fig-heatmap", "Tokens kept over the K x M grid", plots.plot_heatmap(swept)),

@@ -82,7 +82,9 @@ def report(
         on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
     )  # fmt: skip
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
-    inspection = analysis.inspect_log(table, loaded)
+    # Prepared as inspect prepares it (arrival order) unless --order-by: reused.
+    same_order = logs.order_by is None
+    inspection = analysis.inspect_log(table, loaded, prepared=prepared if same_order else None)
     if log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
         target = analysis.read_run(
             inputs[0], limits=logs.options.limits
