@@ -114,3 +114,53 @@ def test_a_dump_of_sixteen_million_spans_is_refused_at_the_limit(tmp_path: Path)
     assert run.code == 5, run.stderr
     assert "sample 1: " in run.stderr and "--limit max_spans=" in run.stderr
     assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+
+
+def test_a_canonical_row_past_max_spans_is_refused(tmp_path: Path) -> None:
+    """Parquet and Arrow files are held to max_spans too: from the Parquet metadata when a
+    row group holds more than the limit a row (before its rows are read), else once read."""
+    import polars as pl
+
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(GOOD + alternating(1, 3))  # 1 and 6 spans
+    table = analysis.load_logs([log])
+    for name, frame, said in (
+        ("one.parquet", table.slice(1), "a row group of 1 row holding 6 runs"),  # unread
+        ("two.parquet", table, "a row of 6 runs"),  # 7 spans in 2 rows: read, then refused
+    ):
+        path = tmp_path / name
+        frame.write_parquet(path)
+        with pytest.raises(analysis.errors.LogFormatError, match=rf"{name}: {said}.*max_spans=5\b"):
+            analysis.load_logs([path], max_spans=5)
+        assert analysis.load_logs([path], max_spans=6).height == frame.height
+    ipc = tmp_path / "log.arrow"
+    table.write_ipc(ipc)
+    with pytest.raises(analysis.errors.LogFormatError, match=r"log.arrow: .*max_spans=5\b"):
+        analysis.load_logs([ipc], max_spans=5)
+    assert pl.read_parquet(tmp_path / "two.parquet").height == 2
+
+
+@pytest.mark.slow
+def test_a_parquet_row_of_thirty_million_spans_is_refused_unread(tmp_path: Path) -> None:
+    """58 MB of Parquet, one row of 30 million alternating spans: read, it took 2.7 GB."""
+    import numpy as np
+    import polars as pl
+
+    from analysis.schema import SPAN_TYPE
+
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(GOOD)
+    starts = np.arange(30_000_000, dtype=np.int64)
+    spans = pl.DataFrame(
+        {"start": starts, "end": starts + 1, "version": np.array(["0", "1"])[starts % 2]}
+    )
+    del starts
+    column = spans.to_struct("version_spans").implode().cast(SPAN_TYPE)
+    del spans
+    path = tmp_path / "log.parquet"
+    analysis.load_logs([log]).with_columns(column).write_parquet(path)
+    del column
+    run = hostile.run_bounded("replay", str(path), "-k", "1", "-b", "1")
+    assert run.code == 5, run.stderr
+    assert "--limit max_spans=" in run.stderr and run.stderr.count("\n") == 1
+    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
