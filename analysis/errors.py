@@ -151,6 +151,12 @@ class SettingSyntaxError(ConfigError):
     error on the command line, where a value out of range is a plain :class:`ConfigError`."""
 
 
+class NoRoomError(ReplayError):
+    """An input that needs more memory than the process can have, told before it is read."""
+
+    exit_code = ExitCode.OUT_OF_MEMORY
+
+
 class OutputError(ReplayError):
     """An output cannot be written, or would overwrite an input."""
 

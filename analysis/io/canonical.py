@@ -12,12 +12,19 @@ from analysis.errors import (
     DamagedFileError,
     LogFormatError,
     MissingFieldError,
+    NoRoomError,
     counted,
     setting,
 )
 from analysis.io.discover import Source
 from analysis.io.ipc_sizes import IpcLayoutError, declared_sizes
-from analysis.io.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, over_limit
+from analysis.io.limits import (
+    DEFAULT_LIMITS,
+    INFLATION_FLOOR,
+    Limits,
+    memory_room,
+    over_limit,
+)
 from analysis.schema import (
     CANONICAL_SCHEMA,
     REQUIRED_COLUMNS,
@@ -58,8 +65,9 @@ def read_canonical(
     if file.rows is not None:
         _check_rows(source, file.rows, limits)
         _check_parquet_spans(source, limits)
+        _check_room(source, file.rows)
     else:
-        _check_ipc_sizes(source, limits, unreadable)
+        _check_room(source, _check_ipc_sizes(source, limits, unreadable))
     present = file.columns
     missing = [c for c in (*REQUIRED_COLUMNS, *extra) if c not in present]
     if missing:
@@ -131,7 +139,7 @@ def _check_rows(source: Source, rows: int, limits: Limits) -> None:
         )
 
 
-def _check_ipc_sizes(source: Source, limits: Limits, unreadable: str) -> None:
+def _check_ipc_sizes(source: Source, limits: Limits, unreadable: str) -> int:
     """Refuse an Arrow IPC file whose batches declare more rows, or more bytes once
     decompressed, than its bytes can hold within ``max_inflation`` (rows counted as
     :func:`_check_rows` counts them), from its metadata alone: pyarrow allocates what a
@@ -148,7 +156,7 @@ def _check_ipc_sizes(source: Source, limits: Limits, unreadable: str) -> None:
     elif declared.inflated > bound:
         what = f"{declared.inflated:,} bytes once decompressed"
     else:
-        return
+        return declared.rows
     raise over_limit(
         source.path,
         f"an Arrow IPC file whose batches declare at least {what} in {size:,} bytes, "
@@ -156,6 +164,22 @@ def _check_ipc_sizes(source: Source, limits: Limits, unreadable: str) -> None:
         "max_inflation",
         ratio,
     )
+
+
+def _check_room(source: Source, rows: int) -> None:
+    """Refuse, before it is read, a file whose rows need more memory than the process
+    can have (its address-space limit, the machine's free memory): reading on, the
+    readers' allocators abort the process (a signal, not an error) when memory runs out.
+    Counted at :data:`ROW_BYTES` a row, the least a row takes, so a file that fits is
+    never refused."""
+    need = rows * ROW_BYTES
+    room = memory_room()
+    if room is not None and need > room:
+        raise NoRoomError(
+            f"{source.path}: its {rows:,} rows need at least {need / 2**30:.1f} GiB of memory, "
+            f"and this process can have {room / 2**30:.1f} GiB more; read it where more "
+            "memory is free"
+        )
 
 
 def _check_parquet_spans(source: Source, limits: Limits) -> None:

@@ -153,3 +153,29 @@ def printable(text: str) -> str:
     if text.isascii():
         return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def memory_room() -> int | None:
+    """Bytes of memory the process may still take: the least of what its address-space
+    limit leaves over what it maps, and the machine's available memory and free swap
+    (Linux's /proc); None where neither is known."""
+    rooms = []
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm", "rb") as statm:
+                mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            rooms.append(soft - mapped)
+    except (ImportError, OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            sizes = dict(line.split(b":", 1) for line in meminfo.read().splitlines())
+        rooms.append(
+            sum(int(sizes[key].split()[0]) << 10 for key in (b"MemAvailable", b"SwapFree"))
+        )
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    return max(min(rooms), 0) if rooms else None
