@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,9 +77,10 @@ class ReadOptions:
             raise ValueError(f"chunk_records must be >= 1 (found {self.chunk_records})")
         self.limits  # noqa: B018  # checks them
 
-    @property
+    @functools.cached_property
     def limits(self) -> Limits:
-        """The limits that protect memory, as one value for the readers."""
+        """The limits that protect memory, as one value for the readers (made once: the
+        readers ask for it at every record)."""
         return Limits(**{name: getattr(self, name) for name in LIMIT_NAMES})
 
     @classmethod
