@@ -44,11 +44,11 @@ class Limits:
     as one: 134 million, beyond the largest real dumps (tens of millions of token ids,
     log-probs and mask values)."""
     max_pickle_bytes: int = 512 * MiB
-    """Most memory the unpickler may take to build one pickle (a dump's samples, their
-    token lists as Python lists: 8 bytes a small number, 32 a float or a larger number),
-    held to it by the process's address-space limit while it runs (Linux). A real dump of
-    4 million tokens with their mask and log-probs takes ~250 MB; a deflated data.pkl of a
-    few MB can ask for gigabytes."""
+    """Most memory that reading, inflating and building one untrusted pickle may take (a
+    dump's samples, their token lists as Python lists: 8 bytes a small number, 32 a float
+    or a larger number), held to it by the process's address-space limit while it runs
+    (Linux). A dump of 4 million tokens with their mask, log-probs and versions takes
+    ~350 MB; a deflated data.pkl of a few MB can ask for gigabytes."""
     max_depth: int = 100
     """Deepest nesting of lists and dicts in a pickle (real samples nest 4-6 deep)."""
     max_spans: int = 1 << 20
