@@ -13,7 +13,8 @@ placeholder not found as the value of its key, JSON that a parser refuses) sends
 to the whole parse, which then gives the same record, or the same error, as always.
 
 Imports only the standard library, orjson and :mod:`analysis.labels` (the two-process
-reader's helper imports this module; no polars, no NumPy).
+reader's helper imports this module; no polars, and NumPy only once a piece of a
+list has many runs, in :mod:`analysis.labels`).
 """
 
 from __future__ import annotations
