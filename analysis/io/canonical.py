@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow as pa
@@ -32,6 +33,9 @@ from analysis.schema import (
     check_counts,
     is_string_view,
 )
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 SOURCE_FORMATS_KEY = "dressage_replay.source_formats"
 """The key of a converted file's metadata naming the formats its rows were read from."""
@@ -62,9 +66,9 @@ def read_canonical(
         file = _ArrowFile(source)
     except (Exception, pl.exceptions.PanicException) as exc:
         raise DamagedFileError(f"{unreadable} ({exc})") from exc
-    if file.rows is not None:
+    if file.metadata is not None and file.rows is not None:
         _check_rows(source, file.rows, limits)
-        _check_parquet_spans(source, limits)
+        _check_parquet_spans(source, file.metadata, limits)
         _check_room(source, file.rows)
     else:
         _check_room(source, _check_ipc_sizes(source, limits, unreadable))
@@ -182,16 +186,13 @@ def _check_room(source: Source, rows: int) -> None:
         )
 
 
-def _check_parquet_spans(source: Source, limits: Limits) -> None:
+def _check_parquet_spans(source: Source, metadata: pq.FileMetaData, limits: Limits) -> None:
     """Refuse, from its metadata, a Parquet file with a row group of more than
     ``max_spans`` spans a row: one of its rows is past the limit (as a JSONL record of
     that many is refused; 30 million spans of one row in a 58 MB file took 2.7 GB). A row
     past it among shorter ones is refused once read (:func:`_check_spans`)."""
-    import pyarrow.parquet as pq
-
     most = limits.max_spans
     try:
-        metadata = pq.read_metadata(source.path)
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             for leaf in map(group.column, range(group.num_columns)):
@@ -280,9 +281,10 @@ class _ArrowFile:
             import pyarrow.parquet as pq
 
             self.schema = pq.read_schema(self.path)
-            self.rows: int | None = pq.read_metadata(self.path).num_rows
+            self.metadata: pq.FileMetaData | None = pq.read_metadata(self.path)
+            self.rows: int | None = self.metadata.num_rows
         else:
-            self.rows = None
+            self.metadata, self.rows = None, None
             with pa.ipc.open_file(self.path) as reader:
                 self.schema = reader.schema
         self.columns = self.schema.names

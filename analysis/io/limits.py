@@ -155,6 +155,16 @@ def printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def mapped_bytes() -> int | None:
+    """Bytes the process maps now (its address space, as ``RLIMIT_AS`` counts it), from
+    Linux's /proc; None elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def memory_room() -> int | None:
     """Bytes of memory the process may still take: the least of what its address-space
     limit leaves over what it maps, and the machine's available memory and free swap
@@ -164,11 +174,10 @@ def memory_room() -> int | None:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-        if soft != resource.RLIM_INFINITY:
-            with open("/proc/self/statm", "rb") as statm:
-                mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        mapped = mapped_bytes()
+        if soft != resource.RLIM_INFINITY and mapped is not None:
             rooms.append(soft - mapped)
-    except (ImportError, OSError, ValueError, IndexError):
+    except (ImportError, OSError, ValueError):
         pass
     try:
         with open("/proc/meminfo", "rb") as meminfo:

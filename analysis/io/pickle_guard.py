@@ -21,13 +21,12 @@ Two checks, one before and one after CPython's (fast, C) unpickler runs:
 from __future__ import annotations
 
 import contextlib
-import os
 import pickletools
 import re
 from collections.abc import Iterator
 from typing import Any
 
-from analysis.io.limits import Limits
+from analysis.io.limits import Limits, mapped_bytes
 
 _MEMO_SLACK = 1024
 """How far past the objects memoised so far a memo index may point (a pickler numbers
@@ -228,13 +227,14 @@ def memory_budget(extra: int) -> Iterator[bool]:
     (the soft ``RLIMIT_AS``, put back after): the C unpickler then raises MemoryError
     past it instead of taking the machine's memory. Yields whether the limit was set (not
     where the system has no such limit or no ``/proc/self/statm``, or a lower one is set)."""
+    mapped = mapped_bytes()
     try:
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        with open("/proc/self/statm", "rb") as statm:
-            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (ImportError, OSError, ValueError, IndexError):
+    except (ImportError, OSError, ValueError):
+        mapped = None
+    if mapped is None:
         yield False
         return
     cap = mapped + extra
