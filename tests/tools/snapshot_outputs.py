@@ -16,6 +16,7 @@ for the real-run fixtures: ``replay RUN`` with ``--trajectories``, ``verify``, `
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,21 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+
+_UNSTABLE = (
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?"), "<time>"),  # a figure's date
+    (re.compile(r"\b([pm]|image|C\d+_\d+_)[0-9a-f]{10}\b"), "<id>"),  # matplotlib's random ids
+)
+
+
+def _steady(path: Path, scrub: str) -> None:
+    """Leave out what differs between two runs of the same build: times, random ids, the
+    snapshot folder's own path."""
+    text = path.read_text()
+    for pattern, stand_in in _UNSTABLE:
+        text = pattern.sub(stand_in, text)
+    path.write_text(text.replace(scrub, "<tmp>"))
+
 
 SAMPLES = ("sample_data/rollouts.jsonl", "sample_data/artifacts", "sample_data/dumps")
 SETTINGS = (("0", "none"), ("1", "0"), ("1", "2"), ("2", "1"), ("2", "none"), ("3", "2"))
@@ -54,10 +70,16 @@ def _run(args: list[str], out: Path, *, cwd: Path | None = None, scrub: str = ""
 def _as_csv(path: Path, target: Path) -> None:
     """A written table, as CSV (its bytes may differ by writer; its rows must not)."""
     if path.is_file() and path.suffix == ".parquet":
-        pl.read_parquet(path).write_csv(target)
+        frame = pl.read_parquet(path)
+        if any(dtype.is_nested() for dtype in frame.dtypes):
+            frame.write_ndjson(target)  # CSV has no lists
+        else:
+            frame.write_csv(target)
         path.unlink()
     elif path.is_file():
         shutil.move(path, target)
+    if target.is_file():
+        _steady(target, str(path.parent))
 
 
 def _samples(folder: Path) -> None:
@@ -97,11 +119,14 @@ def _samples(folder: Path) -> None:
                 folder / f"{name}-plot-{kind}.txt",
                 scrub=str(folder),
             )
+            if png.is_file():
+                _steady(png, str(folder))
         _run(
             ["report", sample, "-o", str(folder / f"{name}-report.html")],
             folder / f"{name}-report.txt",
             scrub=str(folder),
         )
+        _steady(folder / f"{name}-report.html", str(folder))
     _run(
         ["compare", "sample_data/rollouts.jsonl", "sample_data/dumps", "--json"],
         folder / "compare.txt",
