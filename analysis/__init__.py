@@ -14,7 +14,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when first used (a command line's start stays fast)
-    from analysis.batch_size import BatchSize, batch_groups_for
     from analysis.engine import (
         LOOP_DECISIONS,
         REPLAY_COLUMNS,
@@ -35,6 +34,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         sweep,
         trajectory_outcomes,
     )
+    from analysis.engine.batch_size import BatchSize, batch_groups_for
     from analysis.errors import (
         ConfigError,
         ExitCode,
@@ -48,18 +48,17 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         UnknownFormatError,
         UnsafePickleError,
     )
-    from analysis.io.dressage_run import RunLog, is_run_folder, read_run
-    from analysis.io.fields import FieldMap
-    from analysis.io.limits import Limits
-    from analysis.io.load import (
+    from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
+    from analysis.formats.fields import FieldMap
+    from analysis.formats.load import (
         LoadReport,
         iter_log_chunks,
         load_logs,
         records_to_table,
     )
-    from analysis.io.options import ReadOptions
-    from analysis.io.raw_writers import log_format_for, write_log
-    from analysis.io.tables import (
+    from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
+    from analysis.output.raw_logs import log_format_for, write_log
+    from analysis.output.tables import (
         FRAME_FORMATS,
         check_output,
         convert_logs,
@@ -71,36 +70,37 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         write_run_tables,
         write_trajectories,
     )
-    from analysis.io.train_dumps import TrainDumps, read_train_dumps
-    from analysis.labels import derive_end_version, real_label, run_length_spans
-    from analysis.schema import CANONICAL_SCHEMA
-    from analysis.simulator import SimulationConfig, simulate
-    from analysis.views.admission import (
+    from analysis.rules.admission import (
         AdmissionReport,
         AdmissionRule,
         admission_violations,
         parse_admission,
     )
+    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.table.labels import derive_end_version, real_label, run_length_spans
+    from analysis.table.limits import Limits
+    from analysis.table.options import ReadOptions
+    from analysis.table.schema import CANONICAL_SCHEMA
     from analysis.views.bias import BiasReport, who_gets_dropped
     from analysis.views.comparison import CompareResult, compare_logs
     from analysis.views.inspection import LogInspection, inspect_log
 
 _HOME: dict[str, str] = {
-    "AdmissionReport": "analysis.views.admission",
-    "AdmissionRule": "analysis.views.admission",
-    "admission_violations": "analysis.views.admission",
-    "parse_admission": "analysis.views.admission",
+    "AdmissionReport": "analysis.rules.admission",
+    "AdmissionRule": "analysis.rules.admission",
+    "admission_violations": "analysis.rules.admission",
+    "parse_admission": "analysis.rules.admission",
     "BiasReport": "analysis.views.bias",
-    "CANONICAL_SCHEMA": "analysis.schema",
+    "CANONICAL_SCHEMA": "analysis.table.schema",
     "CompareResult": "analysis.views.comparison",
     "ConfigError": "analysis.errors",
     "ExitCode": "analysis.errors",
-    "FRAME_FORMATS": "analysis.io.tables",
-    "FieldMap": "analysis.io.fields",
+    "FRAME_FORMATS": "analysis.output.tables",
+    "FieldMap": "analysis.formats.fields",
     "InputNotFoundError": "analysis.errors",
-    "Limits": "analysis.io.limits",
+    "Limits": "analysis.table.limits",
     "LOOP_DECISIONS": "analysis.engine",
-    "LoadReport": "analysis.io.load",
+    "LoadReport": "analysis.formats.load",
     "LogFormatError": "analysis.errors",
     "LogInspection": "analysis.views.inspection",
     "LoopReplay": "analysis.engine",
@@ -109,54 +109,54 @@ _HOME: dict[str, str] = {
     "OutputError": "analysis.errors",
     "PreparedLog": "analysis.engine",
     "REPLAY_COLUMNS": "analysis.engine",
-    "ReadOptions": "analysis.io.options",
+    "ReadOptions": "analysis.table.options",
     "ReplayConfig": "analysis.engine",
     "ReplayError": "analysis.errors",
     "ReplayResult": "analysis.engine",
     "ReplaySummary": "analysis.engine",
-    "RunLog": "analysis.io.dressage_run",
+    "RunLog": "analysis.formats.dressage.run",
     "SettingSyntaxError": "analysis.errors",
-    "SimulationConfig": "analysis.simulator",
+    "SimulationConfig": "analysis.simulation.simulator",
     "SweepResult": "analysis.engine",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine",
-    "TrainDumps": "analysis.io.train_dumps",
+    "TrainDumps": "analysis.formats.slime_dumps.train_dumps",
     "UnknownFormatError": "analysis.errors",
     "UnsafePickleError": "analysis.errors",
-    "batch_groups_for": "analysis.batch_size",
-    "BatchSize": "analysis.batch_size",
-    "check_output": "analysis.io.tables",
+    "batch_groups_for": "analysis.engine.batch_size",
+    "BatchSize": "analysis.engine.batch_size",
+    "check_output": "analysis.output.tables",
     "compare_logs": "analysis.views.comparison",
-    "convert_logs": "analysis.io.tables",
-    "derive_end_version": "analysis.labels",
+    "convert_logs": "analysis.output.tables",
+    "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",
-    "is_run_folder": "analysis.io.dressage_run",
-    "iter_log_chunks": "analysis.io.load",
+    "is_run_folder": "analysis.formats.dressage.run",
+    "iter_log_chunks": "analysis.formats.load",
     "keep_versions_reproducing": "analysis.engine",
-    "load_logs": "analysis.io.load",
-    "log_format_for": "analysis.io.raw_writers",
+    "load_logs": "analysis.formats.load",
+    "log_format_for": "analysis.output.raw_logs",
     "parse_keep_versions": "analysis.engine",
     "parse_max_preempts": "analysis.engine",
     "prepare": "analysis.engine",
-    "read_run": "analysis.io.dressage_run",
-    "read_train_dumps": "analysis.io.train_dumps",
-    "real_label": "analysis.labels",
-    "records_to_table": "analysis.io.load",
-    "refuse_overwriting_inputs": "analysis.io.tables",
+    "read_run": "analysis.formats.dressage.run",
+    "read_train_dumps": "analysis.formats.slime_dumps.train_dumps",
+    "real_label": "analysis.table.labels",
+    "records_to_table": "analysis.formats.load",
+    "refuse_overwriting_inputs": "analysis.output.tables",
     "replay": "analysis.engine",
     "replay_many": "analysis.engine",
     "replay_run": "analysis.engine",
-    "run_length_spans": "analysis.labels",
-    "simulate": "analysis.simulator",
+    "run_length_spans": "analysis.table.labels",
+    "simulate": "analysis.simulation.simulator",
     "sweep": "analysis.engine",
     "trajectory_outcomes": "analysis.engine",
     "who_gets_dropped": "analysis.views.bias",
-    "write_canonical": "analysis.io.tables",
-    "write_decisions": "analysis.io.tables",
-    "write_frame": "analysis.io.tables",
-    "write_frame_to": "analysis.io.tables",
-    "write_log": "analysis.io.raw_writers",
-    "write_run_tables": "analysis.io.tables",
-    "write_trajectories": "analysis.io.tables",
+    "write_canonical": "analysis.output.tables",
+    "write_decisions": "analysis.output.tables",
+    "write_frame": "analysis.output.tables",
+    "write_frame_to": "analysis.output.tables",
+    "write_log": "analysis.output.raw_logs",
+    "write_run_tables": "analysis.output.tables",
+    "write_trajectories": "analysis.output.tables",
 }
 """The module each exported name lives in, imported on first use of the name."""
 

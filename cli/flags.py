@@ -24,7 +24,7 @@ FLAGS = {
     "log_format": "--format",
     "admission": "--admission",
     "policy": "--policy",  # docs/semantics.md §13
-    # the limits that protect memory (analysis.io.limits): --limit NAME=VALUE
+    # the limits that protect memory (analysis.table.limits): --limit NAME=VALUE
     "limits": "--limit",
     "max_record_bytes": "--limit max_record_bytes=",
     "max_inflation": "--limit max_inflation=",

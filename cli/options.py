@@ -143,13 +143,13 @@ PolicyOption = Annotated[
 
 def one_policy(
     text: str, *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.policies.Policy:
+) -> analysis.rules.policies.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
     one line with the known policies and knobs. A bound left at its default is said in a
     note (``prime-rl`` alone is ``max_off_policy_steps=8``)."""
-    from analysis.policies import parse_policy
-    from analysis.policies.spec import defaults_applied
+    from analysis.rules.policies import parse_policy
+    from analysis.rules.spec import defaults_applied
 
     if keep_versions != 0 or max_preempts.strip().lower() not in ("none", "off"):
         raise typer.BadParameter(
@@ -168,7 +168,7 @@ def one_policy(
 
 def the_policy(
     texts: list[str], *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.policies.Policy:
+) -> analysis.rules.policies.Policy:
     """``replay --policy``: exactly one policy (replay replays one; sweep compares several)."""
     if len(texts) > 1:
         raise typer.BadParameter(
@@ -179,10 +179,10 @@ def the_policy(
     return one_policy(texts[0], keep_versions=keep_versions, max_preempts=max_preempts)
 
 
-def some_policies(texts: list[str]) -> list[analysis.policies.Policy]:
+def some_policies(texts: list[str]) -> list[analysis.rules.policies.Policy]:
     """``--policy`` of sweep, plot and report: each policy once, in the order first given;
     one given twice (under any spelling) is said in a note and gets one row."""
-    policies: list[analysis.policies.Policy] = []
+    policies: list[analysis.rules.policies.Policy] = []
     for text in texts:
         policy = one_policy(text)
         if policy in policies:

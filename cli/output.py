@@ -93,7 +93,7 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        from analysis.io.load import SKIP_REASON_NOUNS
+        from analysis.formats.load import SKIP_REASON_NOUNS
 
         reasons = ", ".join(
             counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
@@ -106,7 +106,7 @@ def warn(report: analysis.LoadReport) -> None:
 
 def show_library_warnings() -> None:
     """What the library says as a Python warning while it writes (a temporary left by a
-    killed write, removed: :class:`analysis.io.tables.LeftoverRemovedWarning`), as a
+    killed write, removed: :class:`analysis.output.tables.LeftoverRemovedWarning`), as a
     ``warning:`` line on stderr like every other; other warnings as Python shows them."""
     previous = warnings.showwarning
     if getattr(previous, "dressage_replay", False):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # only named in annotations: a replay need not import the run
         ReplaySummary,
         SweepResult,
     )
-    from analysis.fit import Fit
+    from analysis.simulation.fit import Fit
 
 _COLUMNS = (
     ("kept", "kept"),

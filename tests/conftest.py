@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from analysis.io.raw_writers import write_artifacts, write_jsonl, write_pt_dumps
-from analysis.simulator import SimulationConfig, simulate
+from analysis.output.raw_logs import write_artifacts, write_jsonl, write_pt_dumps
+from analysis.simulation.simulator import SimulationConfig, simulate
 from tests.real_runs import FIXTURES, extract_runs
 
 SMALL_RUN = SimulationConfig(

@@ -1,6 +1,6 @@
 """A plain reference model of the admission-bound checks (docs/semantics.md, "Other
 systems' logs"), written from each system's own rule, one group at a time with dicts
-and loops: no polars, nothing shared with ``analysis.views.admission``.
+and loops: no polars, nothing shared with ``analysis.rules.admission``.
 
 A log is a list of records ``{"group_id", "labels", "trainer_step"}`` in log order,
 ``labels`` being the version label of each run of the record's ``version_spans``.

@@ -2,7 +2,7 @@
 transcribed from docs/semantics.md §13, and of the token-weighted figures of §10.6.
 
 One plain loop per system over the groups of ``tests.reference`` (same record reading,
-same trajectory versions), so that ``analysis.policies`` can be checked against them in
+same trajectory versions), so that ``analysis.rules.policies`` can be checked against them in
 ``tests/analysis/test_policies.py``. Each loop is written from its system's rule, not
 from the engine's shared loop: that they agree is what the differential tests check.
 """

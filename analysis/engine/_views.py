@@ -13,7 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.labels import NOT_REAL, real_label
+from analysis.table.labels import NOT_REAL, real_label
 
 
 def first_appearance_codes(ids: pl.Series) -> tuple[np.ndarray, pl.Series]:

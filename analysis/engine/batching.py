@@ -23,7 +23,7 @@ from typing import overload
 
 import numpy as np
 
-from analysis.labels import late_older_labels
+from analysis.table.labels import late_older_labels
 
 NO_VERSION = np.iinfo(np.int64).max // 4
 """Stands for the index of a group without versions: never below any cutoff."""
@@ -77,7 +77,7 @@ class Observation:
 
     @functools.cached_property
     def late_older(self) -> list[tuple[str, str]]:
-        """:func:`analysis.labels.late_older_labels` of ``versions``, found once per
+        """:func:`analysis.table.labels.late_older_labels` of ``versions``, found once per
         observation (a sweep summarises every K over the same one)."""
         return late_older_labels(self.versions)
 

@@ -6,7 +6,7 @@ the whole backlog of completed attempts, later polls take what completed since; 
 version tracker observes a whole poll before any of its attempts is decided, pending
 groups are re-filtered once per poll, and what the call did not need goes back to the
 worker's queue for the next call. :func:`replay_run` reproduces that loop from a
-:class:`~analysis.io.dressage_run.RunLog` and checks itself against the run's own dumps,
+:class:`~analysis.formats.dressage.run.RunLog` and checks itself against the run's own dumps,
 log lines and metrics.
 """
 
@@ -21,8 +21,8 @@ import polars as pl
 
 from analysis.engine.loop_checks import output_frames, self_checks
 from analysis.errors import ConfigError, MissingFieldError, setting
-from analysis.io.dressage_run import RunLog
-from analysis.labels import late_older_note
+from analysis.formats.dressage.run import RunLog
+from analysis.table.labels import late_older_note
 
 LOOP_DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed", "leftover")
 """What the loop replay decides for an attempt: the four of a simple replay, and

@@ -10,7 +10,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from analysis.engine.loop import _Attempt, _Collector, _Decision
-from analysis.io.dressage_run import RunLog
+from analysis.formats.dressage.run import RunLog
 
 
 def output_frames(

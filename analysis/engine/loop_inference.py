@@ -14,7 +14,7 @@ from analysis.engine.loop import (
     replay_run,
 )
 from analysis.engine.loop_checks import step_counts
-from analysis.io.dressage_run import RunLog
+from analysis.formats.dressage.run import RunLog
 
 
 def infer_call_starts(

@@ -20,7 +20,7 @@ from analysis.engine.batching import (
 from analysis.engine.config import ReplayConfig
 from analysis.engine.prepare import PreparedLog
 from analysis.errors import Message, counted, setting
-from analysis.labels import late_older_note
+from analysis.table.labels import late_older_note
 
 
 @dataclass(frozen=True)

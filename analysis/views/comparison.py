@@ -30,7 +30,7 @@ from analysis.engine import (
     trajectory_outcomes,
 )
 from analysis.errors import ConfigError
-from analysis.io.train_dumps import TrainDumps, join_train_log_probs
+from analysis.formats.slime_dumps.train_dumps import TrainDumps, join_train_log_probs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -9,13 +9,13 @@ from typing import Any
 import polars as pl
 
 from analysis.engine import PreparedLog, prepare
-from analysis.io.dumps import EVAL_GROUP_PREFIX
-from analysis.io.load import LoadReport
-from analysis.io.peers import peer_limits
+from analysis.formats.load import LoadReport
+from analysis.formats.peers import peer_limits
+from analysis.formats.slime_dumps.reader import EVAL_GROUP_PREFIX
 
 _NUMERIC = re.compile(r"-?\d+")
 _ATTEMPT = r"/s\d+/r\d+$"
-"""A group id made from a Dressage attempt key (``analysis.io.dressage_records``)."""
+"""A group id made from a Dressage attempt key (``analysis.formats.dressage.records``)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from analysis.engine import (
 )
 from analysis.engine.grid import SettingReplays
 from analysis.errors import ConfigError, setting
-from analysis.io.tables import atomic_path, check_output
+from analysis.output.tables import atomic_path, check_output
 from analysis.views._figures import (
     bar_heights,
     bar_ticks,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from analysis.policies import PolicySweep
+    from analysis.rules.policies import PolicySweep
 
 _LOSSES = (
     ("dropped_arrival_pct", "stale, arrival"),

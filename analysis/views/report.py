@@ -20,7 +20,7 @@ import polars as pl
 
 from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
 from analysis.errors import render
-from analysis.io.tables import atomic_path, check_output
+from analysis.output.tables import atomic_path, check_output
 from analysis.views.bias import OUTCOME_WORDS, who_gets_dropped
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import SWEEP_CAPTION, number, sweep_table
@@ -138,7 +138,7 @@ def build_report(
 ) -> str:
     """Return the report as one HTML document; ``say`` words the settings its notes name
     (the command line passes its flags; by default the library's keywords). ``policies``
-    (:mod:`analysis.policies`) adds a section comparing them (docs/semantics.md §13).
+    (:mod:`analysis.rules.policies`) adds a section comparing them (docs/semantics.md §13).
 
     The header says what the report describes: ``inputs`` (as given), the settings grid,
     ``version`` (default: the installed one), ``written_at`` (default: now; shown in UTC)
@@ -237,7 +237,7 @@ def _policies_section(
 ) -> tuple[str, str, list[str]]:
     """Other systems' rules on the same log: the policy sweep as ``sweep --policy`` prints
     it, and its figure (``plot sweep --policy``)."""
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from analysis.views.policy_plots import plot_policies
     from analysis.views.tables import policy_sweep_table
 

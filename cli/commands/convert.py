@@ -93,7 +93,7 @@ def convert(
     with progress_bar("converting", quiet=quiet) as update:
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
-    from analysis.io.peers import converted_warnings
+    from analysis.formats.peers import converted_warnings
 
     report.warnings = converted_warnings(report.warnings, report.formats)
     warn(report)
@@ -103,10 +103,10 @@ def _convert_partitioned(
     inputs: list[Path], output: Path, options: analysis.ReadOptions, *, workers: int | None,
     ray: str | None, quiet: bool,
 ) -> None:  # fmt: skip
-    from analysis.io.partitioned import convert_partitioned, run_local
+    from analysis.output.partitioned import convert_partitioned, run_local
 
     if ray is not None:
-        from analysis.io.ray_runner import LOCAL, run_ray
+        from analysis.output.ray_runner import LOCAL, run_ray
 
         if workers is not None and ray != LOCAL:
             raise typer.BadParameter(
@@ -125,7 +125,7 @@ def _convert_partitioned(
         f"part{'' if done.parts == 1 else 's'}, {done.workers})",
         err=True,
     )
-    from analysis.io.peers import converted_warnings
+    from analysis.formats.peers import converted_warnings
 
     report = analysis.LoadReport(
         warnings=converted_warnings(done.warnings, done.formats), skipped_where=done.skipped_where

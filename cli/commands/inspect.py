@@ -61,14 +61,14 @@ def inspect(
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
-    from analysis.io.peers import peer_warnings
+    from analysis.formats.peers import peer_warnings
 
     said = set(peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
     run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
-        from analysis.io.dressage_run import run_target_groups
+        from analysis.formats.dressage.run import run_target_groups
 
         target = run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)

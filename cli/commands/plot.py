@@ -35,7 +35,7 @@ from cli.options import (
 from cli.output import progress_bar, warn
 
 if TYPE_CHECKING:  # the policies import the engine (polars): not at start (--help)
-    from analysis.policies import Policy
+    from analysis.rules.policies import Policy
 
 
 class PlotKind(StrEnum):
@@ -130,7 +130,7 @@ def _plot_policies(
     reading_: Reading,
 ) -> None:
     """``plot sweep --policy A --policy B``: every policy on the same axes."""
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from analysis.views.plots import FIGURE_FORMATS, save_figure
     from analysis.views.policy_plots import plot_policies
 

@@ -10,8 +10,14 @@ from typing import Any
 import typer
 
 import analysis
-from analysis.io.tables import DECISION_COLUMNS
-from analysis.policies import DressagePolicy, Policy, PolicyResult, replay_policy, sweep_policies
+from analysis.output.tables import DECISION_COLUMNS
+from analysis.rules.policies import (
+    DressagePolicy,
+    Policy,
+    PolicyResult,
+    replay_policy,
+    sweep_policies,
+)
 from cli.options import Reading, own_batch_groups
 from cli.output import print_json, progress_bar, report_dict, results_out, stdout_console, warn
 

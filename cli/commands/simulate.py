@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from analysis.admission import simulation_rule
+from analysis.rules.simulated_admission import simulation_rule
 from cli.options import (
     FLAG,
     LimitOption,
@@ -188,7 +188,7 @@ def _fitted(
     like: Path, given: dict[str, object], limits: analysis.Limits
 ) -> analysis.SimulationConfig:
     """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
-    from analysis.fit import fit_run
+    from analysis.simulation.fit import fit_run
     from cli.output import stdout_console
     from cli.render import print_fit
 

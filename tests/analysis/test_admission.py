@@ -1,4 +1,4 @@
-"""Admission bounds of other systems on a log (analysis.views.admission) against the plain
+"""Admission bounds of other systems on a log (analysis.rules.admission) against the plain
 reference model (tests/reference_admission.py) on hypothesis-generated logs: every
 group's verdict and excess agree; where batches are full and consumed in order, the lag
 form agrees with each system's own capacity formula."""
@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.errors import ConfigError, SettingSyntaxError
-from analysis.schema import polars_schema
-from analysis.views.admission import (
+from analysis.rules.admission import (
     AdmissionRule,
     admission_violations,
     default_step_offset,
     parse_admission,
 )
+from analysis.table.schema import polars_schema
 from tests import reference_admission as ref
 
 LABELS = ("-1", "0", "1", "2", "3", "5", "8", " 2 ", "03", "unknown", "v1", "")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from analysis.errors import DamagedFileError, UnsafePickleError
-from analysis.io import arrays
-from analysis.io.dumps import dump_samples
-from analysis.io.pickles import load_pickled
+from analysis.formats.pickled import arrays
+from analysis.formats.pickled.pickles import load_pickled
+from analysis.formats.slime_dumps.reader import dump_samples
 
 
 def _read(obj: object, tmp_path: Path, protocol: int = 2) -> object:

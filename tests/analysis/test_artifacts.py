@@ -13,8 +13,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
-from analysis.io import artifact_helper, artifacts
-from analysis.io.raw_writers import write_artifacts
+from analysis.formats.dressage import artifact_helper, artifacts
+from analysis.output.raw_logs import write_artifacts
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
     helper_runs_first(
         monkeypatch,
         "import os\n"
-        "from analysis.io.artifacts import Chunk\n"
+        "from analysis.formats.dressage.artifacts import Chunk\n"
         "sent = []\n"
         "def first_only(self, real=Chunk.to_marshal):\n"
         "    sent.append(1)\n"
@@ -132,7 +132,7 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
     helper_runs_first(
         monkeypatch,
         "import time\n"
-        "from analysis.io import artifacts\n"
+        "from analysis.formats.dressage import artifacts\n"
         "real = artifacts.read_session\n"
         "artifacts.read_session = lambda *a: (time.sleep(0.1), real(*a))",
     )

@@ -50,7 +50,7 @@ def test_the_fast_read_of_the_batch_size_is_read_runs(
     last call start's target_groups), not a config line's partial_rollout_target_groups."""
     import shutil
 
-    from analysis.io.dressage_run import run_target_groups
+    from analysis.formats.dressage.run import run_target_groups
 
     run = tmp_path / "run"
     shutil.copytree(run_folders["k2-m1"], run)

@@ -12,7 +12,7 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.errors import ConfigError
-from analysis.simulator import SimulationConfig, simulate
+from analysis.simulation.simulator import SimulationConfig, simulate
 from analysis.views.comparison import (
     DRIFT_SCHEMA,
     METRICS,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import analysis
-import analysis.io.dumps as dumps
-import analysis.io.load as load
-from analysis.io.dumps import _UNKNOWN, _peek_rollout_id, dump_rollout_id
-from analysis.io.pickles import dump_pt
+import analysis.formats.load as load
+import analysis.formats.slime_dumps.reader as dumps
+from analysis.formats.pickled.pickles import dump_pt
+from analysis.formats.slime_dumps.reader import _UNKNOWN, _peek_rollout_id, dump_rollout_id
 
 
 def sample(group: int, step: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.fit import _quantile, fit_run, fit_simulation, log_figures
+from analysis.simulation.fit import _quantile, fit_run, fit_simulation, log_figures
 from cli.app import app
 from tests.real_runs import RUNS
 
@@ -139,7 +139,7 @@ def test_a_length_distribution_given_wins_over_the_logs_lengths(
 def test_a_plain_log_is_timed_by_completions_on_both_sides_and_says_so(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     config = analysis.SimulationConfig(n_groups=80, seed=2)
-    from analysis.io.raw_writers import write_jsonl
+    from analysis.output.raw_logs import write_jsonl
 
     write_jsonl(analysis.simulate(config), log)
     fit = fit_simulation(analysis.load_logs([log]))

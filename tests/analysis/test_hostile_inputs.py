@@ -12,10 +12,10 @@ import pytest
 
 import analysis
 from analysis.errors import ConfigError, DamagedFileError, SettingSyntaxError
-from analysis.io.jsonl import jsonl_records
-from analysis.io.limits import LimitError, Limits
-from analysis.io.raw_writers import write_jsonl
-from analysis.simulator import SimulationConfig, simulate
+from analysis.formats.text.jsonl import jsonl_records
+from analysis.output.raw_logs import write_jsonl
+from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.table.limits import LimitError, Limits
 
 RECORDS = list(simulate(SimulationConfig(n_groups=40, n_samples_per_prompt=2, seed=3)))
 
@@ -210,7 +210,7 @@ def test_an_arrow_file_declares_its_rows_and_inflated_bytes(
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from analysis.io.ipc_sizes import declared_sizes
+    from analysis.formats.canonical.ipc_sizes import declared_sizes
 
     values = pa.array([f"value {i % 7}" for i in range(30_000)])
     table = pa.table({"n": pa.array(range(30_000)), "s": values, "d": values.dictionary_encode()})
@@ -237,7 +237,7 @@ def test_an_arrow_file_listing_one_batch_many_times_is_damaged(tmp_path: Path) -
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from analysis.io.ipc_sizes import IpcLayoutError, declared_sizes
+    from analysis.formats.canonical.ipc_sizes import IpcLayoutError, declared_sizes
 
     table = pa.table({"n": pa.array(range(1000))})
     path = tmp_path / "t.arrow"

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.errors import DamagedFileError, ReplayError, UnsafePickleError
-from analysis.io import pickles
-from analysis.io.dumps import dump_samples
-from analysis.io.limits import LimitError, Limits
-from analysis.io.pickles import load_pickled
+from analysis.formats.pickled import pickles
+from analysis.formats.pickled.pickles import load_pickled
+from analysis.formats.slime_dumps.reader import dump_samples
+from analysis.table.limits import LimitError, Limits
 from tests import hostile
 
 
@@ -117,7 +117,7 @@ def test_a_zip_member_that_inflates_past_the_limit_is_refused_unread(tmp_path: P
 def test_storages_no_tensor_uses_are_charged_to_the_file(tmp_path: Path) -> None:
     """Each storage is read whole when the pickle names it: three of the largest allowed
     were read (and ten deflated doubles were 1.3 GB from a 1.3 MB file)."""
-    from analysis.io import arrays
+    from analysis.formats.pickled import arrays
 
     path = tmp_path / "storages.pt"
     path.write_bytes(hostile.storages_pt(2, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
@@ -270,7 +270,7 @@ def shared_values(draw: st.DrawFn) -> object:
 @settings(max_examples=100)
 @given(shared_values(), st.integers(1, 400))
 def test_the_count_agrees_with_plain_recursion(value: object, budget: int) -> None:
-    from analysis.io import pickle_guard
+    from analysis.formats.pickled import pickle_guard
 
     expected = _reference_count(value)
     if expected > budget:

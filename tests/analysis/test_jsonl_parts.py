@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis.io import jsonl_parts
-from analysis.io.jsonl_parts import cut
-from analysis.io.raw_writers import write_jsonl
-from analysis.simulator import SimulationConfig, simulate
+from analysis.formats.text import jsonl_parts
+from analysis.formats.text.jsonl_parts import cut
+from analysis.output.raw_logs import write_jsonl
+from analysis.simulation.simulator import SimulationConfig, simulate
 
 CONFIG = SimulationConfig(
     n_groups=60, n_samples_per_prompt=4, median_response_tokens=40, max_response_tokens=400,
@@ -95,7 +95,7 @@ def test_a_helper_that_dies_leaves_its_pieces_to_this_process(
     dies = (
         "import sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from analysis.io.jsonl_parts import _read_frame\n"
+        "from analysis.formats.text.jsonl_parts import _read_frame\n"
         "_read_frame(sys.stdin.buffer), _read_frame(sys.stdin.buffer)  # the job, a piece\n"
         "print('oops', file=sys.stderr)\n"
         "sys.exit(3)\n"
@@ -208,7 +208,7 @@ def test_a_read_error_midway_ends_the_file_as_in_one_process(
     import errno
     import io
 
-    from analysis.io import jsonl
+    from analysis.formats.text import jsonl
 
     path = log_with_bad_lines(tmp_path / "log.jsonl", False)
     broken = path.stat().st_size // 10  # within the first pieces, which this process reads

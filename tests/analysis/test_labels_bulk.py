@@ -1,7 +1,7 @@
 """Token lists with a run per token (alternating versions, alternating masks; issue 18)
 are read in bulk, by NumPy, and give what the plain loop over every token gives.
 
-The bulk paths are taken after :data:`analysis.labels.BULK_RUNS` runs of a piece; the
+The bulk paths are taken after :data:`analysis.table.labels.BULK_RUNS` runs of a piece; the
 tests lower it so that short generated lists take them."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import labels as labels_module
-from analysis.io.lean import LeanList
-from analysis.labels import SpanBuilder, derive_end_version, label_text, true_runs
+from analysis.formats.text.lean import LeanList
+from analysis.table import labels as labels_module
+from analysis.table.labels import SpanBuilder, derive_end_version, label_text, true_runs
 from tests import reference
 
 HUGE = 10**5000  # a whole number whose text Python refuses to make (a bad label)

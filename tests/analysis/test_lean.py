@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 import analysis
 from analysis.errors import ReplayError
-from analysis.io import jsonl_parts, lean
-from analysis.io.fields import FieldMap, canonical_row
-from analysis.io.jsonl import parse_json
-from analysis.io.jsonl_parts import read_piece
-from analysis.io.options import ReadOptions
-from analysis.labels import SpanBuilder, run_length_spans
+from analysis.formats.fields import FieldMap, canonical_row
+from analysis.formats.text import jsonl_parts, lean
+from analysis.formats.text.jsonl import parse_json
+from analysis.formats.text.jsonl_parts import read_piece
+from analysis.table.labels import SpanBuilder, run_length_spans
+from analysis.table.options import ReadOptions
 
 LABELS = ["-1", "3", "9", "v2", "", " 9 ", "unknown", 3, 9, -1, 3.0]
 ODD_LABELS = [True, 2.5, None, "a,b", "x]y", 'q"t', [1], {"a": 1}]
@@ -410,7 +410,7 @@ _CHILD = """
 import resource, sys
 from pathlib import Path
 import analysis
-from analysis.io import lean
+from analysis.formats.text import lean
 import cli
 
 big, tiny, mode, out = sys.argv[1:5]
@@ -578,7 +578,7 @@ def test_long_lines_read_in_pieces_are_the_lines(
 ) -> None:
     """A line longer than the readline piece is read into one buffer: the same records,
     blank lines, too-long lines and line numbers."""
-    from analysis.io import jsonl
+    from analysis.formats.text import jsonl
 
     lines = [
         b'{"group_index": 1, "tokens": [1, 2, 3]}\n',

@@ -15,7 +15,7 @@ import analysis
 from analysis.errors import ExitCode, NoRoomError
 from tests import hostile
 
-canonical = importlib.import_module("analysis.io.canonical")
+canonical = importlib.import_module("analysis.formats.canonical.reader")
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
@@ -38,7 +38,7 @@ def test_rows_past_the_memory_left_are_refused_unread(
 
 ROOM = """
 import resource, sys
-from analysis.io.limits import memory_room
+from analysis.table.limits import memory_room
 with open("/proc/self/statm") as statm:
     mapped = int(statm.read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (mapped + (300 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis.errors import ConfigError, DamagedFileError, OutputError
-from analysis.io.partitioned import convert_partitioned, plan_units, run_local
-from analysis.io.raw_writers import write_jsonl
+from analysis.output.partitioned import convert_partitioned, plan_units, run_local
+from analysis.output.raw_logs import write_jsonl
 from cli.app import app
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
@@ -160,7 +160,7 @@ def test_convert_to_a_folder_on_the_command_line(
 
 
 def test_without_ray_installed_ray_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from analysis.io.ray_runner import run_ray
+    from analysis.output.ray_runner import run_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=r"pip install 'dressage-replay\[ray\]'"):
@@ -172,7 +172,7 @@ def test_ray_on_a_local_two_cpu_cluster_writes_the_same_parts(
     inputs: list[Path], local_convert: pl.DataFrame, tmp_path: Path
 ) -> None:
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install '.[ray]')")
-    from analysis.io.ray_runner import run_ray
+    from analysis.output.ray_runner import run_ray
 
     done = convert_partitioned(inputs, tmp_path / "ds", runner=run_ray("local", num_cpus=2))
     assert done.workers == "Ray tasks (local)" and done.parts == 5
@@ -213,7 +213,7 @@ def test_a_folder_that_cannot_be_written_is_an_output_error(inputs: list[Path]) 
 
 
 def test_part_names_sort_in_unit_order_however_many() -> None:
-    from analysis.io.partitioned import part_name
+    from analysis.output.partitioned import part_name
 
     assert part_name(7, 10) == "part-00007.parquet"
     names = [part_name(i, 123_456) for i in (9, 99_999, 100_000, 123_455)]

@@ -12,8 +12,8 @@ import pytest
 
 import analysis
 from analysis.errors import ConfigError, LogFormatError, MissingFieldError, ReplayError
-from analysis.io.discover import detect_sources
-from analysis.io.peers import peer_rows
+from analysis.formats.discover import detect_sources
+from analysis.formats.peers import peer_rows
 from tests.fixtures import peer_logs
 
 Writer = Any
@@ -315,7 +315,7 @@ def test_files_beside_a_peer_log_are_named_and_not_read(tmp_path: Path) -> None:
 def test_a_folder_that_cannot_be_listed_is_not_taken_for_a_peer_log(tmp_path: Path) -> None:
     """peer_tree looks into the folder given; an error there is the folder reader's to
     report (exit 3), not an internal error (found by the slow reliability test)."""
-    from analysis.io.peers import peer_tree
+    from analysis.formats.peers import peer_tree
 
     class Locked(type(tmp_path)):  # type: ignore[misc]
         def glob(self, pattern: str) -> Any:

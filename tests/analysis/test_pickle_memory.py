@@ -49,8 +49,8 @@ BUDGET_RUN = """
 import resource, sys
 from pathlib import Path
 import analysis
-from analysis.io import pickle_guard
-from analysis.io.pickles import load_pickled
+from analysis.formats.pickled import pickle_guard
+from analysis.formats.pickled.pickles import load_pickled
 
 path = Path(sys.argv[1])
 before = resource.getrlimit(resource.RLIMIT_AS)

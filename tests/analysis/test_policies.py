@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import analysis
 from analysis.errors import ConfigError, SettingSyntaxError
-from analysis.policies import (
+from analysis.rules.policies import (
     DressagePolicy,
     NemoWindowedPolicy,
     PrimeRLPolicy,

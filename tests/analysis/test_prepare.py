@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import analysis
-from analysis.labels import real_label
-from analysis.schema import SPAN_TYPE
+from analysis.table.labels import real_label
+from analysis.table.schema import SPAN_TYPE
 from tests.strategies import raw_logs
 
 prepare_module = importlib.import_module("analysis.engine.prepare")

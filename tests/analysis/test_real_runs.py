@@ -17,8 +17,8 @@ import pytest
 
 from analysis.engine.loop import RUN_DECISION_COLUMNS, LoopReplay, replay_run
 from analysis.errors import LogFormatError
-from analysis.io.dressage_log import USED_METRICS
-from analysis.io.dressage_run import RunLog, find_run_root, is_run_folder, read_run
+from analysis.formats.dressage.log import USED_METRICS
+from analysis.formats.dressage.run import RunLog, find_run_root, is_run_folder, read_run
 from tests.real_runs import RUNS, by_trajectory, disagreements
 
 

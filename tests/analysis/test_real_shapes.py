@@ -90,7 +90,7 @@ def test_a_log_dressage_had_already_filtered_is_said_to_be(
     folder = run_folders["k2-m1"]
     path = folder / what
     if what == "rollouts.jsonl":  # the fixture leaves it out: rebuild it from the dumps
-        from analysis.io.dumps import dump_samples
+        from analysis.formats.slime_dumps.reader import dump_samples
 
         lines = []
         for dump in sorted((folder / "rollout_data").glob("*.pt")):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.io.fields import FieldMap, Found, canonical_row
-from analysis.io.pickles import SKIPPED
+from analysis.formats.fields import FieldMap, Found, canonical_row
+from analysis.formats.pickled.pickles import SKIPPED
 
 KEYS = ["a", "b", "metadata", "index", "x.y"]
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis.errors import ConfigError
-from analysis.labels import derive_end_version, run_length_spans
-from analysis.simulator import SimulationConfig, simulate
+from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.table.labels import derive_end_version, run_length_spans
 from cli.main import app
 
 BASE = SimulationConfig(

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.admission import simulation_rule
 from analysis.errors import ConfigError
-from analysis.simulator import SimulationConfig, simulate
-from analysis.views.admission import RULES
+from analysis.rules.admission import RULES
+from analysis.rules.simulated_admission import simulation_rule
+from analysis.simulation.simulator import SimulationConfig, simulate
 from cli.app import app
 
 # Generation far faster than the trainer: without a rule, groups start many steps ahead.

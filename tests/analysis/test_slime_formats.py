@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.io.train_dumps import train_dump_layout
+from analysis.formats.slime_dumps.train_dumps import train_dump_layout
 from cli.app import app
 
 ARCHIVE = Path(__file__).parents[1] / "fixtures" / "formats.tar.xz"

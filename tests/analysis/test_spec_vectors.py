@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import analysis
-from analysis.labels import derive_end_version, real_label, run_length_spans
+from analysis.table.labels import derive_end_version, real_label, run_length_spans
 
 
 def record(group: Any, trajectory: str | None, version: Any = None, **metadata: Any) -> dict:

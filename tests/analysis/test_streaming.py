@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 import analysis
-from analysis.io.load import records_to_table
-from analysis.io.raw_writers import SPANS_FIRST, write_canonical_parquet, write_log
-from analysis.simulator import SimulationConfig, simulate
+from analysis.formats.load import records_to_table
+from analysis.output.raw_logs import SPANS_FIRST, write_canonical_parquet, write_log
+from analysis.simulation.simulator import SimulationConfig, simulate
 
 CONFIG = SimulationConfig(
     n_groups=120, n_samples_per_prompt=4, max_active_groups=8, batch_groups=4,

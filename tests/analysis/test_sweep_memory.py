@@ -204,7 +204,7 @@ def test_arrival_delays_on_arrays_agree_with_the_plain_loop(records: list[dict[s
     )
 )
 def test_late_older_labels_on_arrays_agree_with_the_plain_loop(labels: list[str]) -> None:
-    from analysis import labels as module
+    from analysis.table import labels as module
 
     def plain(versions: list[str]) -> list[tuple[str, str]]:
         found = []

@@ -12,8 +12,8 @@ import pytest
 
 import analysis
 from analysis.errors import OutputError
-from analysis.io.raw_writers import log_format_for, write_jsonl, write_pt_dumps, write_run_folder
-from analysis.simulator import SimulationConfig, simulate
+from analysis.output.raw_logs import log_format_for, write_jsonl, write_pt_dumps, write_run_folder
+from analysis.simulation.simulator import SimulationConfig, simulate
 
 
 def failing_records(after: int) -> Iterator[dict]:

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import analysis  # noqa: E402
-from analysis.io.raw_writers import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
-from analysis.simulator import SimulationConfig, simulate  # noqa: E402
+from analysis.output.raw_logs import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
+from analysis.simulation.simulator import SimulationConfig, simulate  # noqa: E402
 
 DATA = Path(os.environ.get("BENCH_DATA", ROOT / "bench_data"))
 K_VALUES = list(range(7))
@@ -491,7 +491,7 @@ def bench_partitioned() -> list[dict[str, Any]]:
     """Target 6 of issue 17: ``convert -o FOLDER`` by local worker processes and by Ray
     tasks on a local two-CPU Ray, the same files; throughput per core is what a cluster
     multiplies."""
-    from analysis.io.partitioned import convert_partitioned, run_local
+    from analysis.output.partitioned import convert_partitioned, run_local
 
     folder = ensure(DATA / "many_jsonl", many_jsonl_files)
     files = sorted(folder.glob("*.jsonl"))
@@ -529,7 +529,7 @@ def bench_partitioned() -> list[dict[str, Any]]:
     except ImportError:
         print("12c. convert --ray: ray is not installed (pip install '.[ray]')", flush=True)
         return rows
-    from analysis.io.ray_runner import run_ray
+    from analysis.output.ray_runner import run_ray
 
     start = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import analysis
-from analysis.io.raw_writers import write_jsonl
-from analysis.simulator import SimulationConfig, simulate
+from analysis.output.raw_logs import write_jsonl
+from analysis.simulation.simulator import SimulationConfig, simulate
 from cli.app import app
 
 runner = CliRunner()

@@ -226,8 +226,8 @@ def test_json_values_past_what_python_reads(
 
 
 def _runner_log(folder: Path) -> Path:
-    from analysis.io.raw_writers import write_jsonl
-    from analysis.simulator import SimulationConfig, simulate
+    from analysis.output.raw_logs import write_jsonl
+    from analysis.simulation.simulator import SimulationConfig, simulate
 
     folder.mkdir(exist_ok=True)
     path = folder / "a.jsonl"
@@ -432,8 +432,8 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
     import shutil
 
     from analysis.errors import OutputError
-    from analysis.io.raw_writers import write_artifacts
-    from analysis.simulator import SimulationConfig, simulate
+    from analysis.output.raw_logs import write_artifacts
+    from analysis.simulation.simulator import SimulationConfig, simulate
 
     output = tmp_path / "run"
 
@@ -572,7 +572,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
     import shutil
     import signal
 
-    from analysis.io import tables
+    from analysis.output import tables
 
     remove = shutil.rmtree
 

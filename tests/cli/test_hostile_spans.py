@@ -11,7 +11,7 @@ import pytest
 
 import analysis
 import analysis.errors
-from analysis.io import lean
+from analysis.formats.text import lean
 from tests import hostile
 
 PEAK_MB = 1024
@@ -146,7 +146,7 @@ def test_a_parquet_row_of_thirty_million_spans_is_refused_unread(tmp_path: Path)
     import numpy as np
     import polars as pl
 
-    from analysis.schema import SPAN_TYPE
+    from analysis.table.schema import SPAN_TYPE
 
     log = tmp_path / "log.jsonl"
     log.write_bytes(GOOD)

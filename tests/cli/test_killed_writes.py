@@ -23,9 +23,9 @@ import polars as pl
 import pytest
 
 import analysis
-from analysis.io import tables
-from analysis.io.tables import LeftoverRemovedWarning, atomic_path
-from analysis.simulator import SimulationConfig, simulate
+from analysis.output import tables
+from analysis.output.tables import LeftoverRemovedWarning, atomic_path
+from analysis.simulation.simulator import SimulationConfig, simulate
 
 ROOT = Path(__file__).parents[2]
 SECONDS = 10
@@ -84,7 +84,7 @@ def _simulate(
 CHILD = """
 import sys, time
 from pathlib import Path
-from analysis.io.tables import atomic_path
+from analysis.output.tables import atomic_path
 with atomic_path(Path(sys.argv[1])) as temp, open(temp, "wb") as out:
     for _ in range(64):
         out.write(b"x" * (1 << 20))
@@ -156,7 +156,7 @@ def _dead_pid() -> int:
 
 
 def test_only_the_outputs_own_leftovers_of_dead_writers_are_removed(tmp_path: Path) -> None:
-    from analysis.io.tables import _here
+    from analysis.output.tables import _here
 
     dead, alive, here = _dead_pid(), os.getpid(), _here()
     elsewhere = "ffffffff" if here != "ffffffff" else "00000000"
@@ -191,9 +191,9 @@ def test_the_tag_is_of_this_pid_namespace(tmp_path: Path) -> None:
     tag: a live writer there, whose pid is gone here, is not taken for a leftover."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare here")
-    from analysis.io.tables import _here
+    from analysis.output.tables import _here
 
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.io.tables import _here; print(_here())"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.output.tables import _here; print(_here())"
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, str(ROOT)],
         capture_output=True, text=True, timeout=30,
@@ -308,7 +308,7 @@ def test_convert_to_a_folder_removes_the_staging_a_killed_convert_left(tmp_path:
     """convert -o FOLDER stages its parts in ``.NAME.<pid>-XXXXXXXX.tmp`` as well."""
     from typer.testing import CliRunner
 
-    from analysis.io.tables import _here
+    from analysis.output.tables import _here
     from cli.app import app
 
     left = tmp_path / f".ds.{_dead_pid()}-{_here()}-0123abcd.tmp"

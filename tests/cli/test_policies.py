@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.policies import parse_policy, replay_policy
+from analysis.rules.policies import parse_policy, replay_policy
 from cli.app import app
 
 runner = CliRunner()
@@ -166,7 +166,7 @@ def test_sweep_gives_a_policy_given_twice_one_row() -> None:
 
 
 def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from analysis.views.policy_plots import plot_policies
 
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
@@ -197,7 +197,7 @@ def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_th
     losses are greys, not any policy's colour."""
     from matplotlib.colors import to_rgba
 
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from analysis.views.policy_plots import coinciding, plot_policies
 
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
@@ -244,7 +244,7 @@ def test_plot_of_policies_says_why_it_is_blank(tmp_path: Path, log: str, says: s
     done = runner.invoke(app, ["plot", "sweep", str(path), "-b", "2", "-o", str(out),
                                "--policy", "prime-rl:max_off_policy_steps=1"])  # fmt: skip
     assert done.exit_code == 0, done.stderr
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from analysis.views.policy_plots import plot_policies
 
     table = analysis.load_logs([path])
@@ -316,7 +316,7 @@ def test_a_policy_sweep_with_long_specs_reads_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from analysis.policies import sweep_policies
+    from analysis.rules.policies import sweep_policies
     from cli.render import print_policy_sweep
 
     specs = [

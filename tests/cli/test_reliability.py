@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-from analysis.io.pickles import dump_pt
-from analysis.io.raw_writers import write_jsonl
-from analysis.simulator import SimulationConfig, simulate
+from analysis.formats.pickled.pickles import dump_pt
+from analysis.output.raw_logs import write_jsonl
+from analysis.simulation.simulator import SimulationConfig, simulate
 from cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -750,7 +750,7 @@ def test_the_same_run_given_twice_is_warned_about(tmp_path: Path) -> None:
     log, dumps = tmp_path / "run.jsonl", tmp_path / "dumps"
     write_jsonl(RECORDS, log)
     dumps.mkdir()
-    from analysis.io.raw_writers import write_pt_dumps
+    from analysis.output.raw_logs import write_pt_dumps
 
     write_pt_dumps(RECORDS, dumps)
     once = runner.invoke(app, ["replay", str(log), "-b", "2"])

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import analysis
-from analysis.io.limits import LimitError
+from analysis.table.limits import LimitError
 from cli.app import app
 
 runner = CliRunner()

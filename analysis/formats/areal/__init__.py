@@ -1,0 +1,1 @@
+"""AReaL's rollout dumps (`rollout/{tail_version}/{task_id}.jsonl`)."""

@@ -1,0 +1,316 @@
+"""Find the logs among the inputs: files, folders and globs, each with the format it is read as."""
+
+from __future__ import annotations
+
+import glob
+import operator
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast, get_args
+
+from analysis.errors import (
+    ConfigError,
+    InputNotFoundError,
+    Message,
+    UnknownFormatError,
+    counted,
+    setting,
+)
+from analysis.formats.dressage.artifacts import is_artifact_folder, is_run_tree
+from analysis.formats.peers import PEER_FORMATS, peer_files, peer_of_file, peer_tree
+from analysis.formats.pickled.pickles import ZIP_MAGIC
+from analysis.table.limits import check_regular, is_pipe
+
+Format = Literal[
+    "jsonl", "artifacts", "pt", "parquet", "ipc", "prime-rl", "areal", "verl", "nemo-rl"
+]
+"""How an input is read: the last four are other systems' logs (analysis.formats.peers)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file and the format it is read as; or a whole artifact folder (``folder``)."""
+
+    path: Path
+    format: Format
+    folder: bool = False
+    files: int = 1
+    """How many files it stands for (an artifact folder's segment files, once read)."""
+
+
+def detect_sources(
+    inputs: Sequence[str | Path], *, include_eval: bool = False, log_format: str | None = None
+) -> tuple[list[Source], list[str]]:
+    """Expand inputs (files, directories, globs) into sources in arrival order, plus warnings.
+
+    A folder's evaluation dumps (``eval_<N>.pt``) are left out unless ``include_eval``
+    (a warning names them); a file given by name is always read. ``log_format`` (one of
+    :data:`Format`) reads every file given, and every JSONL file of a folder, as that
+    format instead of the one found."""
+    sources: list[Source] = []
+    warnings: list[str] = []
+    for raw in inputs:
+        path = Path(raw)
+        try:
+            exists, is_dir = path.exists(), path.is_dir()
+        except OSError as exc:  # a folder on the way that may not be searched
+            raise InputNotFoundError(
+                f"{raw}: cannot reach it ({exc.strerror}); check the permissions of its folders"
+            ) from exc
+        if not exists:
+            pattern = str(raw)
+            matches = (
+                sorted(map(Path, glob.glob(pattern))) if any(c in pattern for c in "*?[") else []
+            )
+            if not matches:
+                raise InputNotFoundError(f"{raw}: no such file or directory; check the path")
+            for match in matches:
+                found, more = detect_sources(
+                    [match], include_eval=include_eval, log_format=log_format
+                )
+                sources += found
+                warnings += more
+            continue
+        if is_dir:
+            found, more = _eval_apart(
+                path, *_directory_sources(path, log_format), include_eval=include_eval
+            )
+            sources += found
+            warnings += more
+        else:
+            sources.append(Source(path, _chosen(log_format) or read_as(path)))
+    return sources, warnings
+
+
+def _chosen(log_format: str | None) -> Format | None:
+    if log_format is not None and log_format not in get_args(Format):
+        raise ConfigError(
+            f"{setting('log_format')}: expected one of {', '.join(get_args(Format))} "
+            f"(found {log_format!r})"
+        )
+    return cast("Format | None", log_format)
+
+
+def read_as(path: Path) -> Format:
+    """The format a file is read as: by name and content, and a JSONL file whose first
+    record has the shape of another system's log as that system's (analysis.formats.peers)."""
+    found = file_format(path)
+    if found == "jsonl" and not is_pipe(path):  # a pipe is read once: never probed
+        return cast(Format, peer_of_file(path) or found)
+    return found
+
+
+_FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("slime dump", (".pt", ".pkl", ".pickle")),
+    ("JSONL", (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")),
+    ("Parquet/Arrow", (".parquet", ".arrow", ".ipc", ".feather")),
+)
+"""The files a folder's logs are looked for in, by (lower-case) name ending."""
+
+
+def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
+    """A folder's log files by kind (in name order), and the names of links to logs that
+    are not there."""
+    try:
+        # By name: the same order as sorting the paths, without making a Path of each of
+        # what may be thousands of instance folders (that sort alone took 27 ms for 5,000).
+        with os.scandir(root) as listing:
+            entries = sorted(listing, key=operator.attrgetter("name"))
+    except OSError as exc:
+        raise InputNotFoundError(
+            f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
+        ) from exc
+    found: dict[str, list[Path]] = {kind: [] for kind, _ in _FOLDER_KINDS}
+    broken: list[str] = []
+    try:
+        for entry in entries:
+            name = entry.name.lower()
+            for kind, endings in _FOLDER_KINDS:
+                if not name.endswith(endings):
+                    continue
+                if (path := root / entry.name).is_file():
+                    found[kind].append(path)
+                elif path.is_symlink() and not path.exists():
+                    broken.append(entry.name)
+                else:
+                    continue
+                break
+    except OSError as exc:  # listed, but its entries may not be looked at
+        raise InputNotFoundError(
+            f"{root}: cannot look at the folder's files ({exc.strerror}); check its permissions"
+        ) from exc
+    return found, broken
+
+
+def _directory_sources(root: Path, log_format: str | None = None) -> tuple[list[Source], list[str]]:
+    """A folder's logs: another system's rollouts tree (analysis.formats.peers.peer_tree), else
+    what :func:`_dressage_or_slime_sources` finds."""
+    if (tree := peer_tree(root, log_format)) is not None:
+        kind, paths, note = tree
+        chosen_format = _chosen(log_format) or cast(Format, kind)
+        return [Source(path, chosen_format) for path in paths], [note]
+    return _dressage_or_slime_sources(root, log_format)
+
+
+def _dressage_or_slime_sources(
+    root: Path, log_format: str | None
+) -> tuple[list[Source], list[str]]:
+    """A folder's logs: a Dressage run folder's artifact trees, else its slime dumps, else
+    its Dressage artifact tree, else its JSONL files, else its Parquet/Arrow files. Logs of
+    a later kind beside them are not read (runs keep one kind of log), with a warning that
+    names them."""
+    if is_run_tree(root):
+        return [Source(root, "artifacts", folder=True)], [
+            f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
+            "log (every attempt, in completion order when its records carry it) for the "
+            "simple loop of "
+            "docs/semantics.md §3; `replay` without a policy, and `verify`, replay the run as "
+            "Dressage's own loop runs (§12)"
+        ]
+    found, broken = _folder_files(root)
+    artifacts = is_artifact_folder(root)
+    chosen: list[Source] = []
+    what = ""
+    unread: list[str] = []
+    for kind in ("slime dump", "artifacts", "JSONL", "Parquet/Arrow"):
+        if kind == "artifacts":
+            if artifacts and chosen:
+                unread.append("a Dressage artifact tree")
+            elif artifacts:
+                # Its files are found, ordered and read together (analysis.formats.dressage.artifacts).
+                chosen = [Source(root, "artifacts", folder=True)]
+                what = "the artifact tree"
+            continue
+        paths = found[kind]
+        if paths and chosen:
+            names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
+            unread.append(f"{counted(len(paths), kind + ' file')} ({names})")
+        elif paths:
+            # slime dumps are put in trainer-step order once read (order_dumps).
+            chosen = [Source(path, file_format(path)) for path in paths]
+            if kind == "JSONL":
+                chosen, left = _jsonl_sources(paths, _chosen(log_format))
+                unread += [_named(left, "other JSONL file")] if left else []
+            what = f"the {kind} file" if len(chosen) == 1 else f"the {len(chosen)} {kind} files"
+    if not chosen:
+        raise UnknownFormatError(
+            f"{root}: a directory with no slime dumps (*.pt), no Dressage artifacts "
+            "(<instance>/<session>/samples/<segment>.json), no *.jsonl and no *.parquet"
+            + (f" (only links to files that are not there: {', '.join(broken)})" if broken else "")
+            + "; point at the run's log folder or files"
+        )
+    warnings = []
+    if broken:
+        warnings.append(
+            f"{root}: not read, as the files they link to are not there: {', '.join(broken)}"
+        )
+    if unread:
+        warnings.append(
+            f"{root}: read {what} only; also there and not read: {'; '.join(unread)} "
+            "(pass those files explicitly to read them too, unless they hold the same run)"
+        )
+    return chosen, warnings
+
+
+def _jsonl_sources(paths: list[Path], log_format: Format | None) -> tuple[list[Source], list[Path]]:
+    """A folder's JSONL files: another system's log (analysis.formats.peers.peer_files) in that
+    system's order, with the files beside it that are not part of it; else plain JSONL in
+    name order."""
+    peer = None if log_format not in (None, *PEER_FORMATS) else peer_files(paths, log_format)
+    if peer is not None:
+        name, read, left = peer
+        return [Source(path, cast(Format, name)) for path in read], left
+    return [Source(path, log_format or "jsonl") for path in paths], []
+
+
+def _named(paths: list[Path], kind: str) -> str:
+    names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
+    return f"{counted(len(paths), kind)} ({names})"
+
+
+def is_eval_dump(path: Path) -> bool:
+    """Whether a file is a slime evaluation dump, ``eval_<N>.pt`` beside the training
+    dumps: nothing inside says so, only the name (slime's own ``save_debug_rollout_data``
+    names them this way)."""
+    name = path.name.lower()
+    return name.startswith("eval_") and name.endswith((".pt", ".pkl", ".pickle"))
+
+
+def _eval_apart(
+    root: Path, sources: list[Source], warnings: list[str], *, include_eval: bool
+) -> tuple[list[Source], list[str]]:
+    """A folder's sources without its evaluation dumps, unless ``include_eval``: their
+    samples are not training data, and counted among the steps' groups they would be
+    replayed as extra groups."""
+    evals = [s for s in sources if not s.folder and is_eval_dump(s.path)]
+    if include_eval or not evals:
+        return sources, warnings
+    names = ", ".join(s.path.name for s in evals[:3]) + (", ..." if evals[3:] else "")
+    if len(evals) == len(sources):
+        raise UnknownFormatError(
+            Message(
+                f"{root}: holds only evaluation dumps ({names}); pass "
+                f"{setting('include_eval', True)} to read them as a log of their own"
+            )
+        )
+    note = Message(
+        f"{root}: {counted(len(evals), 'evaluation dump')} ({names}) not read, so that "
+        f"evaluation samples are not taken for training groups; pass {setting('include_eval', True)} "
+        "to read them as groups of their own (ids eval:<rollout_id>:<instance or index>)"
+    )
+    return [s for s in sources if s not in evals], [*warnings, note]
+
+
+def file_format(path: Path) -> Format:
+    name = path.name.lower()
+    if name.endswith(".json"):
+        return "artifacts"  # one (pretty-printed) JSON document: an object or a list of them
+    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".arrow", ".ipc", ".feather")):
+        return "ipc"
+    if name.endswith((".pt", ".pkl", ".pickle")):
+        return "pt"
+    if is_pipe(path):
+        return "jsonl"  # read once, as JSONL, gzipped or not (told apart as it is read)
+    check_regular(path)  # a device would be sniffed, and might never end
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        # Reading it will fail the same way, and say so where --on-bad-record skip applies.
+        return "jsonl"
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if head.startswith(b"ARROW1"):
+        return "ipc"
+    if head.startswith((ZIP_MAGIC, b"\x80")):
+        return "pt"
+    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] == b"{":
+        return "jsonl"
+    raise UnknownFormatError(
+        f"{path}: unknown format (not JSONL, Parquet, Arrow IPC, or a slime .pt dump); "
+        "give the file a .jsonl, .parquet, .arrow or .pt extension if it is one of those"
+    )
+
+
+def unreadable_error(path: Path) -> InputNotFoundError | None:
+    """The error of an input file that cannot be opened (no permission, say), if any: one
+    line and exit 3, where reading it would fail in a way of the format's own; a device
+    (a link to /dev/zero: it never ends) is refused too."""
+    try:
+        check_regular(path)
+        if is_pipe(path):  # opened only to be read: a probe would lose its bytes
+            return None
+        with open(path, "rb"):
+            return None
+    except InputNotFoundError as error:
+        return error
+    except FileNotFoundError:
+        return InputNotFoundError(f"{path}: no such file; check the path")
+    except OSError as exc:
+        return InputNotFoundError(f"{path}: cannot read ({exc.strerror}); check its permissions")

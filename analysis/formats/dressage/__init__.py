@@ -1,0 +1,1 @@
+"""Dressage's own files: artifact folders (`traj_payload/`, `traj_err/`) and whole run folders."""

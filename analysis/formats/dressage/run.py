@@ -1,0 +1,467 @@
+"""Read a Dressage run folder (``traj_payload/``, ``traj_err/``, ``rollout_data/``, the log,
+the metrics and the prompts) into tables that a replay of Dressage's collector loop needs.
+
+One row per trajectory (session folder), trajectories grouped into *attempts* by
+(instance id, start rollout id, retry count), the rollout calls of the log, the groups
+each step's dump holds, and the metrics Dressage returned. Only the trajectory folders
+are required; every other file is optional and its absence is reported in ``warnings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from analysis.errors import (
+    InputNotFoundError,
+    MissingFieldError,
+    ReplayError,
+    UnknownFormatError,
+)
+from analysis.formats.dressage.log import (
+    KEPT_SCHEMA,
+    USED_METRICS,
+    DressageLog,
+    calls_frame,
+    events_frame,
+    read_dressage_log,
+    read_dump_rows,
+    read_metrics,
+    read_prompt_order,
+)
+from analysis.formats.dressage.records import attempt_label
+from analysis.formats.dressage.sessions import (
+    ERRORS,
+    FAIL_KINDS,
+    PAYLOAD,
+    SPAN_MARKER,
+    Trajectory,
+    classify_failure,
+    read_trajectories,
+    subfolders,
+)
+from analysis.table.limits import DEFAULT_LIMITS, Limits
+
+DUMPS = "rollout_data"
+METRICS_CSV = "dressage_metrics.csv"
+"""The per-step metrics exported from a dashboard as CSV, read when there is no JSONL."""
+LOG, METRICS, PROMPTS, ROLLOUTS = (
+    "dressage_log.txt",
+    "dressage_metrics.jsonl",
+    "prompts.jsonl",
+    "rollouts.jsonl",
+)
+
+
+TRAJECTORY_SCHEMA: dict[str, Any] = {
+    "trajectory_id": pl.String,
+    "attempt_id": pl.String,
+    "instance_id": pl.String,
+    "start_rollout_id": pl.Int64,
+    "retry_count": pl.Int64,
+    "finished_at": pl.Float64,
+    "completed": pl.Boolean,
+    "end_version": pl.String,
+    "span": pl.Int64,
+    "fail_kind": pl.String,
+    "sample_index": pl.Int64,
+    "sample_position": pl.Int64,
+    "group_index": pl.Int64,
+    "async_group_id": pl.Int64,
+    "span_marker": pl.Boolean,
+    "segments": pl.Int64,
+    "response_tokens": pl.Int64,
+}
+ATTEMPT_SCHEMA: dict[str, Any] = {
+    "attempt_id": pl.String,
+    "instance_id": pl.String,
+    "start_rollout_id": pl.Int64,
+    "retry_count": pl.Int64,
+    "completed_at": pl.Float64,
+    "retry_of": pl.String,
+    "draw": pl.Int64,
+    "fail_kind": pl.String,
+    "span_verdict": pl.Boolean,
+    "async_group_id": pl.Int64,
+    "trajectories": pl.Int64,
+    "order_known": pl.Boolean,
+}
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """Everything a Dressage run left on disk, as tables (see the module docstring).
+
+    ``trajectories`` is in attempt order, then sample order (``sample_position``);
+    ``calls`` is empty without a log; ``kept`` holds one row per session of each dump,
+    in dump order; ``log_events`` one row per drop / retry / exhausted / final-drain line.
+    """
+
+    root: Path
+    trajectories: pl.DataFrame
+    attempts: pl.DataFrame
+    calls: pl.DataFrame
+    kept: pl.DataFrame
+    metrics: pl.DataFrame
+    log_events: pl.DataFrame
+    samples_per_prompt: int | None
+    target_groups: int | None
+    final_rollout_id: int | None
+    zone_offset_s: float
+    sources: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def find_run_root(path: Path) -> Path | None:
+    """The folder holding ``traj_payload/`` or ``traj_err/``: ``path`` itself, its parent
+    when pointed at one of those, or its only subfolder that holds them (an artifact
+    tree with its ``<run>`` level)."""
+
+    def holds(folder: Path) -> bool:
+        return (folder / PAYLOAD).is_dir() or (folder / ERRORS).is_dir()
+
+    if not path.is_dir():
+        return None
+    if path.name in (PAYLOAD, ERRORS):
+        return path.parent
+    if holds(path):
+        return path
+    inner = [child for child in subfolders(path) if holds(child)]
+    return inner[0] if len(inner) == 1 else None
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """Whether ``path`` is (or holds exactly one) Dressage run folder; False for a path
+    that cannot be looked at (reading it says why, in the loader's words)."""
+    try:
+        return find_run_root(Path(path)) is not None
+    except OSError:
+        return False
+
+
+def read_run(
+    path: str | Path, *, trajectories_only: bool = False, limits: Limits = DEFAULT_LIMITS
+) -> RunLog:
+    """Read a Dressage run folder into a :class:`RunLog`.
+
+    ``trajectories_only`` reads just the trajectory folders (trajectories and attempts),
+    for a caller that does not replay the loop. Every file is read within ``limits``
+    (:class:`analysis.Limits`, or :attr:`analysis.ReadOptions.limits`), as ``load_logs``
+    reads logs: a JSON file or line past ``max_record_bytes``, a dump past the pickle
+    limits, is refused naming the limit.
+    """
+    given = Path(path)
+    if not given.exists():
+        raise InputNotFoundError(f"{given}: no such file or directory; check the path")
+    root = find_run_root(given)
+    if root is None:
+        raise UnknownFormatError(
+            f"{given}: not a Dressage run folder (no traj_payload/ or traj_err/ in it or in "
+            "exactly one of its subfolders); point at the folder that holds traj_payload/"
+        )
+    warnings: list[str] = []
+    sources = [name for name in (PAYLOAD, ERRORS) if (root / name).is_dir()]
+    trajectories = read_trajectories(root, warnings, limits)
+    if not trajectories:
+        raise MissingFieldError(
+            f"{root}: no trajectory folder ({PAYLOAD}/<instance>/<session>/ with session.json "
+            f"or samples/, or {ERRORS}/<instance>/<session>/error.json); point at a run folder "
+            "that holds them"
+        )
+    prompts: list[str] | None = None
+    dumps: list[dict[str, Any]] = []
+    log: DressageLog | None = None
+    metrics: list[dict[str, Any]] = []
+    if not trajectories_only:
+        dumps, dump_source = read_dump_rows(root, limits)
+        if dump_source:
+            sources.append(dump_source)
+        else:
+            warnings.append(
+                "no rollout_data/*.pt or rollouts.jsonl: kept groups cannot be checked and "
+                "the sample order of kept attempts is guessed"
+            )
+        if (root / PROMPTS).is_file():
+            sources.append(PROMPTS)
+            prompts = read_prompt_order(root / PROMPTS, limits)
+        else:
+            warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
+        metrics_file = next(
+            (root / name for name in (METRICS, METRICS_CSV) if (root / name).is_file()), None
+        )
+        if metrics_file is not None:
+            sources.append(metrics_file.name)
+            metrics = read_metrics(metrics_file, limits)
+            _warn_repeated_steps(metrics, metrics_file.name, warnings)
+        else:
+            warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
+        if (root / LOG).is_file():
+            sources.append(LOG)
+            log = read_dressage_log(
+                root / LOG,
+                error_times={
+                    t.trajectory_id: t.finished_at for t in trajectories if not t.completed
+                },
+                first_finish=min(t.finished_at for t in trajectories),
+                limits=limits,
+            )
+        else:
+            warnings.append(
+                "no dressage_log.txt: rollout call starts are inferred from the dumps and "
+                "metrics, and the log's drop / retry lines cannot be checked"
+            )
+    _enrich_from_dumps(trajectories, dumps)
+    samples_per_prompt = _samples_per_prompt(log, metrics, trajectories)
+    attempts = _build_attempts(trajectories, prompts, warnings)
+    if ERRORS not in sources and not trajectories_only:
+        _mark_incomplete(attempts, samples_per_prompt, warnings)
+    return RunLog(
+        root=root,
+        trajectories=_trajectory_frame(trajectories),
+        attempts=pl.DataFrame(attempts, schema=ATTEMPT_SCHEMA, orient="row"),
+        calls=calls_frame(log),
+        kept=pl.DataFrame(dumps, schema=KEPT_SCHEMA),
+        metrics=_metrics_frame(metrics),
+        log_events=events_frame(log),
+        samples_per_prompt=samples_per_prompt,
+        target_groups=_target_groups(log, metrics, dumps),
+        final_rollout_id=log.final_rollout_id if log else None,
+        zone_offset_s=log.zone_offset_s if log else 0.0,
+        sources=tuple(sources),
+        warnings=tuple(warnings),
+    )
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+def _enrich_from_dumps(trajectories: list[Trajectory], dumps: list[dict[str, Any]]) -> None:
+    """Dumps name what artifacts lack for kept trajectories: sample index, async group id."""
+    by_id = {t.trajectory_id: t for t in trajectories}
+    for row in dumps:
+        if (found := by_id.get(row["trajectory_id"])) is not None:
+            found.sample_index = row["sample_index"]
+            found.async_group_id = row["async_group_id"]
+            found.group_index = row["group_index"]
+
+
+# --------------------------------------------------------------------------- attempts
+
+
+def _sample_order(members: list[Trajectory]) -> tuple[list[Trajectory], bool]:
+    """Sample order of an attempt: by slime index where known; the rest after, in ascending
+    numeric end version (a neutral guess: it matters only when one attempt brings two new
+    labels at once)."""
+
+    def by_version(t: Trajectory) -> tuple[int, float, str]:
+        try:
+            return (0, float(t.end_version or ""), t.trajectory_id)
+        except ValueError:
+            return (1, 0.0, str(t.end_version))
+
+    known = sorted(
+        (t for t in members if t.sample_index is not None), key=lambda t: t.sample_index or 0
+    )
+    unknown = sorted((t for t in members if t.sample_index is None), key=by_version)
+    return known + unknown, not unknown
+
+
+def _build_attempts(
+    trajectories: list[Trajectory], prompts: list[str] | None, warnings: list[str]
+) -> list[dict[str, Any]]:
+    """Group trajectories into attempts (rows of ``ATTEMPT_SCHEMA``) and give each
+    trajectory its attempt id and sample position; reorders ``trajectories`` to match."""
+    buckets: dict[tuple[str, int | None, int], list[Trajectory]] = {}
+    for t in trajectories:
+        buckets.setdefault((t.instance_id, t.start_rollout_id, t.retry_count), []).append(t)
+    attempts: dict[tuple[str, int | None, int], dict[str, Any]] = {}
+    ordered: list[Trajectory] = []
+    for key, members in buckets.items():
+        label = attempt_label(*key)
+        in_order, known = _sample_order(members)
+        for position, t in enumerate(in_order):
+            t.attempt_id, t.sample_position = label, position
+        ordered += in_order
+        group_ids = sorted({t.async_group_id for t in members if t.async_group_id is not None})
+        if len(group_ids) > 1:
+            warnings.append(
+                f"attempt {label} holds trajectories of async groups {group_ids}: two draws of "
+                "one prompt in one rollout call are merged"
+            )
+        kinds = [t.fail_kind for t in members if t.fail_kind is not None]
+        indices = [t.group_index for t in members if t.group_index is not None]
+        attempts[key] = {
+            "attempt_id": label,
+            "instance_id": key[0],
+            "start_rollout_id": key[1],
+            "retry_count": key[2],
+            "completed_at": max(t.finished_at for t in members),
+            "retry_of": attempt_label(key[0], key[1], key[2] - 1)
+            if (key[0], key[1], key[2] - 1) in buckets
+            else None,
+            "draw": min(indices) if indices else None,
+            "fail_kind": ("span" if "span" in kinds else kinds[0]) if kinds else None,
+            "span_verdict": any(t.span_marker for t in members),
+            "async_group_id": group_ids[0] if group_ids else None,
+            "trajectories": len(members),
+            "order_known": known,
+        }
+    _assign_draws(attempts, prompts)
+    trajectories[:] = ordered
+    return list(attempts.values())
+
+
+def _assign_draws(
+    attempts: dict[tuple[str, int | None, int], dict[str, Any]], prompts: list[str] | None
+) -> None:
+    """Dataset draw ordinal (slime ``group_index``) of every attempt whose files lack it.
+
+    Prompts are drawn in ``prompts.jsonl`` order, epoch after epoch: an instance's k-th
+    first attempt (by start rollout) has ordinal k * P + its position. Retries keep
+    their draw; a known ``group_index`` wins.
+    """
+    order = prompts or sorted({key[0] for key in attempts})
+    position = {instance: i for i, instance in enumerate(order)}
+    firsts: dict[str, list[tuple[str, int | None, int]]] = {}
+    for key, row in attempts.items():
+        if row["retry_of"] is None:
+            firsts.setdefault(key[0], []).append(key)
+    for instance, keys in firsts.items():
+        keys.sort(key=lambda k: (-1 if k[1] is None else k[1], attempts[k]["completed_at"]))
+        for epoch, key in enumerate(keys):
+            if attempts[key]["draw"] is None:
+                attempts[key]["draw"] = epoch * len(order) + position.get(instance, 0)
+    for key in sorted(attempts, key=lambda k: k[2]):
+        row = attempts[key]
+        earlier = attempts.get((key[0], key[1], key[2] - 1))
+        if row["draw"] is None and earlier is not None:
+            row["draw"] = earlier["draw"]
+
+
+def _mark_incomplete(
+    attempts: list[dict[str, Any]], samples_per_prompt: int | None, warnings: list[str]
+) -> None:
+    """Without ``traj_err/``, an attempt with fewer than n trajectories failed (kind unknown)."""
+    if samples_per_prompt is None:
+        return
+    short = [row for row in attempts if row["trajectories"] < samples_per_prompt]
+    for row in short:
+        row["fail_kind"] = "other"
+    if short:
+        warnings.append(
+            f"no traj_err/: {len(short)} attempt(s) with fewer than {samples_per_prompt} "
+            "trajectories are taken as failed of unknown kind (reported as 'other'); their "
+            "failed trajectories, span rejections and failure kinds cannot be known"
+        )
+
+
+# --------------------------------------------------------------------------- facts and frames
+
+
+def _samples_per_prompt(
+    log: DressageLog | None, metrics: list[dict[str, Any]], trajectories: list[Trajectory]
+) -> int | None:
+    if log is not None and log.samples_per_prompt:
+        return log.samples_per_prompt
+    for row in metrics[:1]:  # both checked by read_metrics: whole numbers >= 1
+        groups = row.get("dressage/partial_rollout_target_groups")
+        samples = row.get("dressage/partial_rollout_target_samples")
+        if groups and samples:
+            return max(1, int(samples) // int(groups))
+    counts: dict[tuple[str, int | None, int], int] = {}
+    for t in trajectories:
+        key = (t.instance_id, t.start_rollout_id, t.retry_count)
+        counts[key] = counts.get(key, 0) + 1
+    return max(counts.values()) if counts else None
+
+
+def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int | None:
+    """A Dressage run folder's own batch size, cheaply: the target_groups of the last
+    rollout call that dressage_log.txt starts (as :func:`read_run` takes it, from the
+    same lines), else the metrics' or the dumps' (the whole run is read only then); None
+    when the run does not say, or cannot be read (within ``limits``: a file past them is
+    refused, as reading the run would refuse it)."""
+    from analysis.formats.dressage.log import call_start_target_groups
+    from analysis.table.limits import LimitError
+
+    root = find_run_root(Path(path))
+    if root is None:
+        return None
+    if (root / LOG).is_file():
+        try:
+            target = call_start_target_groups(root / LOG, limits)
+        except LimitError:
+            raise
+        except ReplayError:
+            target = None  # an unreadable log: the slower way below
+        if target is not None:
+            return target or None
+    try:
+        return read_run(root, limits=limits).target_groups
+    except LimitError:
+        raise
+    except ReplayError:
+        return None
+
+
+def _target_groups(
+    log: DressageLog | None, metrics: list[dict[str, Any]], dumps: list[dict[str, Any]]
+) -> int | None:
+    if log is not None and log.target_groups:
+        return log.target_groups
+    for row in metrics[:1]:
+        if row.get("dressage/partial_rollout_target_groups"):
+            return int(row["dressage/partial_rollout_target_groups"])
+    per_step: dict[int, set[int]] = {}
+    for row in dumps:
+        per_step.setdefault(row["rollout_id"], set()).add(row["group_position"])
+    return max((len(groups) for groups in per_step.values()), default=None)
+
+
+def _warn_repeated_steps(metrics: list[dict[str, Any]], name: str, warnings: list[str]) -> None:
+    """A step on two lines of the metrics (a file appended to twice): the later line is used."""
+    counts: dict[int, int] = {}
+    for row in metrics:
+        counts[row["rollout_id"]] = counts.get(row["rollout_id"], 0) + 1
+    repeated = [step for step, count in counts.items() if count > 1]
+    if repeated:
+        shown = ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else "")
+        warnings.append(
+            f"{name}: {len(repeated)} rollout_id(s) on more than one line ({shown}); the last "
+            "line of each is used (remove the others if the file was appended to twice)"
+        )
+
+
+def _metrics_frame(metrics: list[dict[str, Any]]) -> pl.DataFrame:
+    """The metrics the replay uses (numbers, checked by ``read_metrics``), one row per line."""
+    if not metrics:
+        return pl.DataFrame()
+    names = [name for name in USED_METRICS if any(name in row for row in metrics)]
+    schema: dict[str, Any] = {"rollout_id": pl.Int64, **dict.fromkeys(names, pl.Float64)}
+    rows = [
+        [row["rollout_id"], *(None if row.get(n) is None else float(row[n]) for n in names)]
+        for row in metrics
+    ]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _trajectory_frame(trajectories: list[Trajectory]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [{name: getattr(t, name) for name in TRAJECTORY_SCHEMA} for t in trajectories],
+        schema=TRAJECTORY_SCHEMA,
+    )
+
+
+__all__ = [
+    "FAIL_KINDS",
+    "SPAN_MARKER",
+    "RunLog",
+    "attempt_label",
+    "classify_failure",
+    "find_run_root",
+    "is_run_folder",
+    "read_run",
+]

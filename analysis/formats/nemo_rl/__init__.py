@@ -1,0 +1,1 @@
+"""NeMo-RL's training dumps (`train_data_step{N}.jsonl`)."""

@@ -1,0 +1,1 @@
+"""prime-rl's episode logs (`rollouts/step_N/train/all/traces.jsonl`)."""

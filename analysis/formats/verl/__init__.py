@@ -1,0 +1,1 @@
+"""verl's rollout dumps (`{rollout_data_dir}/{step}.jsonl`)."""

@@ -1,0 +1,1 @@
+"""The pipeline simulator and its fit to a real run."""

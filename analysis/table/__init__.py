@@ -1,0 +1,1 @@
+"""The canonical table every format reads into: its schema, version labels, the limits and options of reading."""
