@@ -49,13 +49,12 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         UnsafePickleError,
     )
     from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
-    from analysis.formats.fields import FieldMap
     from analysis.formats.load import (
-        LoadReport,
         iter_log_chunks,
         load_logs,
         records_to_table,
     )
+    from analysis.formats.report import LoadReport
     from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
     from analysis.output.raw_logs import log_format_for, write_log
     from analysis.output.tables import (
@@ -77,6 +76,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         parse_admission,
     )
     from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.table.fieldmap import FieldMap
     from analysis.table.labels import derive_end_version, real_label, run_length_spans
     from analysis.table.limits import Limits
     from analysis.table.options import ReadOptions
@@ -100,7 +100,7 @@ _HOME: dict[str, str] = {
     "InputNotFoundError": "analysis.errors",
     "Limits": "analysis.table.limits",
     "LOOP_DECISIONS": "analysis.engine",
-    "LoadReport": "analysis.formats.load",
+    "LoadReport": "analysis.formats.report",
     "LogFormatError": "analysis.errors",
     "LogInspection": "analysis.views.inspection",
     "LoopReplay": "analysis.engine",

@@ -93,7 +93,7 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        from analysis.formats.load import SKIP_REASON_NOUNS
+        from analysis.formats.report import SKIP_REASON_NOUNS
 
         reasons = ", ".join(
             counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))

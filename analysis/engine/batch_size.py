@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analysis.engine import PreparedLog
 from analysis.errors import ConfigError, setting
-from analysis.formats.load import LoadReport
+from analysis.formats.report import LoadReport
 from analysis.table.limits import DEFAULT_LIMITS, Limits
 
 PEER_NAMES = {"prime-rl": "prime-rl", "areal": "AReaL", "verl": "verl", "nemo-rl": "NeMo-RL"}

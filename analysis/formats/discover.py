@@ -6,38 +6,27 @@ import glob
 import operator
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast, get_args
+from typing import Any
 
 from analysis.errors import (
-    ConfigError,
     InputNotFoundError,
     Message,
+    ReplayError,
     UnknownFormatError,
     counted,
     setting,
 )
 from analysis.formats.dressage.artifacts import is_artifact_folder, is_run_tree
-from analysis.formats.peers import PEER_FORMATS, peer_files, peer_of_file, peer_tree
-from analysis.formats.pickled.pickles import ZIP_MAGIC
+from analysis.formats.peer_records import numbered_files
+from analysis.formats.peers import PeerFormat
+from analysis.formats.registry import ARTIFACTS, BY_NAME, DUMPS, IPC, JSONL, PARQUET, PEERS, named
+from analysis.formats.slime_dumps.reader import is_eval_dump
+from analysis.formats.source import Source
+from analysis.formats.text.jsonl import jsonl_records
+from analysis.formats.text.lean import lean_plan
+from analysis.table.fieldmap import FieldMap
 from analysis.table.limits import check_regular, is_pipe
-
-Format = Literal[
-    "jsonl", "artifacts", "pt", "parquet", "ipc", "prime-rl", "areal", "verl", "nemo-rl"
-]
-"""How an input is read: the last four are other systems' logs (analysis.formats.peers)."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input file and the format it is read as; or a whole artifact folder (``folder``)."""
-
-    path: Path
-    format: Format
-    folder: bool = False
-    files: int = 1
-    """How many files it stands for (an artifact folder's segment files, once read)."""
 
 
 def detect_sources(
@@ -47,7 +36,7 @@ def detect_sources(
 
     A folder's evaluation dumps (``eval_<N>.pt``) are left out unless ``include_eval``
     (a warning names them); a file given by name is always read. ``log_format`` (one of
-    :data:`Format`) reads every file given, and every JSONL file of a folder, as that
+    :data:`analysis.formats.registry.NAMES`) reads every file given, and every JSONL file of a folder, as that
     format instead of the one found."""
     sources: list[Source] = []
     warnings: list[str] = []
@@ -84,28 +73,24 @@ def detect_sources(
     return sources, warnings
 
 
-def _chosen(log_format: str | None) -> Format | None:
-    if log_format is not None and log_format not in get_args(Format):
-        raise ConfigError(
-            f"{setting('log_format')}: expected one of {', '.join(get_args(Format))} "
-            f"(found {log_format!r})"
-        )
-    return cast("Format | None", log_format)
+def _chosen(log_format: str | None) -> str | None:
+    told = named(log_format)
+    return None if told is None else told.name
 
 
-def read_as(path: Path) -> Format:
+def read_as(path: Path) -> str:
     """The format a file is read as: by name and content, and a JSONL file whose first
     record has the shape of another system's log as that system's (analysis.formats.peers)."""
     found = file_format(path)
     if found == "jsonl" and not is_pipe(path):  # a pipe is read once: never probed
-        return cast(Format, peer_of_file(path) or found)
+        return peer_of_file(path) or found
     return found
 
 
 _FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("slime dump", (".pt", ".pkl", ".pickle")),
-    ("JSONL", (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")),
-    ("Parquet/Arrow", (".parquet", ".arrow", ".ipc", ".feather")),
+    ("slime dump", DUMPS.endings),
+    ("JSONL", JSONL.endings),
+    ("Parquet/Arrow", PARQUET.endings + IPC.endings),
 )
 """The files a folder's logs are looked for in, by (lower-case) name ending."""
 
@@ -149,7 +134,7 @@ def _directory_sources(root: Path, log_format: str | None = None) -> tuple[list[
     what :func:`_dressage_or_slime_sources` finds."""
     if (tree := peer_tree(root, log_format)) is not None:
         kind, paths, note = tree
-        chosen_format = _chosen(log_format) or cast(Format, kind)
+        chosen_format = _chosen(log_format) or kind
         return [Source(path, chosen_format) for path in paths], [note]
     return _dressage_or_slime_sources(root, log_format)
 
@@ -162,7 +147,7 @@ def _dressage_or_slime_sources(
     a later kind beside them are not read (runs keep one kind of log), with a warning that
     names them."""
     if is_run_tree(root):
-        return [Source(root, "artifacts", folder=True)], [
+        return [Source(root, ARTIFACTS.name, folder=True)], [
             f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
             "log (every attempt, in completion order when its records carry it) for the "
             "simple loop of "
@@ -180,7 +165,7 @@ def _dressage_or_slime_sources(
                 unread.append("a Dressage artifact tree")
             elif artifacts:
                 # Its files are found, ordered and read together (analysis.formats.dressage.artifacts).
-                chosen = [Source(root, "artifacts", folder=True)]
+                chosen = [Source(root, ARTIFACTS.name, folder=True)]
                 what = "the artifact tree"
             continue
         paths = found[kind]
@@ -214,28 +199,21 @@ def _dressage_or_slime_sources(
     return chosen, warnings
 
 
-def _jsonl_sources(paths: list[Path], log_format: Format | None) -> tuple[list[Source], list[Path]]:
+def _jsonl_sources(paths: list[Path], log_format: str | None) -> tuple[list[Source], list[Path]]:
     """A folder's JSONL files: another system's log (analysis.formats.peers.peer_files) in that
     system's order, with the files beside it that are not part of it; else plain JSONL in
     name order."""
-    peer = None if log_format not in (None, *PEER_FORMATS) else peer_files(paths, log_format)
+    told = None if log_format is None else BY_NAME[log_format]
+    peer = None if told not in (None, *PEERS) else peer_files(paths, log_format)
     if peer is not None:
         name, read, left = peer
-        return [Source(path, cast(Format, name)) for path in read], left
-    return [Source(path, log_format or "jsonl") for path in paths], []
+        return [Source(path, name) for path in read], left
+    return [Source(path, log_format or JSONL.name) for path in paths], []
 
 
 def _named(paths: list[Path], kind: str) -> str:
     names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
     return f"{counted(len(paths), kind)} ({names})"
-
-
-def is_eval_dump(path: Path) -> bool:
-    """Whether a file is a slime evaluation dump, ``eval_<N>.pt`` beside the training
-    dumps: nothing inside says so, only the name (slime's own ``save_debug_rollout_data``
-    names them this way)."""
-    name = path.name.lower()
-    return name.startswith("eval_") and name.endswith((".pt", ".pkl", ".pickle"))
 
 
 def _eval_apart(
@@ -263,54 +241,104 @@ def _eval_apart(
     return [s for s in sources if s not in evals], [*warnings, note]
 
 
-def file_format(path: Path) -> Format:
+def file_format(path: Path) -> str:
+    """The format a file is read as by its name, else by its first bytes."""
     name = path.name.lower()
-    if name.endswith(".json"):
-        return "artifacts"  # one (pretty-printed) JSON document: an object or a list of them
-    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")):
-        return "jsonl"
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith((".arrow", ".ipc", ".feather")):
-        return "ipc"
-    if name.endswith((".pt", ".pkl", ".pickle")):
-        return "pt"
+    for fmt in BY_NAME.values():
+        if fmt.endings and name.endswith(fmt.endings):
+            return fmt.name
     if is_pipe(path):
-        return "jsonl"  # read once, as JSONL, gzipped or not (told apart as it is read)
+        return JSONL.name  # read once, as JSONL, gzipped or not (told apart as it is read)
     check_regular(path)  # a device would be sniffed, and might never end
     try:
         with path.open("rb") as handle:
             head = handle.read(8)
     except OSError:
         # Reading it will fail the same way, and say so where --on-bad-record skip applies.
-        return "jsonl"
-    if head.startswith(b"PAR1"):
-        return "parquet"
-    if head.startswith(b"ARROW1"):
-        return "ipc"
-    if head.startswith((ZIP_MAGIC, b"\x80")):
-        return "pt"
-    if head.startswith(b"\x1f\x8b") or head.lstrip()[:1] == b"{":
-        return "jsonl"
+        return JSONL.name
+    for fmt in BY_NAME.values():
+        if fmt.sniff(head):
+            return fmt.name
     raise UnknownFormatError(
         f"{path}: unknown format (not JSONL, Parquet, Arrow IPC, or a slime .pt dump); "
         "give the file a .jsonl, .parquet, .arrow or .pt extension if it is one of those"
     )
 
 
-def unreadable_error(path: Path) -> InputNotFoundError | None:
-    """The error of an input file that cannot be opened (no permission, say), if any: one
-    line and exit 3, where reading it would fail in a way of the format's own; a device
-    (a link to /dev/zero: it never ends) is refused too."""
+# --------------------------------------------------------------------------- other systems
+
+
+def peer_of_record(record: Any) -> str | None:
+    """The system whose record shape this is (every key its writer always writes is
+    there), else None."""
+    if not isinstance(record, dict):
+        return None
+    keys = record.keys()
+    for fmt in PEERS:
+        if fmt.keys <= keys:
+            return fmt.name
+    return None
+
+
+_PROBED_MEMBERS = 1000
+"""Members of a gzip file looked through for its first record (a file of one member per
+record has it in the first; one of millions of empty members took seconds a reading)."""
+
+
+def peer_of_file(path: Path) -> str | None:
+    """The system whose log a JSONL file is, by its first record; None when it is no
+    other system's (or cannot be read: its reader will say why)."""
     try:
-        check_regular(path)
-        if is_pipe(path):  # opened only to be read: a probe would lose its bytes
-            return None
-        with open(path, "rb"):
-            return None
-    except InputNotFoundError as error:
-        return error
-    except FileNotFoundError:
-        return InputNotFoundError(f"{path}: no such file; check the path")
-    except OSError as exc:
-        return InputNotFoundError(f"{path}: cannot read ({exc.strerror}); check its permissions")
+        # Lean: a long first line's token lists are not kept, nor folded, to read its keys.
+        lean = lean_plan(FieldMap(), fold=False)
+        for _, record in jsonl_records(path, lean=lean, members=_PROBED_MEMBERS):
+            return peer_of_record(record)
+    except ReplayError:  # reading it again will report the problem
+        return None
+    return None
+
+
+def peer_files(
+    paths: list[Path], log_format: str | None
+) -> tuple[str, list[Path], list[Path]] | None:
+    """A folder's JSONL files as one system's log: the system (``log_format``, else the
+    one whose file names and first record fit), its files in arrival order, and the
+    files left out as not named as that system names them; None when they are no other
+    system's log."""
+    peer = named(log_format)
+    if peer is None:
+        for fmt in PEERS:
+            if not fmt.names_files or fmt.file_order is None:
+                continue
+            order = fmt.file_order
+            named_paths = [path for path in paths if order(path) is not None]
+            if named_paths and peer_of_file(named_paths[0]) == fmt.name:
+                peer = fmt
+                break
+        else:
+            peer = BY_NAME.get(peer_of_file(paths[0]) or "")
+    if not isinstance(peer, PeerFormat) or peer.file_order is None:
+        return None
+    order = peer.file_order
+    kept = [path for path in paths if not peer.names_files or order(path) is not None]
+    if not kept:  # told the format, with files named otherwise: read them all
+        kept = paths
+    left = [path for path in paths if path not in kept]
+    return peer.name, numbered_files(kept, order), left
+
+
+def peer_tree(root: Path, log_format: str | None = None) -> tuple[str, list[Path], str] | None:
+    """A folder laid out as another system lays out its log (prime-rl's ``rollouts/``,
+    AReaL's ``rollout/``, or read as ``log_format`` areal): its format, the files read in
+    arrival order, and a note of what was read (else None). Only names are listed: a
+    Dressage folder of thousands of instance folders is not walked. A folder that may not
+    be listed is none of these here: the reader of our own folders says what is wrong
+    with it."""
+    try:
+        for fmt in PEERS:
+            if fmt.tree is not None and (found := fmt.tree(root, log_format, peer_of_file)):
+                paths, note = found
+                return fmt.name, paths, note
+    except OSError:
+        return None
+    return None

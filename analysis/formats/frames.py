@@ -14,7 +14,7 @@ from analysis.errors import (
     ReplayError,
     setting,
 )
-from analysis.formats.dressage.artifacts import ERRORS, Chunk
+from analysis.formats.dressage.segments import ERRORS, Chunk
 from analysis.formats.fields import (
     RowColumns,
     row_columns,

@@ -16,9 +16,9 @@ import orjson
 import polars as pl
 
 from analysis.errors import OutputError, setting
-from analysis.formats.fields import FieldMap
 from analysis.formats.pickled.pickles import dump_pt
 from analysis.output.tables import atomic_folder, atomic_path, write_canonical_chunks
+from analysis.table.fieldmap import FieldMap
 
 LogFormat = Literal["jsonl", "artifacts", "pt"]
 

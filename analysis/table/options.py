@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from analysis.errors import ConfigError, setting
-from analysis.formats.fields import FieldMap
+from analysis.table.fieldmap import FieldMap
 from analysis.table.limits import DEFAULT_LIMITS, LIMIT_NAMES, Limits
 from analysis.table.schema import CANONICAL_COLUMNS
 

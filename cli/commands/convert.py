@@ -93,7 +93,7 @@ def convert(
     with progress_bar("converting", quiet=quiet) as update:
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
-    from analysis.formats.peers import converted_warnings
+    from analysis.formats.registry import converted_warnings
 
     report.warnings = converted_warnings(report.warnings, report.formats)
     warn(report)
@@ -125,7 +125,7 @@ def _convert_partitioned(
         f"part{'' if done.parts == 1 else 's'}, {done.workers})",
         err=True,
     )
-    from analysis.formats.peers import converted_warnings
+    from analysis.formats.registry import converted_warnings
 
     report = analysis.LoadReport(
         warnings=converted_warnings(done.warnings, done.formats), skipped_where=done.skipped_where

@@ -61,7 +61,7 @@ def inspect(
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
-    from analysis.formats.peers import peer_warnings
+    from analysis.formats.registry import peer_warnings
 
     said = set(peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]

@@ -13,7 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
-from analysis.formats.dressage import artifact_helper, artifacts
+from analysis.formats.dressage import artifact_helper, artifacts, segments
 from analysis.output.raw_logs import write_artifacts
 
 
@@ -45,7 +45,7 @@ def load(
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
     session folder, so that the helper, which starts in about 50 ms, gets a share."""
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
-    monkeypatch.setattr(artifacts, "CHUNK_FILES", 7)  # many chunks, from both processes
+    monkeypatch.setattr(segments, "CHUNK_FILES", 7)  # many chunks, from both processes
     real_read_session = artifacts.read_session
 
     def read_session(*args: Any) -> None:
@@ -83,7 +83,7 @@ def after_its_first_chunk(monkeypatch: pytest.MonkeyPatch, action: str) -> None:
     helper_runs_first(
         monkeypatch,
         "import os\n"
-        "from analysis.formats.dressage.artifacts import Chunk\n"
+        "from analysis.formats.dressage.segments import Chunk\n"
         "sent = []\n"
         "def first_only(self, real=Chunk.to_marshal):\n"
         "    sent.append(1)\n"
@@ -132,9 +132,9 @@ def test_a_slow_helper_leaves_the_folders_to_this_process(
     helper_runs_first(
         monkeypatch,
         "import time\n"
-        "from analysis.formats.dressage import artifacts\n"
-        "real = artifacts.read_session\n"
-        "artifacts.read_session = lambda *a: (time.sleep(0.1), real(*a))",
+        "from analysis.formats.dressage import segments\n"
+        "real = segments.read_session\n"
+        "segments.read_session = lambda *a: (time.sleep(0.1), real(*a))",
     )
     reads_as_one_process(folder, monkeypatch, slow_here=0)
     (helper,) = helpers
@@ -285,7 +285,7 @@ def test_a_fifo_named_like_a_segment_is_passed_over_without_blocking(tmp_path: P
     """A file replaced by a FIFO after the listing must not hang the read."""
     fifo = tmp_path / "0.json"
     os.mkfifo(fifo)
-    assert artifacts.read_segment_file(str(fifo), analysis.FieldMap(), ())[2] == []
+    assert segments.read_segment_file(str(fifo), analysis.FieldMap(), ())[2] == []
 
 
 def test_entries_named_like_segments_that_are_not_files_are_not_counted(

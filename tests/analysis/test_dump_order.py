@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import analysis
-import analysis.formats.load as load
+import analysis.formats.slime_dumps.format as dump_format
 import analysis.formats.slime_dumps.reader as dumps
 from analysis.formats.pickled.pickles import dump_pt
 from analysis.formats.slime_dumps.reader import _UNKNOWN, _peek_rollout_id, dump_rollout_id
@@ -78,14 +78,14 @@ def test_a_folder_is_read_in_rollout_order_one_dump_at_a_time(
     steps = [12, 3, 0, 10, 2, 1]  # names order: 0, 1, 10, 12, 2, 3
     write_dumps(tmp_path / "dumps", steps, samples_first=frozenset({10}))
     read: list[int] = []
-    real = load.dump_samples
+    real = dump_format.dump_samples
 
     def spy(path: Path, *, trust_pickle: bool, **limits: Any) -> tuple[int | None, list[Any]]:
         found = real(path, trust_pickle=trust_pickle, **limits)
         read.append(found[0])  # type: ignore[arg-type]
         return found
 
-    monkeypatch.setattr(load, "dump_samples", spy)
+    monkeypatch.setattr(dump_format, "dump_samples", spy)
     monkeypatch.setattr(dumps, "dump_samples", spy)
     table = analysis.load_logs([tmp_path / "dumps"])
     assert table["trainer_step"].unique(maintain_order=True).to_list() == sorted(steps)

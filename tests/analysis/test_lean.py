@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 import analysis
 from analysis.errors import ReplayError
-from analysis.formats.fields import FieldMap, canonical_row
+from analysis.formats.fields import canonical_row
 from analysis.formats.text import jsonl_parts, lean
 from analysis.formats.text.jsonl import parse_json
 from analysis.formats.text.jsonl_parts import read_piece
+from analysis.table.fieldmap import FieldMap
 from analysis.table.labels import SpanBuilder, run_length_spans
 from analysis.table.options import ReadOptions
 

@@ -13,7 +13,8 @@ import pytest
 import analysis
 from analysis.errors import ConfigError, LogFormatError, MissingFieldError, ReplayError
 from analysis.formats.discover import detect_sources
-from analysis.formats.peers import peer_rows
+from analysis.formats.peers import PeerFormat
+from analysis.formats.registry import BY_NAME
 from tests.fixtures import peer_logs
 
 Writer = Any
@@ -281,7 +282,9 @@ def test_any_odd_value_anywhere_is_a_bad_record_never_a_crash(name: str) -> None
     good = GOOD[name]
     records = [_with(good, path, value) for path in _paths(good) for value in ODD_VALUES]
     records += [value for value in ODD_VALUES if not isinstance(value, dict)]
-    items = list(peer_rows(name, Path("log.jsonl"), enumerate(records, start=1)))
+    peer = BY_NAME[name]
+    assert isinstance(peer, PeerFormat) and peer.rows is not None
+    items = list(peer.rows(Path("log.jsonl"), enumerate(records, start=1)))
     assert len(items) == len(records)
     errors = 0
     for number, record, row in items:
@@ -315,7 +318,7 @@ def test_files_beside_a_peer_log_are_named_and_not_read(tmp_path: Path) -> None:
 def test_a_folder_that_cannot_be_listed_is_not_taken_for_a_peer_log(tmp_path: Path) -> None:
     """peer_tree looks into the folder given; an error there is the folder reader's to
     report (exit 3), not an internal error (found by the slow reliability test)."""
-    from analysis.formats.peers import peer_tree
+    from analysis.formats.discover import peer_tree
 
     class Locked(type(tmp_path)):  # type: ignore[misc]
         def glob(self, pattern: str) -> Any:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.formats.fields import FieldMap, Found, canonical_row
+from analysis.formats.fields import canonical_row
 from analysis.formats.pickled.pickles import SKIPPED
+from analysis.table.fieldmap import FieldMap, Found
 
 KEYS = ["a", "b", "metadata", "index", "x.y"]
 

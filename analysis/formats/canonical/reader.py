@@ -18,7 +18,7 @@ from analysis.errors import (
     setting,
 )
 from analysis.formats.canonical.ipc_sizes import IpcLayoutError, declared_sizes
-from analysis.formats.discover import Source
+from analysis.formats.source import Source
 from analysis.table.limits import (
     DEFAULT_LIMITS,
     INFLATION_FLOOR,

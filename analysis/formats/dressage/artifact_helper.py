@@ -13,11 +13,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.formats.dressage import artifacts
-from analysis.formats.dressage.artifacts import Chunk, FileResult
-from analysis.formats.fields import (
-    FieldMap,
-)
+from analysis.formats.dressage import segments
+from analysis.formats.dressage.segments import Chunk, FileResult
+from analysis.table.fieldmap import FieldMap
 from analysis.table.limits import DEFAULT_LIMITS, Limits
 
 HELPER_MIN_INSTANCES = 128
@@ -94,10 +92,10 @@ def helper_main() -> None:
         out.write(payload)
         out.flush()  # now: the parent hands out the next batch as this one is done
 
-    with artifacts.collector_paused():
+    with segments.collector_paused():
         while (batch := _read_frame(stdin)) is not None:
             for instance in batch:
-                artifacts.read_session(instance, fields, extra, results, limits)
+                segments.read_session(instance, fields, extra, results, limits)
                 if os.getppid() != parent:
                     raise SystemExit(1)
             batches, instances = batches + 1, instances + len(batch)
@@ -130,7 +128,7 @@ class HelperProcess:
                 dataclasses.asdict(fields),
                 list(extra),
                 os.getpid(),
-                artifacts.CHUNK_FILES,
+                segments.CHUNK_FILES,
                 dataclasses.astuple(limits),
             )
         )
@@ -210,7 +208,7 @@ class HelperProcess:
                 if (
                     len(header) < _HEADER
                     or header[:4] != _MAGIC
-                    or size > artifacts.MAX_CHUNK_BYTES
+                    or size > segments.MAX_CHUNK_BYTES
                     or done not in (batches, batches + 1)
                     or done > len(self.assigned)
                     or instances != sum(map(len, self.assigned[:done]))

@@ -29,10 +29,10 @@ from analysis.errors import (
     setting,
     short_repr,
 )
-from analysis.formats.fields import FieldMap
 from analysis.formats.slime_dumps.reader import dump_samples
 from analysis.formats.text.jsonl import jsonl_records
 from analysis.formats.text.lean import lean_plan
+from analysis.table.fieldmap import FieldMap
 from analysis.table.limits import DEFAULT_LIMITS, Limits, over_limit
 
 CALL_SCHEMA: dict[str, Any] = {

@@ -20,6 +20,7 @@ from typing import Any
 
 from analysis.errors import DamagedFileError, LogFormatError, UnsafePickleError, setting
 from analysis.formats.pickled import arrays, pickle_guard
+from analysis.table.fieldmap import SKIPPED, Skipped
 from analysis.table.limits import DEFAULT_LIMITS, INFLATION_FLOOR, Limits, check_regular, over_limit
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -121,25 +122,6 @@ _SEALED: dict[tuple[str, str], Any] = {
 refuses BUILD: its ``__setstate__`` needs an instance)."""
 
 
-class _Skipped:
-    """Stands in for a tensor or other torch object: accepts any construction, holds nothing."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> _Skipped:
-        return SKIPPED
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return "<skipped>"
-
-
-SKIPPED: _Skipped = object.__new__(_Skipped)
-
-
 def _rebuild_tensor(storage: Any, *args: Any) -> Any:
     """Stands in for ``torch._utils._rebuild_tensor_v2``; a tensor whose bytes are not at
     hand (a bare pickle) is skipped."""
@@ -170,7 +152,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if module == "torch" and name in arrays.TORCH_STORAGES:
             return arrays.TorchStorageType(name)
         if module == "torch" or module.startswith("torch."):
-            return _Skipped
+            return Skipped
         raise UnsafePickleError(
             f"{self.where}: the pickle needs {module}.{name}, which the safe reader does not "
             f"load; pass {setting('trust_pickle', True)} if you trust this file (it may run code)"

@@ -15,7 +15,6 @@ from analysis.errors import (
     setting,
     short_repr,
 )
-from analysis.formats.discover import Source, is_eval_dump
 from analysis.formats.pickled import arrays
 from analysis.formats.pickled.pickles import (
     MAX_DIRECTORY_BYTES,
@@ -24,7 +23,17 @@ from analysis.formats.pickled.pickles import (
     load_pickled,
 )
 from analysis.formats.slime_dumps.train_dumps import train_dump_layout
+from analysis.formats.source import Source
 from analysis.table.limits import DEFAULT_LIMITS, Limits
+
+
+def is_eval_dump(path: Path) -> bool:
+    """Whether a file is a slime evaluation dump, ``eval_<N>.pt`` beside the training
+    dumps: nothing inside says so, only the name (slime's own ``save_debug_rollout_data``
+    names them this way)."""
+    name = path.name.lower()
+    return name.startswith("eval_") and name.endswith((".pt", ".pkl", ".pickle"))
+
 
 EVAL_GROUP_PREFIX = "eval:"
 """Group ids of evaluation samples start with this (``eval:<rollout_id>:<key>``), so that

@@ -45,28 +45,9 @@ def parse_json(data: bytes) -> Any:
     except ValueError:  # an integer of more than 4,300 digits (CPython's limit)
         digits = f"{sys.get_int_max_str_digits():,}"
         raise json.JSONDecodeError(f"an integer of more than {digits} digits", "", 0) from None
-    if _lone_surrogate(value):  # orjson refuses them; text that no table or file takes
+    if lean_lines.lone_surrogate(value):  # orjson refuses them; text that no table or file takes
         raise json.JSONDecodeError("a \\u escape of half a character (a lone surrogate)", "", 0)
     return value
-
-
-def _lone_surrogate(value: Any) -> bool:
-    """Whether a parsed value holds text with a lone surrogate (walked without recursion;
-    only what orjson refused, and the standard parser read, is walked)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            stack += item.keys()
-            stack += item.values()
-        elif isinstance(item, list):
-            stack += item
-    return False
 
 
 def json_problem(error: json.JSONDecodeError) -> str:

@@ -29,14 +29,12 @@ import re
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 import orjson
 
+from analysis.table.fieldmap import FieldMap
 from analysis.table.labels import SpanBuilder, SpanRuns, on_ranges, true_runs
-
-if TYPE_CHECKING:
-    from analysis.formats.fields import FieldMap
 
 LEAN_MIN_BYTES = 1 << 20
 """Lines of at least this many bytes are read the lean way (when the field map allows);
@@ -336,7 +334,7 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
     parts.append(line[previous:])
     record = _parse(b"".join(parts), strict)
     del parts
-    if not strict and _lone_surrogate(record):
+    if not strict and lone_surrogate(record):
         raise _NotLean
     if not isinstance(record, dict) or record.get("success") is False:
         raise _NotLean  # (an error document reads its sample's fields: parse it whole)
@@ -354,7 +352,7 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
         pieces, empty = 0, False
         for piece in _pieces(line, start + 1, stop, quoted):
             items = _parse(b"[" + piece + b"]", strict)
-            if not strict and quoted and _lone_surrogate(items):
+            if not strict and quoted and lone_surrogate(items):
                 raise _NotLean  # (the whole parse refuses it, saying so)
             pieces, empty = pieces + 1, empty or not items
             lean.feed(items)
@@ -364,10 +362,23 @@ def _lean(line: bytes, arrays: list[Array], plan: LeanPlan, strict: bool) -> Any
     return record
 
 
-def _lone_surrogate(value: Any) -> bool:
-    from analysis.formats.text.jsonl import _lone_surrogate as lone
-
-    return lone(value)
+def lone_surrogate(value: Any) -> bool:
+    """Whether a parsed value holds text with a lone surrogate (walked without recursion;
+    only what orjson refused, and the standard parser read, is walked)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack += item.keys()
+            stack += item.values()
+        elif isinstance(item, list):
+            stack += item
+    return False
 
 
 def _locate(

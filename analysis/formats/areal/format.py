@@ -1,0 +1,42 @@
+"""AReaL's rollout dumps as a format: ``rollout/{tail_version}/{task_id}.jsonl``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from analysis.formats.areal import reader
+from analysis.formats.peer_records import numbered_files
+from analysis.formats.peers import FIELDS_UNUSED, PeerFormat
+
+
+def tree(
+    root: Path, told: str | None, probe: Callable[[Path], str | None]
+) -> tuple[list[Path], str] | None:
+    """A ``rollout/`` folder (or its parent), or any folder when told it is AReaL's."""
+    for base in (root, root / "rollout"):
+        if base.name != "rollout" and told != reader.NAME:
+            continue
+        found = [
+            path for path in sorted(base.glob("*/*.jsonl")) if reader.file_order(path) is not None
+        ]
+        if found and probe(found[0]) == reader.NAME:
+            return numbered_files(found, reader.file_order), (
+                f"{base}: AReaL rollout dumps: read {{tail_version}}/{{task_id}}.jsonl by "
+                "tail version, then task id"
+            )
+    return None
+
+
+FORMAT = PeerFormat(
+    name=reader.NAME,
+    described="an AReaL log",
+    users_name="AReaL",
+    fields_unused=FIELDS_UNUSED,
+    no_versions=reader.NO_VERSIONS,
+    cannot_tell=reader.LIMITS,
+    keys=reader.KEYS,
+    rows=reader.rows,
+    file_order=reader.file_order,
+    tree=tree,
+)
