@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.grid import PARETO_NOTE
 from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
 from cli.flags import flagged
@@ -29,13 +30,7 @@ if TYPE_CHECKING:  # only named in annotations: a replay need not import the run
     )
     from analysis.simulation.fit import Fit
 
-_COLUMNS = (
-    ("kept", "kept"),
-    ("dropped_stale_arrival", "stale, arrival"),
-    ("dropped_stale_pending", "stale, pending"),
-    ("rejected_span", "span rejected"),
-    ("failed", "failed"),
-)
+_COLUMNS = tuple((outcome.key, outcome.words) for outcome in Outcome)
 
 
 def _shortened(label: str, most: int = 60) -> str:
@@ -173,7 +168,7 @@ def _token_weighted_line(figures: dict[str, float | None]) -> str:
     )
 
 
-_LOOP_ROWS = (*_COLUMNS, ("leftover", "left over"))
+_LOOP_ROWS = (*_COLUMNS, (Decision.LEFTOVER.value, Decision.LEFTOVER.words))
 
 
 def print_run_summary(result: LoopReplay, console: Console) -> None:

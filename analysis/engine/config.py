@@ -8,9 +8,6 @@ from typing import Any
 
 from analysis.errors import ConfigError, setting
 
-DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
-
-
 MAX_SETTING = 1_000_000
 """Largest K, M or B accepted: more versions or groups than any run has."""
 

@@ -10,6 +10,7 @@ from typing import Any, overload
 import polars as pl
 
 from analysis.engine.config import MAX_SETTING, ReplayConfig
+from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.engine.results import ReplayResult, replay, resolve_config
 from analysis.errors import ConfigError, SettingSyntaxError, setting
@@ -287,14 +288,14 @@ def _row(result: ReplayResult) -> tuple[Any, ...]:
         config.keep_versions,
         config.max_preempts,
         config.batch_groups,
-        _pct(groups, "kept"),
-        _pct(samples, "kept"),
-        _pct(tokens, "kept"),
-        _pct(groups, "dropped_stale"),
-        _pct(groups, "dropped_stale_arrival"),
-        _pct(groups, "dropped_stale_pending"),
-        _pct(groups, "rejected_span"),
-        _pct(groups, "failed"),
+        _pct(groups, Decision.KEPT),
+        _pct(samples, Decision.KEPT),
+        _pct(tokens, Decision.KEPT),
+        _pct(groups, Decision.DROPPED_STALE),
+        _pct(groups, Outcome.DROPPED_ARRIVAL.key),
+        _pct(groups, Outcome.DROPPED_PENDING.key),
+        _pct(groups, Decision.REJECTED_SPAN),
+        _pct(groups, Decision.FAILED),
         summary.batches["emitted"],
         summary.version_gap["mean"],
         summary.version_gap["max"],
