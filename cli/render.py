@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from analysis.engine.config import k_label, m_label
 from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.grid import PARETO_NOTE
 from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
@@ -114,7 +115,6 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
     (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
     config = summary.config
-    from analysis.views._figures import k_label, m_label
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
         f"Replay: keep_versions={k_label(config.keep_versions)}  "

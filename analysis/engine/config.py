@@ -12,6 +12,16 @@ MAX_SETTING = 1_000_000
 """Largest K, M or B accepted: more versions or groups than any run has."""
 
 
+def k_label(keep_versions: int) -> str:
+    """How a keep_versions value reads in legends and ticks: K=0 is the control off."""
+    return "off" if keep_versions == 0 else str(keep_versions)
+
+
+def m_label(max_preempts: int | None) -> str:
+    """How a max_preempts value reads in legends and ticks."""
+    return "none" if max_preempts is None else str(max_preempts)
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     """One setting of the two controls and the trainer batch size, validated on construction.

@@ -264,13 +264,13 @@ def sweep(
         # Only the row and the notes are kept: the full result goes before the next
         # setting is replayed (SettingReplays replays one again when asked for).
         result = replay(prepared, config)
-        rows.append(_row(result))
+        rows.append(sweep_row(result))
         notes.update(dict.fromkeys(result.summary.log_notes))
         del result
         if progress is not None:
             progress(done, len(configs))
     frame = pl.DataFrame(rows, schema=SWEEP_SCHEMA, orient="row")
-    frame = frame.with_columns(pareto=pl.Series(_pareto(frame), dtype=pl.Boolean))
+    frame = frame.with_columns(pareto=pl.Series(pareto_front(frame), dtype=pl.Boolean))
     return SweepResult(rows=frame, results=SettingReplays(prepared, configs), notes=tuple(notes))
 
 
@@ -279,7 +279,8 @@ def _pct(counts: dict[str, int | None], key: str) -> float | None:
     return None if value is None or not total else 100.0 * value / total
 
 
-def _row(result: ReplayResult) -> tuple[Any, ...]:
+def sweep_row(result: ReplayResult) -> tuple[Any, ...]:
+    """One replay's row of a sweep, in the order of ``SWEEP_SCHEMA`` (the pareto column a placeholder)."""
     summary = result.summary
     config = summary.config
     groups, samples, tokens = (summary.counts[u] for u in ("groups", "samples", "tokens"))
@@ -307,7 +308,7 @@ def _row(result: ReplayResult) -> tuple[Any, ...]:
     )
 
 
-def _pareto(rows: pl.DataFrame) -> list[bool]:
+def pareto_front(rows: pl.DataFrame) -> list[bool]:
     """A row is efficient when no other keeps at least as much with no larger mean gap, one strictly."""
     kept_column = (
         "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
