@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 
@@ -41,6 +41,29 @@ class ExitCode(IntEnum):
 
 
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+
+
+class SkipReason(StrEnum):
+    """Why a load skipped something (``on_bad_record="skip"``), as the keys of ``skipped``
+    in ``--json`` name it; each error class says which is its own (:attr:`ReplayError.skip_reason`)."""
+
+    BAD_RECORD = "bad record"
+    DAMAGED_FILE = "damaged file"
+    MISSING_FIELD = "missing field"
+    UNREADABLE_FILE = "unreadable file"
+
+    @property
+    def nouns(self) -> tuple[str, str]:
+        """The thing skipped, singular and plural, for the warning."""
+        return _SKIP_NOUNS[self]
+
+
+_SKIP_NOUNS = {
+    SkipReason.BAD_RECORD: ("bad record", "bad records"),
+    SkipReason.DAMAGED_FILE: ("damaged file", "damaged files"),
+    SkipReason.MISSING_FIELD: ("record missing a field", "records missing a field"),
+    SkipReason.UNREADABLE_FILE: ("unreadable file", "unreadable files"),
+}
 
 _SETTING = re.compile("\x00([a-z_]+)\x01([^\x00]*)\x00")
 
@@ -88,6 +111,8 @@ class ReplayError(Exception):
     """Base of every error dressage-replay raises on purpose; carries its exit code."""
 
     exit_code: int = ExitCode.INTERNAL
+    skip_reason: SkipReason = SkipReason.BAD_RECORD
+    """What a load that skips bad input counts this error as."""
 
     @property
     def raw(self) -> str:
@@ -111,6 +136,7 @@ class InputNotFoundError(ReplayError):
     """An input path does not exist or cannot be read."""
 
     exit_code = ExitCode.INPUT_NOT_FOUND
+    skip_reason = SkipReason.UNREADABLE_FILE
 
 
 class UnknownFormatError(ReplayError):
@@ -129,6 +155,8 @@ class DamagedFileError(LogFormatError):
     """A whole file cannot be read in its format (a truncated gzip, a damaged archive or
     Parquet file): no record in it is at fault, the file is."""
 
+    skip_reason = SkipReason.DAMAGED_FILE
+
 
 class UnsafePickleError(LogFormatError):
     """A pickle needs more than plain containers and scalars; only ``trust_pickle`` loads it."""
@@ -138,6 +166,7 @@ class MissingFieldError(ReplayError):
     """The log lacks a field the command needs."""
 
     exit_code = ExitCode.MISSING_FIELD
+    skip_reason = SkipReason.MISSING_FIELD
 
 
 class ConfigError(ReplayError):

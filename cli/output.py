@@ -93,11 +93,8 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        from analysis.formats.report import SKIP_REASON_NOUNS
-
         reasons = ", ".join(
-            counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
-            for reason, count in report.skipped.items()
+            counted(count, *reason.nouns) for reason, count in report.skipped.items()
         )
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)
         for where in report.skipped_where:

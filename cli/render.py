@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from analysis.engine.config import k_label, m_label
+from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.grid import PARETO_NOTE
 from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
 from cli.flags import flagged
@@ -29,13 +31,7 @@ if TYPE_CHECKING:  # only named in annotations: a replay need not import the run
     )
     from analysis.simulation.fit import Fit
 
-_COLUMNS = (
-    ("kept", "kept"),
-    ("dropped_stale_arrival", "stale, arrival"),
-    ("dropped_stale_pending", "stale, pending"),
-    ("rejected_span", "span rejected"),
-    ("failed", "failed"),
-)
+_COLUMNS = tuple((outcome.key, outcome.words) for outcome in Outcome)
 
 
 def _shortened(label: str, most: int = 60) -> str:
@@ -119,7 +115,6 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
     (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
     config = summary.config
-    from analysis.views._figures import k_label, m_label
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
         f"Replay: keep_versions={k_label(config.keep_versions)}  "
@@ -173,7 +168,7 @@ def _token_weighted_line(figures: dict[str, float | None]) -> str:
     )
 
 
-_LOOP_ROWS = (*_COLUMNS, ("leftover", "left over"))
+_LOOP_ROWS = (*_COLUMNS, (Decision.LEFTOVER.value, Decision.LEFTOVER.words))
 
 
 def print_run_summary(result: LoopReplay, console: Console) -> None:

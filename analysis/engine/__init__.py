@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from analysis.engine.prepare import REPLAY_COLUMNS, PreparedLog, prepare, real_token_labels
 
 if TYPE_CHECKING:  # the rest imported when first used
-    from analysis.engine.config import DECISIONS, MAX_SETTING, ReplayConfig
+    from analysis.engine.config import MAX_SETTING, ReplayConfig
+    from analysis.engine.decisions import DECISIONS, LOOP_DECISIONS, Decision, Outcome, Stage
     from analysis.engine.grid import (
         PARETO_NOTE,
         SweepResult,
@@ -24,7 +25,6 @@ if TYPE_CHECKING:  # the rest imported when first used
         sweep,
     )
     from analysis.engine.loop import (
-        LOOP_DECISIONS,
         TRAJECTORY_TABLE_COLUMNS,
         LoopReplay,
         replay_run,
@@ -34,14 +34,17 @@ if TYPE_CHECKING:  # the rest imported when first used
     from analysis.engine.summary import ReplaySummary
 
 _HOME: dict[str, str] = {
-    "DECISIONS": "analysis.engine.config",
-    "LOOP_DECISIONS": "analysis.engine.loop",
+    "DECISIONS": "analysis.engine.decisions",
+    "Decision": "analysis.engine.decisions",
+    "LOOP_DECISIONS": "analysis.engine.decisions",
     "LoopReplay": "analysis.engine.loop",
     "MAX_SETTING": "analysis.engine.config",
+    "Outcome": "analysis.engine.decisions",
     "PARETO_NOTE": "analysis.engine.grid",
     "ReplayConfig": "analysis.engine.config",
     "ReplayResult": "analysis.engine.results",
     "ReplaySummary": "analysis.engine.summary",
+    "Stage": "analysis.engine.decisions",
     "SweepResult": "analysis.engine.grid",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine.loop",
     "ValueListError": "analysis.engine.grid",
@@ -66,11 +69,14 @@ __all__ = [
     "PARETO_NOTE",
     "REPLAY_COLUMNS",
     "TRAJECTORY_TABLE_COLUMNS",
+    "Decision",
     "LoopReplay",
+    "Outcome",
     "PreparedLog",
     "ReplayConfig",
     "ReplayResult",
     "ReplaySummary",
+    "Stage",
     "SweepResult",
     "ValueListError",
     "keep_versions_reproducing",

@@ -23,12 +23,11 @@ from typing import overload
 
 import numpy as np
 
+from analysis.engine.decisions import Outcome
 from analysis.table.labels import late_older_labels
 
 NO_VERSION = np.iinfo(np.int64).max // 4
 """Stands for the index of a group without versions: never below any cutoff."""
-
-KEPT, DROPPED_ARRIVAL, DROPPED_PENDING, REJECTED, FAILED = range(5)
 
 
 @dataclass(frozen=True)
@@ -219,14 +218,14 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
     min_index, known = observation.min_index, observation.count_after
     n = len(rejected)
     now = known - 1
-    decision = np.full(n, REJECTED, dtype=np.int64)
+    decision = np.full(n, Outcome.REJECTED, dtype=np.int64)
     batch_of = np.full(n, -1, dtype=np.int64)
     current = np.where(rejected, -1, now)
     observed = ~rejected
     failing = observed & failed
     stale = observed & ~failed & (min_index < known - keep) if keep else np.zeros(n, dtype=bool)
-    decision[failing] = FAILED
-    decision[stale] = DROPPED_ARRIVAL
+    decision[failing] = Outcome.FAILED
+    decision[stale] = Outcome.DROPPED_ARRIVAL
     entering = np.flatnonzero(observed & ~failed & ~stale)
     advancing = np.flatnonzero(observed & observation.advanced) if keep else entering[:0]
 
@@ -239,7 +238,7 @@ def collect(observation: Observation, *, keep_versions: int, batch_groups: int) 
         )  # fmt: skip
         dropped = by >= 0
         gone, groups = entering[dropped], advancing[by[dropped]]
-        decision[gone] = DROPPED_PENDING
+        decision[gone] = Outcome.DROPPED_PENDING
         current[gone] = now[groups]
         pending_drops = groups
     return _emitted(
@@ -314,7 +313,7 @@ def _emitted(
     pending = np.bincount(np.searchsorted(ends, pending_drops), minlength=n_batches + 1)
     partial = ends == len(decision)
     emitted_now = np.where(partial, final_now, now[np.minimum(ends, len(now) - 1)])
-    decision[members] = KEPT
+    decision[members] = Outcome.KEPT
     batch_of[members] = np.repeat(np.arange(n_batches), sizes)
     current[members] = np.repeat(emitted_now, sizes)
     rows = BatchRows(

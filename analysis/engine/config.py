@@ -8,11 +8,18 @@ from typing import Any
 
 from analysis.errors import ConfigError, setting
 
-DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed")
-
-
 MAX_SETTING = 1_000_000
 """Largest K, M or B accepted: more versions or groups than any run has."""
+
+
+def k_label(keep_versions: int) -> str:
+    """How a keep_versions value reads in legends and ticks: K=0 is the control off."""
+    return "off" if keep_versions == 0 else str(keep_versions)
+
+
+def m_label(max_preempts: int | None) -> str:
+    """How a max_preempts value reads in legends and ticks."""
+    return "none" if max_preempts is None else str(max_preempts)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, overload
 import polars as pl
 
 from analysis.engine.config import MAX_SETTING, ReplayConfig
+from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.engine.results import ReplayResult, replay, resolve_config
 from analysis.errors import ConfigError, SettingSyntaxError, setting
@@ -263,13 +264,13 @@ def sweep(
         # Only the row and the notes are kept: the full result goes before the next
         # setting is replayed (SettingReplays replays one again when asked for).
         result = replay(prepared, config)
-        rows.append(_row(result))
+        rows.append(sweep_row(result))
         notes.update(dict.fromkeys(result.summary.log_notes))
         del result
         if progress is not None:
             progress(done, len(configs))
     frame = pl.DataFrame(rows, schema=SWEEP_SCHEMA, orient="row")
-    frame = frame.with_columns(pareto=pl.Series(_pareto(frame), dtype=pl.Boolean))
+    frame = frame.with_columns(pareto=pl.Series(pareto_front(frame), dtype=pl.Boolean))
     return SweepResult(rows=frame, results=SettingReplays(prepared, configs), notes=tuple(notes))
 
 
@@ -278,7 +279,8 @@ def _pct(counts: dict[str, int | None], key: str) -> float | None:
     return None if value is None or not total else 100.0 * value / total
 
 
-def _row(result: ReplayResult) -> tuple[Any, ...]:
+def sweep_row(result: ReplayResult) -> tuple[Any, ...]:
+    """One replay's row of a sweep, in the order of ``SWEEP_SCHEMA`` (the pareto column a placeholder)."""
     summary = result.summary
     config = summary.config
     groups, samples, tokens = (summary.counts[u] for u in ("groups", "samples", "tokens"))
@@ -287,14 +289,14 @@ def _row(result: ReplayResult) -> tuple[Any, ...]:
         config.keep_versions,
         config.max_preempts,
         config.batch_groups,
-        _pct(groups, "kept"),
-        _pct(samples, "kept"),
-        _pct(tokens, "kept"),
-        _pct(groups, "dropped_stale"),
-        _pct(groups, "dropped_stale_arrival"),
-        _pct(groups, "dropped_stale_pending"),
-        _pct(groups, "rejected_span"),
-        _pct(groups, "failed"),
+        _pct(groups, Decision.KEPT),
+        _pct(samples, Decision.KEPT),
+        _pct(tokens, Decision.KEPT),
+        _pct(groups, Decision.DROPPED_STALE),
+        _pct(groups, Outcome.DROPPED_ARRIVAL.key),
+        _pct(groups, Outcome.DROPPED_PENDING.key),
+        _pct(groups, Decision.REJECTED_SPAN),
+        _pct(groups, Decision.FAILED),
         summary.batches["emitted"],
         summary.version_gap["mean"],
         summary.version_gap["max"],
@@ -306,7 +308,7 @@ def _row(result: ReplayResult) -> tuple[Any, ...]:
     )
 
 
-def _pareto(rows: pl.DataFrame) -> list[bool]:
+def pareto_front(rows: pl.DataFrame) -> list[bool]:
     """A row is efficient when no other keeps at least as much with no larger mean gap, one strictly."""
     kept_column = (
         "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"

@@ -19,14 +19,11 @@ from typing import Any
 
 import polars as pl
 
+from analysis.engine.decisions import LOOP_DECISIONS, Decision, Stage
 from analysis.engine.loop_checks import output_frames, self_checks
 from analysis.errors import ConfigError, MissingFieldError, setting
 from analysis.formats.dressage.run import RunLog
 from analysis.table.labels import late_older_note
-
-LOOP_DECISIONS = ("kept", "dropped_stale", "rejected_span", "failed", "leftover")
-"""What the loop replay decides for an attempt: the four of a simple replay, and
-``leftover``: completed, but never consumed before the run ended."""
 
 TRAJECTORY_TABLE_COLUMNS = (
     "trajectory_id",
@@ -105,7 +102,7 @@ class LoopReplay:
 
     def to_dict(self) -> dict[str, Any]:
         """The figures of the replay, as ``replay --json`` prints them for a run folder."""
-        kept = self.trajectories.filter(pl.col("decision") == "kept")["version_gap"]
+        kept = self.trajectories.filter(pl.col("decision") == Decision.KEPT)["version_gap"]
         attempts = self.attempts
         return {
             "model": "dressage-loop",
@@ -159,9 +156,9 @@ class _Attempt:
 
 @dataclass(slots=True)
 class _Decision:
-    decision: str
+    decision: Decision
     rollout_id: int | None
-    stage: str | None = None
+    stage: Stage | None = None
     retried: bool | None = None
     gaps: dict[str, int | None] = field(default_factory=dict)
     leftover: str | None = None
@@ -368,13 +365,13 @@ class _Collector:
         still = []
         for attempt in pending:
             if self.tracker.is_stale(attempt):
-                self._decide(attempt, "dropped_stale", rollout_id, stage="pending")
+                self._decide(attempt, Decision.DROPPED_STALE, rollout_id, stage=Stage.PENDING)
             else:
                 still.append(attempt)
         return still
 
     def _decide(
-        self, attempt: _Attempt, decision: str, rollout_id: int | None, **facts: Any
+        self, attempt: _Attempt, decision: Decision, rollout_id: int | None, **facts: Any
     ) -> None:
         self.decisions[attempt.attempt_id] = _Decision(
             decision, rollout_id, gaps=self.tracker.gaps(attempt), **facts
@@ -383,12 +380,12 @@ class _Collector:
     def _take(self, attempt: _Attempt, pending: list[_Attempt], rollout_id: int) -> None:
         """Decide one fetched attempt, as the collector does in insertion order."""
         if attempt.fail_kind is not None:
-            decision = "rejected_span" if attempt.fail_kind == "span" else "failed"
+            decision = Decision.REJECTED_SPAN if attempt.fail_kind == "span" else Decision.FAILED
             self._decide(
                 attempt, decision, rollout_id, retried=attempt.retry_count < self.max_retries
             )
         elif self.tracker.is_stale(attempt):
-            self._decide(attempt, "dropped_stale", rollout_id, stage="arrival")
+            self._decide(attempt, Decision.DROPPED_STALE, rollout_id, stage=Stage.ARRIVAL)
         else:
             pending.append(attempt)
 
@@ -411,10 +408,12 @@ class _Collector:
             while fetched and len(pending) < target_groups:
                 self._take(fetched.pop(0), pending, rollout_id)
         for attempt in pending:  # gaps as Dressage's metrics: after the call's last poll
-            self._decide(attempt, "kept", rollout_id)
+            self._decide(attempt, Decision.KEPT, rollout_id)
         if final:
             for attempt in fetched:
-                self._decide(attempt, "leftover", rollout_id, leftover="unconsumed_after_final")
+                self._decide(
+                    attempt, Decision.LEFTOVER, rollout_id, leftover="unconsumed_after_final"
+                )
         else:
             self.queue = fetched + self.queue  # put back for the next call
         self.current_after[rollout_id] = self.tracker.current
@@ -424,7 +423,7 @@ class _Collector:
         """Everything never decided was still queued or running at the final drain."""
         for attempt in self.order:
             if attempt.attempt_id not in self.decisions:
-                self._decide(attempt, "leftover", final_rollout_id, leftover="drained")
+                self._decide(attempt, Decision.LEFTOVER, final_rollout_id, leftover="drained")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -584,9 +583,9 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     counts.update(frame.group_by("decision").len().iter_rows())
     # Both stages, zeros included, in one order: value_counts' order is not fixed, and a
     # stage without drops left its key out (the JSON's shape changed from run to run).
-    stale = frame.filter(pl.col("decision") == "dropped_stale")["stage"].to_list()
-    for stage in ("arrival", "pending"):
-        counts[f"dropped_stale_{stage}"] = stale.count(stage)
+    stale = frame.filter(pl.col("decision") == Decision.DROPPED_STALE)["stage"].to_list()
+    for stage in Stage:
+        counts[f"{Decision.DROPPED_STALE}_{stage}"] = stale.count(stage.value)
     return {"total": frame.height, **counts}
 
 
@@ -594,7 +593,6 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
 
 
 __all__ = [
-    "LOOP_DECISIONS",
     "RUN_DECISION_COLUMNS",
     "TRAJECTORY_TABLE_COLUMNS",
     "LoopReplay",

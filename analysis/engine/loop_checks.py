@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from analysis.engine.decisions import Decision
+
 if TYPE_CHECKING:
     from analysis.engine.loop import _Attempt, _Collector, _Decision
 from analysis.formats.dressage.run import RunLog
@@ -24,16 +26,16 @@ def output_frames(
     attempt_rows = []
     for row in run.attempts.sort("draw", "retry_count", nulls_last=True).iter_rows(named=True):
         d, attempt = decisions[row["attempt_id"]], by_id[row["attempt_id"]]
-        failed = d.decision in ("failed", "rejected_span")
+        failed = d.decision in _FAILURES
         attempt_rows.append(
             {
                 "group_id": row["attempt_id"],
                 "instance_id": row["instance_id"],
                 "retry_count": row["retry_count"],
-                "decision": d.decision,
-                "stage": d.stage,
+                "decision": d.decision.value,
+                "stage": None if d.stage is None else d.stage.value,
                 "batch": batches.get(d.rollout_id)
-                if d.decision == "kept" and d.rollout_id is not None
+                if d.decision is Decision.KEPT and d.rollout_id is not None
                 else None,
                 "decided_in": d.rollout_id,
                 "fail_kind": attempt.fail_kind,
@@ -114,7 +116,7 @@ def self_checks(
     kept: dict[int, list[_Attempt]] = {}
     for attempt in attempts:
         d = decisions[attempt.attempt_id]
-        if d.decision == "kept" and d.rollout_id is not None:
+        if d.decision is Decision.KEPT and d.rollout_id is not None:
             kept.setdefault(d.rollout_id, []).append(attempt)
     owner = dict(run.trajectories.select("trajectory_id", "attempt_id").iter_rows())
     rows = []
@@ -140,9 +142,7 @@ def self_checks(
 def _metric_values(collector: _Collector, step: int, kept: list[_Attempt]) -> dict[str, Any]:
     """What Dressage's metrics for ``step`` should read if the replay is right."""
     decided = [(a, collector.decisions[a.attempt_id]) for a in collector.order]
-    failures = [
-        a for a, d in decided if d.rollout_id == step and d.decision in ("failed", "rejected_span")
-    ]
+    failures = [a for a, d in decided if d.rollout_id == step and d.decision in _FAILURES]
     values: dict[str, Any] = {
         **step_counts(collector, step),
         "staleness/partial_rollout_rejected_groups": sum(a.span_verdict for a in failures),
@@ -174,12 +174,13 @@ def _log_checks(
         logged[(rollout_id, kind)] = logged.get((rollout_id, kind), 0) + count
     replayed: dict[tuple[int | None, str], int] = {}
     for d in decisions.values():
+        # The kinds of log line (analysis/formats/dressage/log.py) each decision leaves.
         kind = {
-            "dropped_stale": "dropped_stale",
-            "failed": "retried" if d.retried else "exhausted",
-            "rejected_span": "retried" if d.retried else "exhausted",
+            Decision.DROPPED_STALE: "dropped_stale",
+            Decision.FAILED: "retried" if d.retried else "exhausted",
+            Decision.REJECTED_SPAN: "retried" if d.retried else "exhausted",
         }.get(d.decision)
-        if d.decision == "leftover":
+        if d.decision is Decision.LEFTOVER:
             kind = "final_unconsumed" if d.leftover == "unconsumed_after_final" else "final_drained"
         if kind is not None:
             replayed[(d.rollout_id, kind)] = replayed.get((d.rollout_id, kind), 0) + 1
@@ -205,14 +206,17 @@ def _log_checks(
 
 def step_counts(collector: _Collector, rollout_id: int) -> dict[str, int | None]:
     decided = [d for d in collector.decisions.values() if d.rollout_id == rollout_id]
-    failures = [d for d in decided if d.decision in ("failed", "rejected_span")]
+    failures = [d for d in decided if d.decision in _FAILURES]
     return {
-        "staleness/dropped_groups": sum(d.decision == "dropped_stale" for d in decided),
+        "staleness/dropped_groups": sum(d.decision is Decision.DROPPED_STALE for d in decided),
         "dressage/partial_rollout_retried_groups": sum(bool(d.retried) for d in failures),
         "dressage/partial_rollout_failed_groups": sum(not d.retried for d in failures),
         "staleness/current_version_index": collector.current_after.get(rollout_id),
     }
 
+
+_FAILURES = (Decision.FAILED, Decision.REJECTED_SPAN)
+"""The decisions of an attempt that failed (and may be retried)."""
 
 TRAJECTORY_COLUMNS: dict[str, Any] = {
     "trajectory_id": pl.String,

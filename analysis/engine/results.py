@@ -15,7 +15,6 @@ import numpy as np
 import polars as pl
 
 from analysis.engine.batching import (
-    KEPT,
     NO_VERSION,
     Collection,
     Observation,
@@ -23,6 +22,7 @@ from analysis.engine.batching import (
     collect,
 )
 from analysis.engine.config import ReplayConfig
+from analysis.engine.decisions import DECISION_NAMES, STAGE_NAMES, Decision, Outcome
 from analysis.engine.prepare import PreparedLog, prepare
 from analysis.engine.summary import ReplaySummary, kept_gaps, kept_trajectory_gaps, summarise
 from analysis.errors import ConfigError, setting
@@ -66,16 +66,14 @@ class ReplayResult:
         codes = self._collection.decision
         if per == "trajectory":
             codes = codes[self._prepared.per_trajectory.arrival]
-        return pl.Series("decision", codes).replace_strict(
-            dict(enumerate(_DECISION_NAMES)), return_dtype=pl.String
-        )
+        return pl.Series("decision", codes).replace_strict(DECISION_NAMES, return_dtype=pl.String)
 
     def span_histograms(self) -> tuple[np.ndarray, np.ndarray]:
         """How many checked trajectories have each span (index = span): of all groups,
         and of the kept ones; the ``span`` column of :func:`trajectory_outcomes` counted
         without its frame."""
         prepared, decision = self._prepared, self._collection.decision
-        return prepared.span_histogram(None), prepared.span_histogram(decision == KEPT)
+        return prepared.span_histogram(None), prepared.span_histogram(decision == Outcome.KEPT)
 
     @functools.cached_property
     def batches(self) -> pl.DataFrame:
@@ -144,9 +142,6 @@ def replay(
     )
 
 
-_DECISION_NAMES = ["kept", "dropped_stale", "dropped_stale", "rejected_span", "failed"]
-_STAGE_NAMES = [None, "arrival", "pending", None, None]
-
 _BATCH_SCHEMA = {
     "batch": pl.Int64,
     "groups": pl.Int64,
@@ -168,8 +163,8 @@ def _decisions_frame(
     gap = np.where(versioned & decided, collection.current - observation.min_index, 0)
     code = pl.Series(collection.decision)
     return prepared.groups.select("group_id", "arrival").with_columns(
-        decision=code.replace_strict(dict(enumerate(_DECISION_NAMES)), return_dtype=pl.String),
-        stage=code.replace_strict(dict(enumerate(_STAGE_NAMES)), return_dtype=pl.String),
+        decision=code.replace_strict(DECISION_NAMES, return_dtype=pl.String),
+        stage=code.replace_strict(STAGE_NAMES, return_dtype=pl.String),
         batch=pl.Series(collection.batch).replace(-1, None),
         version_index=pl.Series(observation.min_index).set(pl.Series(~versioned), None),
         version_gap=pl.Series(gap).set(pl.Series(~(versioned & decided)), None),
@@ -259,7 +254,7 @@ def trajectory_outcomes(prepared: PreparedLog, result: ReplayResult) -> pl.DataF
             )
         )
         .with_columns(
-            version_gap=pl.when(pl.col("decision") == "kept").then(
+            version_gap=pl.when(pl.col("decision") == Decision.KEPT).then(
                 pl.col("current") - pl.col("version_index")
             )
         )

@@ -9,15 +9,11 @@ from typing import Any
 import numpy as np
 
 from analysis.engine.batching import (
-    DROPPED_ARRIVAL,
-    DROPPED_PENDING,
-    FAILED,
-    KEPT,
-    REJECTED,
     Collection,
     Observation,
 )
 from analysis.engine.config import ReplayConfig
+from analysis.engine.decisions import DECISIONS, Decision, Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.errors import Message, counted, setting
 from analysis.table.labels import late_older_note
@@ -55,15 +51,19 @@ class ReplaySummary:
         """The same figures under the names of Dressage's training dashboard."""
         span = self.version_span["kept"]
         return {
-            "staleness/dropped_groups": self.counts["groups"]["dropped_stale"],
+            "staleness/dropped_groups": self.counts["groups"][Decision.DROPPED_STALE],
             "staleness/version_gap_min": self.version_gap["min"],
             "staleness/version_gap_max": self.version_gap["max"],
             "staleness/version_gap_mean": self.version_gap["mean"],
             "staleness/version_span_mean": span["mean"],
             "staleness/version_span_max": span["max"],
             "staleness/version_span_min": span["min"],
-            "staleness/partial_rollout_rejected_groups": self.counts["groups"]["rejected_span"],
-            "staleness/partial_rollout_rejected_samples": self.counts["samples"]["rejected_span"],
+            "staleness/partial_rollout_rejected_groups": self.counts["groups"][
+                Decision.REJECTED_SPAN
+            ],
+            "staleness/partial_rollout_rejected_samples": self.counts["samples"][
+                Decision.REJECTED_SPAN
+            ],
             "staleness/current_version_index": self.current_version_index,
             "staleness/cutoff_version_index": self.cutoff_version_index,
         }
@@ -88,7 +88,7 @@ class ReplaySummary:
                 for u in units
             )
             + "</tr>"
-            for outcome in ("total", "kept", "dropped_stale", "rejected_span", "failed")
+            for outcome in ("total", *DECISIONS)
         )
         head = "".join(f"<th>{html.escape(u)}</th>" for u in units)
         return (
@@ -130,15 +130,19 @@ def summarise(
         ("trajectories", arrays.trajectories),
         ("tokens", arrays.tokens),
     ):
-        by_code = np.bincount(decision, weights=weights, minlength=5).astype(np.int64).tolist()
+        by_code = (
+            np.bincount(decision, weights=weights, minlength=len(Outcome)).astype(np.int64).tolist()
+        )
         unit_counts: dict[str, int | None] = {
             "total": sum(by_code),
-            "kept": by_code[KEPT],
-            "dropped_stale": by_code[DROPPED_ARRIVAL] + by_code[DROPPED_PENDING],
-            "dropped_stale_arrival": by_code[DROPPED_ARRIVAL],
-            "dropped_stale_pending": by_code[DROPPED_PENDING],
-            "rejected_span": by_code[REJECTED],
-            "failed": by_code[FAILED],
+            Decision.KEPT.value: by_code[Outcome.KEPT],
+            Decision.DROPPED_STALE.value: (
+                by_code[Outcome.DROPPED_ARRIVAL] + by_code[Outcome.DROPPED_PENDING]
+            ),
+            Outcome.DROPPED_ARRIVAL.key: by_code[Outcome.DROPPED_ARRIVAL],
+            Outcome.DROPPED_PENDING.key: by_code[Outcome.DROPPED_PENDING],
+            Decision.REJECTED_SPAN.value: by_code[Outcome.REJECTED],
+            Decision.FAILED.value: by_code[Outcome.FAILED],
         }
         if unit == "tokens" and not prepared.tokens_known:
             unit_counts = dict.fromkeys(unit_counts)
@@ -152,12 +156,12 @@ def summarise(
         "max": int(largest.max()) if gap_count else None,
     }
     version_span = {
-        "kept": span_stats(prepared.span_histogram(decision == KEPT)),
+        "kept": span_stats(prepared.span_histogram(decision == Outcome.KEPT)),
         "all": span_stats(prepared.span_histogram(None)),
     }
 
     notes: list[str] = []
-    rejected = counts["groups"]["rejected_span"] or 0
+    rejected = counts["groups"][Decision.REJECTED_SPAN] or 0
     if rejected:
         notes.append(
             f"{counted(rejected, 'rejected group')} would have been retried by Dressage as a "
@@ -219,7 +223,7 @@ def span_stats(histogram: np.ndarray) -> dict[str, Any]:
 
 def kept_gaps(observation: Observation, collection: Collection) -> tuple[np.ndarray, ...]:
     """Per kept group with versions: (group positions, gap sums, smallest gap, largest gap)."""
-    kept = np.flatnonzero((collection.decision == KEPT) & (observation.versioned > 0))
+    kept = np.flatnonzero((collection.decision == Outcome.KEPT) & (observation.versioned > 0))
     current = collection.current[kept]
     sums = observation.versioned[kept] * current - observation.sum_index[kept]
     return kept, sums, current - observation.max_index[kept], current - observation.min_index[kept]
@@ -240,7 +244,7 @@ def token_weighted(
     whole numbers, so the same means, as summing the kept trajectories themselves."""
     if not prepared.tokens_known:
         return dict.fromkeys(TOKEN_WEIGHTED_KEYS)
-    kept = collection.decision == KEPT
+    kept = collection.decision == Outcome.KEPT
     gap_tokens, gap_sums = _group_gap_sums(prepared, observation)
     gap_total = int(gap_tokens[kept].sum())
     gap_numerator = int((collection.current[kept] * gap_tokens[kept]).sum()) - int(
@@ -300,7 +304,7 @@ def kept_trajectory_gaps(
     order): the non-null ``version_gap`` of :func:`analysis.trajectory_outcomes`, from
     the per-group arrays rather than a frame of every trajectory."""
     arrays = prepared.arrays
-    kept = collection.decision[arrays.owner] == KEPT
+    kept = collection.decision[arrays.owner] == Outcome.KEPT
     index_of_code = version_index_of_codes(prepared, observation)
     gaps: np.ndarray = collection.current[arrays.owner[kept]] - index_of_code[arrays.codes[kept]]
     return gaps

@@ -5,24 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analysis.errors import Message, ReplayError
+from analysis.errors import Message, ReplayError, SkipReason
 from analysis.formats.source import Source
-
-_SKIP_REASONS = {
-    "LogFormatError": "bad record",
-    "DamagedFileError": "damaged file",
-    "LimitError": "damaged file",
-    "MissingFieldError": "missing field",
-    "InputNotFoundError": "unreadable file",
-}
-"""Why something was skipped, by error (the keys of ``skipped`` in ``--json``)."""
-SKIP_REASON_NOUNS = {
-    "bad record": ("bad record", "bad records"),
-    "damaged file": ("damaged file", "damaged files"),
-    "missing field": ("record missing a field", "records missing a field"),
-    "unreadable file": ("unreadable file", "unreadable files"),
-}
-"""Each reason as the thing skipped, singular and plural, for the warning."""
 
 
 @dataclass
@@ -30,7 +14,8 @@ class LoadReport:
     """What loading saw besides the records: formats, skipped records, warnings."""
 
     sources: list[Source] = field(default_factory=list)
-    skipped: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[SkipReason] = field(default_factory=Counter)
+    """How many were skipped, by reason (the keys of ``skipped`` in ``--json``)."""
     skipped_where: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     converted_from: list[str] = field(default_factory=list)
@@ -47,7 +32,6 @@ class LoadReport:
         return sum(source.files for source in self.sources)
 
     def skip(self, error: ReplayError) -> None:
-        reason = _SKIP_REASONS.get(type(error).__name__, "bad record")
-        self.skipped[reason] += 1
+        self.skipped[error.skip_reason] += 1
         if len(self.skipped_where) < 5:
             self.skipped_where.append(Message(error.raw))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from analysis.errors import ConfigError, OutputError, ReplayError, setting
+from analysis.errors import ConfigError, OutputError, ReplayError, SkipReason, setting
 from analysis.formats.text.jsonl_parts import Piece, cut
 from analysis.table.options import ReadOptions
 
@@ -75,7 +75,7 @@ class UnitResult:
 
     index: int
     rows: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
+    skipped: dict[SkipReason, int] = field(default_factory=dict)
     skipped_where: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
@@ -88,7 +88,7 @@ class PartitionedReport:
 
     parts: int
     rows: int
-    skipped: dict[str, int]
+    skipped: dict[SkipReason, int]
     skipped_where: list[str]
     warnings: list[str]
     formats: list[str]
@@ -380,7 +380,7 @@ def _check_output(output: Path, inputs: Sequence[str | Path]) -> None:
 
 
 def _report(results: list[UnitResult], workers: str) -> PartitionedReport:
-    skipped: dict[str, int] = {}
+    skipped: dict[SkipReason, int] = {}
     where: list[str] = []
     warnings: list[str] = []
     formats: set[str] = set()

@@ -20,14 +20,11 @@ from typing import Any
 import polars as pl
 
 from analysis.errors import ConfigError, SettingSyntaxError, setting
+from analysis.rules.grammar import ADMISSION_RULES, split_spec
+from analysis.rules.spec import POLICIES
 from analysis.table.labels import real_label
 
-RULES: dict[str, tuple[str, ...]] = {
-    "areal": ("max_head_offpolicyness",),
-    "skyrl": ("max_staleness_steps",),
-    "nemo-gated": ("max_staleness_versions",),
-    "verl-async": ("staleness_threshold", "required_samples", "trigger_parameter_sync_step"),
-}
+RULES = ADMISSION_RULES
 """Each rule's knobs, under its system's own names (the first is its bound)."""
 ALIASES = {"eta": "max_head_offpolicyness"}
 """Short names accepted in a spec (AReaL's docs write η)."""
@@ -97,15 +94,15 @@ def parse_admission(spec: str, *, required_samples: int | None = None) -> Admiss
     >>> parse_admission("verl-async:staleness_threshold=0.5,required_samples=4").max_required
     6
     """
-    system, _, rest = spec.partition(":")
-    system = system.strip().lower()
+    parsed = split_spec(spec)
+    system = parsed.name
     if system not in RULES:
         raise SettingSyntaxError(f"{setting('admission', spec)}: {_unknown_rule(system)}")
     knobs: dict[str, float] = {}
     offset: int | None = None
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        name, equals, value = (text.strip() for text in item.partition("="))
-        name = ALIASES.get(name, name)
+    for knob in parsed.knobs:
+        item, equals, value = knob.item, knob.equals, knob.value
+        name = ALIASES.get(knob.knob, knob.knob)
         if name not in (*RULES[system], "step_offset") or not equals:
             raise SettingSyntaxError(
                 f"{setting('admission', spec)}: {item!r} is not one of {system}'s knobs "
@@ -123,8 +120,6 @@ def parse_admission(spec: str, *, required_samples: int | None = None) -> Admiss
 
 def _unknown_rule(system: str) -> str:
     """What to say of a rule name that is not one: a staleness policy points to --policy."""
-    from analysis.rules.spec import POLICIES
-
     if system in POLICIES:
         return (
             f"{system} drops stale groups at batch assembly: it is a staleness policy, "

@@ -14,14 +14,11 @@ import numpy as np
 import polars as pl
 
 from analysis.engine.batching import (
-    DROPPED_ARRIVAL,
-    DROPPED_PENDING,
-    FAILED,
-    KEPT,
     NO_VERSION,
     Collection,
     Observation,
 )
+from analysis.engine.decisions import Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.rules.spec import PeerPolicy
 
@@ -87,7 +84,7 @@ class _Loop:
         """Drop the waiting groups the clock has made too stale (a sweep, or an eviction)."""
         gone = [g for g in self.waiting if self.stale(g)]
         if gone:
-            self.decision[gone] = DROPPED_PENDING
+            self.decision[gone] = Outcome.DROPPED_PENDING
             self.current[gone] = now
             self.pending_drops += len(gone)
             self.waiting = [g for g in self.waiting if not self.stale(g)]
@@ -105,7 +102,7 @@ class _Loop:
     def _emit(self, now: int, *, partial: bool) -> None:
         chosen = _select(self.waiting, self.start, self.policy.selection)[: self.batch_groups]
         number = len(self.rows)
-        self.decision[chosen] = KEPT
+        self.decision[chosen] = Outcome.KEPT
         self.batch[chosen] = number
         self.current[chosen] = now
         self.rows.append(
@@ -126,10 +123,10 @@ class _Loop:
             if self.policy.sweeps_on_advance:
                 self.drop_waiting(now)
         if failed:
-            self.decision[group], self.current[group] = FAILED, now
+            self.decision[group], self.current[group] = Outcome.FAILED, now
             return
         if self.policy.checks_on_arrival and self.stale(group):
-            self.decision[group], self.current[group] = DROPPED_ARRIVAL, now
+            self.decision[group], self.current[group] = Outcome.DROPPED_ARRIVAL, now
             self.arrival_drops += 1
             return
         self.waiting.append(group)

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from analysis.engine.config import ReplayConfig
-from analysis.engine.grid import SWEEP_SCHEMA, _pareto, _row
+from analysis.engine.grid import SWEEP_SCHEMA, pareto_front, sweep_row
 from analysis.engine.prepare import PreparedLog, prepare
 from analysis.engine.results import ReplayResult, replay, resolve_config
 from analysis.engine.summary import ReplaySummary, summarise
@@ -183,11 +183,11 @@ def sweep_policies(
         if progress is not None:
             progress(done, len(policies))
     rows = pl.DataFrame(
-        [(r.policy.label(), *_row(r.result)) for r in results],
+        [(r.policy.label(), *sweep_row(r.result)) for r in results],
         schema=POLICY_SWEEP_SCHEMA,
         orient="row",
     )
-    rows = rows.with_columns(pareto=pl.Series(_pareto(rows), dtype=pl.Boolean))
+    rows = rows.with_columns(pareto=pl.Series(pareto_front(rows), dtype=pl.Boolean))
     peers = pl.Series([isinstance(r.policy, PeerPolicy) for r in results])
     rows = rows.with_columns(
         keep_versions=pl.when(peers).then(None).otherwise(pl.col("keep_versions")),

@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from analysis.engine.config import MAX_SETTING, ReplayConfig
+from analysis.engine.config import MAX_SETTING, ReplayConfig, k_label, m_label
+from analysis.engine.grid import parse_whole
 from analysis.errors import ConfigError, SettingSyntaxError, setting
+from analysis.rules.grammar import ADMISSION_RULES, KnobText, split_spec
 
 CLOCKS = ("versions", "steps")
 """The clock a peer rule counts staleness on (docs/semantics.md §13.2)."""
@@ -86,14 +88,10 @@ class DressagePolicy(Policy):
     def label(self) -> str:
         """``dressage:k=2,m=none``: both controls, by the short names of their spec; a
         control that is off reads as everywhere else: K as ``off``, M as ``none``."""
-        from analysis.views._figures import k_label, m_label
-
         return f"{self.name}:k={k_label(self.keep_versions)},m={m_label(self.max_preempts)}"
 
     def spec(self) -> str:
         """``dressage:keep_versions=off,max_preempts=none``: every knob, off as the label says."""
-        from analysis.views._figures import k_label, m_label
-
         return (
             f"{self.name}:keep_versions={k_label(self.keep_versions)},"
             f"max_preempts={m_label(self.max_preempts)}"
@@ -252,23 +250,23 @@ def parse_policy(text: str) -> Policy:
     >>> parse_policy("nemo-windowed:max_staleness_versions=1,order=freshest").spec()
     'nemo-windowed:max_staleness_versions=1,order=freshest,clock=versions'
     """
-    name, _, rest = text.strip().partition(":")
-    cls = POLICIES.get(name.strip().lower())
+    spec = split_spec(text)
+    cls = POLICIES.get(spec.name)
     if cls is None:
-        from analysis.rules.admission import RULES
-
-        admission = name.strip().lower()
-        if admission in RULES:
+        admission = spec.name
+        if admission in ADMISSION_RULES:
+            bound = ADMISSION_RULES[admission][0]
             raise SettingSyntaxError(
                 f"{setting('policy', text)}: {admission} is admission control, not a policy "
-                f"replayed here: give it as {setting('admission', f'{admission}:{RULES[admission][0]}=N')} "
+                f"replayed here: give it as {setting('admission', f'{admission}:{bound}=N')} "
                 "to inspect or simulate (docs/semantics.md §13.6)"
             )
         raise SettingSyntaxError(
-            f"{setting('policy', text)}: no policy named {name.strip()!r}; known: {known_policies()}"
+            f"{setting('policy', text)}: no policy named {spec.written_name!r}; "
+            f"known: {known_policies()}"
         )
     values: dict[str, Any] = {}
-    for part in (p.strip() for p in rest.split(",") if p.strip()):
+    for part in spec.knobs:
         knob, value = _knob(cls, part, text)
         if knob in values:
             raise SettingSyntaxError(
@@ -286,9 +284,9 @@ def _knob_names(cls: type[Policy]) -> str:
     )
 
 
-def _knob(cls: type[Policy], part: str, text: str) -> tuple[str, str]:
+def _knob(cls: type[Policy], part: KnobText, text: str) -> tuple[str, str]:
     """One ``knob=value`` of a spec: the knob's own name and the value's text."""
-    written, equals, value = (piece.strip() for piece in part.partition("="))
+    written, equals, value = part.knob, part.equals, part.value
     knob = cls.aliases.get(written.lower(), written.lower())
     if knob not in {f.name for f in fields(cls)}:
         raise SettingSyntaxError(
@@ -305,10 +303,9 @@ def _knob(cls: type[Policy], part: str, text: str) -> tuple[str, str]:
 def defaults_applied(policy: Policy, text: str) -> dict[str, Any]:
     """The bound knobs (those a label always says) that ``text`` left at their default:
     ``prime-rl`` alone is ``max_off_policy_steps=8``, which a caller may want to say."""
-    _, _, rest = text.partition(":")
     given = set()
-    for part in (p.strip() for p in rest.split(",") if p.strip()):
-        written = part.partition("=")[0].strip().lower()
+    for part in split_spec(text).knobs:
+        written = part.knob.lower()
         given.add(policy.aliases.get(written, written))
     knobs = policy.knobs()
     return {name: knobs[name] for name in policy.always_said if name not in given}
@@ -321,8 +318,6 @@ def _knob_value(cls: type[Policy], field_name: str, value: str, text: str) -> An
         return None
     if value.lower() in ("none", "off") and field_name == "keep_versions":
         return 0
-    from analysis.engine.grid import parse_whole
-
     try:
         return parse_whole(value)
     except ValueError:

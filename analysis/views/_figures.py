@@ -19,16 +19,6 @@ def new_figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def k_label(keep_versions: int) -> str:
-    """How a keep_versions value reads in legends and ticks: K=0 is the control off."""
-    return "off" if keep_versions == 0 else str(keep_versions)
-
-
-def m_label(max_preempts: int | None) -> str:
-    """How a max_preempts value reads in legends and ticks."""
-    return "none" if max_preempts is None else str(max_preempts)
-
-
 def show_empty(ax: Axes, message: str) -> None:
     """Leave an axis blank except for a centred message saying why."""
     ax.text(

@@ -18,14 +18,10 @@ from analysis.engine import (
     real_token_labels,
 )
 from analysis.engine.batching import NO_VERSION
+from analysis.engine.decisions import DECISIONS, Decision
 
-OUTCOMES = ("kept", "dropped_stale", "rejected_span", "failed")
-OUTCOME_WORDS = {
-    "kept": "kept",
-    "dropped_stale": "stale, any stage",
-    "rejected_span": "span rejected",
-    "failed": "failed",
-}
+OUTCOMES = DECISIONS
+OUTCOME_WORDS = {decision: Decision(decision).words for decision in DECISIONS}
 """The bias table's outcomes in the words the summary prints (``cli/render.py``'s
 ``_COLUMNS``), in the terminal and the report alike; its one stale row counts both of
 the summary's stale rows. JSON keeps the decisions' names."""
@@ -123,5 +119,5 @@ def who_gets_dropped(
         .with_columns(pl.col("groups", "trajectories").fill_null(0).cast(pl.Int64))
         .rename({"decision": "outcome"})
     )
-    never = decided.filter(pl.col("decision") != "kept")["group_id"].to_list()
+    never = decided.filter(pl.col("decision") != Decision.KEPT)["group_id"].to_list()
     return BiasReport(table=report, never_batched=tuple(never))

@@ -29,6 +29,7 @@ from analysis.engine import (
     replay,
     trajectory_outcomes,
 )
+from analysis.engine.decisions import DECISIONS, Decision
 from analysis.errors import ConfigError
 from analysis.formats.slime_dumps.train_dumps import TrainDumps, join_train_log_probs
 
@@ -276,8 +277,8 @@ def _metrics(summary: ReplaySummary) -> dict[str, float | None]:
         counts = summary.counts[unit]
         # A null total (token figures unknown) or an empty log has no percentages.
         total = counts["total"]
-        lost = sum(counts[key] or 0 for key in ("dropped_stale", "rejected_span", "failed"))
-        figures[f"{unit} kept (%)"] = 100 * (counts["kept"] or 0) / total if total else None
+        lost = sum(counts[key] or 0 for key in DECISIONS if key != Decision.KEPT)
+        figures[f"{unit} kept (%)"] = 100 * (counts[Decision.KEPT] or 0) / total if total else None
         figures[f"{unit} lost (%)"] = 100 * lost / total if total else None
     return figures
 
@@ -290,7 +291,7 @@ def _distribution(
     outcomes: pl.DataFrame, column: str, name: str, schema: dict[str, pl.DataType]
 ) -> pl.DataFrame:
     """Kept trajectories per value of ``column`` and their share of the run's total."""
-    kept = outcomes.filter((pl.col("decision") == "kept") & pl.col(column).is_not_null())
+    kept = outcomes.filter((pl.col("decision") == Decision.KEPT) & pl.col(column).is_not_null())
     return (
         kept.group_by(column)
         .agg(trajectories=pl.len())

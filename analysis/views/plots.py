@@ -30,6 +30,7 @@ from analysis.engine import (
     replay,
     sweep,
 )
+from analysis.engine.config import k_label, m_label
 from analysis.engine.grid import SettingReplays
 from analysis.errors import ConfigError, setting
 from analysis.output.tables import atomic_path, check_output
@@ -38,8 +39,6 @@ from analysis.views._figures import (
     bar_ticks,
     capped_bars,
     floats,
-    k_label,
-    m_label,
     new_figure,
     show_empty,
 )

@@ -16,18 +16,16 @@ from hypothesis import strategies as st
 
 import analysis
 from analysis.engine.batching import (
-    DROPPED_ARRIVAL,
-    DROPPED_PENDING,
-    FAILED,
-    KEPT,
     NO_VERSION,
-    REJECTED,
     Observation,
     collect,
 )
+from analysis.engine.decisions import Outcome
 from tests.strategies import raw_logs
 
 prepare_module = importlib.import_module("analysis.engine.prepare")
+
+KEPT, DROPPED_ARRIVAL, DROPPED_PENDING, REJECTED, FAILED = Outcome
 
 
 def plain_collect(observation: Observation, keep: int, batch_groups: int) -> tuple[Any, ...]:
