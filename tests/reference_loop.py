@@ -2,7 +2,7 @@
 docs/semantics.md §12.2 (rollout calls and polls) and §12.3 (what is reported).
 
 Plain lists and dicts, one poll at a time, no polars: it exists only so that
-``analysis.engine.loop.replay_run`` can be checked against it (see
+``analysis.engine.run_loop.replay.replay_run`` can be checked against it (see
 ``tests/analysis/test_loop_differential.py``). Its input is already reduced to what §12.2
 uses: per attempt its completion time, its submission rank (known async group id, else
 draw ordinal), its failure kind, its retry count and the end versions of its completed

@@ -24,20 +24,20 @@ if TYPE_CHECKING:  # the rest imported when first used
         parse_whole,
         sweep,
     )
-    from analysis.engine.loop import (
+    from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
+    from analysis.engine.run_loop.replay import (
         TRAJECTORY_TABLE_COLUMNS,
         LoopReplay,
+        keep_versions_reproducing,
         replay_run,
     )
-    from analysis.engine.loop_inference import keep_versions_reproducing
-    from analysis.engine.results import ReplayResult, replay, replay_many, trajectory_outcomes
     from analysis.engine.summary import ReplaySummary
 
 _HOME: dict[str, str] = {
     "DECISIONS": "analysis.engine.decisions",
     "Decision": "analysis.engine.decisions",
     "LOOP_DECISIONS": "analysis.engine.decisions",
-    "LoopReplay": "analysis.engine.loop",
+    "LoopReplay": "analysis.engine.run_loop.replay",
     "MAX_SETTING": "analysis.engine.config",
     "Outcome": "analysis.engine.decisions",
     "PARETO_NOTE": "analysis.engine.grid",
@@ -46,9 +46,9 @@ _HOME: dict[str, str] = {
     "ReplaySummary": "analysis.engine.summary",
     "Stage": "analysis.engine.decisions",
     "SweepResult": "analysis.engine.grid",
-    "TRAJECTORY_TABLE_COLUMNS": "analysis.engine.loop",
+    "TRAJECTORY_TABLE_COLUMNS": "analysis.engine.run_loop.replay",
     "ValueListError": "analysis.engine.grid",
-    "keep_versions_reproducing": "analysis.engine.loop_inference",
+    "keep_versions_reproducing": "analysis.engine.run_loop.replay",
     "parse_keep_versions": "analysis.engine.grid",
     "parse_max_preempts": "analysis.engine.grid",
     "parse_one_keep_versions": "analysis.engine.grid",
@@ -56,7 +56,7 @@ _HOME: dict[str, str] = {
     "parse_whole": "analysis.engine.grid",
     "replay": "analysis.engine.results",
     "replay_many": "analysis.engine.results",
-    "replay_run": "analysis.engine.loop",
+    "replay_run": "analysis.engine.run_loop.replay",
     "sweep": "analysis.engine.grid",
     "trajectory_outcomes": "analysis.engine.results",
 }

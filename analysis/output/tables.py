@@ -386,7 +386,7 @@ def write_trajectories(
     prepared: PreparedLog, result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()
 ) -> None:
     """Write one row per trajectory of a replayed log, in the columns a run folder's replay
-    writes too (:data:`analysis.engine.loop.TRAJECTORY_TABLE_COLUMNS`)."""
+    writes too (:data:`analysis.engine.run_loop.replay.TRAJECTORY_TABLE_COLUMNS`)."""
     from analysis.engine import TRAJECTORY_TABLE_COLUMNS, trajectory_outcomes
 
     outcomes = trajectory_outcomes(prepared, result)

@@ -20,7 +20,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.engine.loop import replay_run
+from analysis.engine.run_loop.replay import replay_run
 from analysis.formats.dressage.log import CALL_SCHEMA, EVENT_SCHEMA, KEPT_SCHEMA
 from analysis.formats.dressage.run import ATTEMPT_SCHEMA, TRAJECTORY_SCHEMA, RunLog
 from tests.reference_loop import RefAttempt, RefCall, replay_loop_reference

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analysis.engine.loop import RUN_DECISION_COLUMNS, LoopReplay, replay_run
+from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS, LoopReplay, replay_run
 from analysis.errors import LogFormatError
 from analysis.formats.dressage.log import USED_METRICS
 from analysis.formats.dressage.run import RunLog, find_run_root, is_run_folder, read_run

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from analysis.engine.loop import RUN_DECISION_COLUMNS
+from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS
 from cli.app import app
 from tests.real_runs import RUNS, disagreements
 

@@ -4,21 +4,19 @@ lines and metrics) beside what the replay gives, and the output frames of a repl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from analysis.engine.decisions import Decision
-
-if TYPE_CHECKING:
-    from analysis.engine.loop import _Attempt, _Collector, _Decision
+from analysis.engine.run_loop.collector import Attempt, AttemptDecision, Collector
 from analysis.formats.dressage.run import RunLog
 
 
 def output_frames(
     run: RunLog,
-    attempts: list[_Attempt],
-    collector: _Collector,
+    attempts: list[Attempt],
+    collector: Collector,
     batches: Mapping[int, int],
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     decisions = collector.decisions
@@ -105,15 +103,15 @@ def _check(
 
 def self_checks(
     run: RunLog,
-    attempts: list[_Attempt],
-    collector: _Collector,
+    attempts: list[Attempt],
+    collector: Collector,
     starts: Mapping[int, float],
     kept_by_step: Mapping[int, set[str]],
     metrics: Mapping[int, Mapping[str, Any]],
 ) -> pl.DataFrame:
     """Compare the replay with the run's own records: dumps, metrics and log lines."""
     decisions = collector.decisions
-    kept: dict[int, list[_Attempt]] = {}
+    kept: dict[int, list[Attempt]] = {}
     for attempt in attempts:
         d = decisions[attempt.attempt_id]
         if d.decision is Decision.KEPT and d.rollout_id is not None:
@@ -139,7 +137,7 @@ def self_checks(
     return pl.DataFrame(rows, schema=CHECK_COLUMNS)
 
 
-def _metric_values(collector: _Collector, step: int, kept: list[_Attempt]) -> dict[str, Any]:
+def _metric_values(collector: Collector, step: int, kept: list[Attempt]) -> dict[str, Any]:
     """What Dressage's metrics for ``step`` should read if the replay is right."""
     decided = [(a, collector.decisions[a.attempt_id]) for a in collector.order]
     failures = [a for a, d in decided if d.rollout_id == step and d.decision in _FAILURES]
@@ -161,7 +159,7 @@ def _metric_values(collector: _Collector, step: int, kept: list[_Attempt]) -> di
 
 
 def _log_checks(
-    run: RunLog, decisions: Mapping[str, _Decision], starts: Mapping[int, float]
+    run: RunLog, decisions: Mapping[str, AttemptDecision], starts: Mapping[int, float]
 ) -> list[dict[str, Any]]:
     """Drops, retries and exhausted retries per call, and the final drain, against the log."""
     if not run.calls.height:
@@ -204,7 +202,7 @@ def _log_checks(
     return rows
 
 
-def step_counts(collector: _Collector, rollout_id: int) -> dict[str, int | None]:
+def step_counts(collector: Collector, rollout_id: int) -> dict[str, int | None]:
     decided = [d for d in collector.decisions.values() if d.rollout_id == rollout_id]
     failures = [d for d in decided if d.decision in _FAILURES]
     return {

@@ -6,19 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from analysis.engine.loop import (
+from analysis.engine.run_loop.checks import step_counts
+from analysis.engine.run_loop.collector import (
+    Attempt,
+    Collector,
     PollTiming,
-    _Attempt,
-    _Collector,
     completion_order,
-    replay_run,
 )
-from analysis.engine.loop_checks import step_counts
-from analysis.formats.dressage.run import RunLog
 
 
 def infer_call_starts(
-    attempts: list[_Attempt],
+    attempts: list[Attempt],
     target_groups: int,
     final_rollout_id: int | None,
     kept_by_step: Mapping[int, set[str]],
@@ -37,7 +35,7 @@ def infer_call_starts(
     sessions equal the dump and whose counts equal the metrics row are kept, the earliest
     wins, and a note says when matching cuts decide differently.
     """
-    collector = _Collector(
+    collector = Collector(
         completion_order(attempts, timing, {}),
         keep_versions=keep_versions,
         max_retries=max_retries,
@@ -47,7 +45,7 @@ def infer_call_starts(
     notes: list[str] = []
     for rollout_id in sorted(set(kept_by_step) | set(metrics)):
         final = rollout_id == final_rollout_id
-        matches: list[tuple[float, _Collector, tuple[Any, ...]]] = []
+        matches: list[tuple[float, Collector, tuple[Any, ...]]] = []
         for start in _candidate_starts(collector, kept_by_step.get(rollout_id), lookahead):
             trial = collector.clone()
             before = set(trial.decisions)
@@ -82,9 +80,7 @@ def infer_call_starts(
     return starts, notes
 
 
-def _candidate_starts(
-    collector: _Collector, wanted: set[str] | None, lookahead: int
-) -> list[float]:
+def _candidate_starts(collector: Collector, wanted: set[str] | None, lookahead: int) -> list[float]:
     """One start time per cut of the completion order a call may begin at."""
     order, first = collector.order, collector.delivered
     last_needed = first
@@ -107,9 +103,9 @@ def _candidate_starts(
 
 
 def _matches_step(
-    trial: _Collector,
+    trial: Collector,
     rollout_id: int,
-    kept: list[_Attempt],
+    kept: list[Attempt],
     wanted: set[str] | None,
     metrics: Mapping[str, Any] | None,
 ) -> bool:
@@ -121,15 +117,3 @@ def _matches_step(
         metrics.get(name) is None or value is None or float(metrics[name]) == value
         for name, value in step_counts(trial, rollout_id).items()
     )
-
-
-def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[int]:
-    """The settings of K (0 = off, up to ``most``, by default the run's distinct versions
-    plus one) whose replay agrees with every self-check of the run: how a user finds, or
-    confirms, the setting a run was made with."""
-    labels = run.trajectories["end_version"].drop_nulls().n_unique()
-    return [
-        keep_versions
-        for keep_versions in range(0, (labels + 1 if most is None else most) + 1)
-        if replay_run(run, keep_versions=keep_versions).consistent
-    ]

@@ -1,0 +1,1 @@
+"""Dressage's own collector loop replayed over a run folder: the loop (`collector`), the replay and its result (`replay`), its self-checks against the run's files (`checks`), and call starts inferred without a log (`inference`)."""
