@@ -9,11 +9,10 @@ from pathlib import Path
 
 from analysis.engine import PreparedLog
 from analysis.errors import ConfigError, setting
+from analysis.formats.dressage.run import is_run_folder, run_target_groups
+from analysis.formats.registry import BY_NAME
 from analysis.formats.report import LoadReport
 from analysis.table.limits import DEFAULT_LIMITS, Limits
-
-PEER_NAMES = {"prime-rl": "prime-rl", "areal": "AReaL", "verl": "verl", "nemo-rl": "NeMo-RL"}
-"""Other systems' log formats, by the name their users know."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,6 @@ def batch_groups_for(
         return BatchSize(given)
     other = ""
     named = str(inputs[0]) if len(inputs) == 1 else f"{inputs[0]} (and {len(inputs) - 1} more)"
-    from analysis.formats.dressage.run import is_run_folder, run_target_groups
-
     if len(inputs) == 1 and is_run_folder(inputs[0]):
         target = run_target_groups(inputs[0], limits)
         if target is not None:
@@ -52,7 +49,7 @@ def batch_groups_for(
             "a Dressage run folder whose dressage_log.txt and rollout_data/ dumps give no "
             "batch size (dressage/partial_rollout_target_groups)"
         )
-    elif peers := [PEER_NAMES[name] for name in report.formats if name in PEER_NAMES]:
+    elif peers := [BY_NAME[name].display for name in report.formats if BY_NAME[name].peer]:
         kind = f"{' and '.join(peers)} logs record no trainer step per group"
     else:
         kind = (

@@ -63,6 +63,11 @@ class Format:
     fields_unused: tuple[str, str] | None = None
     no_versions: str = ""
     cannot_tell: tuple[str, ...] = ()
+    reads_alone: bool = False
+    """Each file of it reads to the same rows alone as among the others (no order across
+    files, no state): a partitioned conversion makes it a unit of its own."""
+    cut_in_pieces: ClassVar[bool] = False
+    """A large plain file of it can be read a byte range at a time (``read_piece``)."""
     peer: ClassVar[bool] = False
     """Another system's log (its display name is :attr:`display`)."""
 

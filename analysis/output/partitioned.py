@@ -102,15 +102,17 @@ def plan_units(
     """The units of ``inputs``, in input order (see the module docstring); a plain JSONL
     file above ``piece_bytes`` is cut into pieces of about that size."""
     from analysis.formats.discover import detect_sources
+    from analysis.formats.registry import BY_NAME
 
     units: list[Unit] = []
     for raw in inputs:
         sources, _ = detect_sources([raw], include_eval=include_eval)  # warned by the units
-        if not sources or not all(s.format in ("jsonl", "parquet", "ipc") for s in sources):
+        if not sources or not all(BY_NAME[s.format].reads_alone for s in sources):
             units.append(Unit(len(units), (str(raw),)))
             continue
         for source in sources:
-            for piece in _pieces(source.path, piece_bytes) if source.format == "jsonl" else [None]:
+            in_pieces = BY_NAME[source.format].cut_in_pieces
+            for piece in _pieces(source.path, piece_bytes) if in_pieces else [None]:
                 units.append(Unit(len(units), (str(source.path),), piece))
     return [dataclasses.replace(unit, count=len(units)) for unit in units]
 

@@ -43,6 +43,7 @@ PARQUET = TableFormat(
     endings=(".parquet",),
     magic=(b"PAR1",),
     fields_unused=_FIELDS_UNUSED,
+    reads_alone=True,
 )
 IPC = TableFormat(
     name="ipc",
@@ -50,4 +51,5 @@ IPC = TableFormat(
     endings=(".arrow", ".ipc", ".feather"),
     magic=(b"ARROW1",),
     fields_unused=_FIELDS_UNUSED,
+    reads_alone=True,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 
@@ -20,6 +21,8 @@ from analysis.table.limits import printable
 
 @dataclass(frozen=True)
 class JsonlFormat(Format):
+    cut_in_pieces: ClassVar[bool] = True
+
     def sniff(self, head: bytes) -> bool:
         return head.startswith(b"\x1f\x8b") or head.lstrip()[:1] == b"{"
 
@@ -76,4 +79,5 @@ FORMAT = JsonlFormat(
     name="jsonl",
     described="a JSONL log of Dressage or slime records",
     endings=(".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz"),
+    reads_alone=True,
 )
