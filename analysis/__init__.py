@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         load_logs,
         records_to_table,
     )
-    from analysis.formats.report import LoadReport
+    from analysis.formats.load_report import LoadReport
     from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
     from analysis.output.raw_logs import log_format_for, write_log
     from analysis.output.tables import (
@@ -100,7 +100,7 @@ _HOME: dict[str, str] = {
     "InputNotFoundError": "analysis.errors",
     "Limits": "analysis.table.limits",
     "LOOP_DECISIONS": "analysis.engine",
-    "LoadReport": "analysis.formats.report",
+    "LoadReport": "analysis.formats.load_report",
     "LogFormatError": "analysis.errors",
     "LogInspection": "analysis.views.inspection",
     "LoopReplay": "analysis.engine",

@@ -10,8 +10,8 @@ from pathlib import Path
 from analysis.engine import PreparedLog
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import is_run_folder, run_target_groups
+from analysis.formats.load_report import LoadReport
 from analysis.formats.registry import BY_NAME
-from analysis.formats.report import LoadReport
 from analysis.table.limits import DEFAULT_LIMITS, Limits
 
 

@@ -27,7 +27,7 @@ from analysis.errors import (
 )
 from analysis.formats.fields import canonical_row
 from analysis.formats.frames import rows_to_frame
-from analysis.formats.report import LoadReport
+from analysis.formats.load_report import LoadReport
 from analysis.formats.source import Source
 from analysis.table.limits import LimitError, printable
 from analysis.table.options import ReadOptions

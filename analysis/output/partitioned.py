@@ -135,7 +135,7 @@ def _pieces(path: Path, piece_bytes: int) -> list[Piece | None]:
 def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
     """Read one unit and write its part into ``folder`` (run by a worker)."""
     from analysis.formats.load import iter_log_chunks, iter_piece_chunks
-    from analysis.formats.report import LoadReport
+    from analysis.formats.load_report import LoadReport
     from analysis.output.tables import write_canonical_chunks
 
     report = LoadReport()

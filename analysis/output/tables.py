@@ -24,7 +24,7 @@ import polars as pl
 from analysis.errors import LogFormatError, OutputError
 from analysis.formats.canonical.reader import SOURCE_FORMATS_KEY
 from analysis.formats.load import iter_log_chunks, report_missing_extra_fields
-from analysis.formats.report import LoadReport
+from analysis.formats.load_report import LoadReport
 from analysis.table.options import ReadOptions
 from analysis.table.schema import CANONICAL_SCHEMA
 

@@ -9,8 +9,8 @@ from typing import Any
 import polars as pl
 
 from analysis.engine import PreparedLog, prepare
+from analysis.formats.load_report import LoadReport
 from analysis.formats.registry import peer_limits
-from analysis.formats.report import LoadReport
 from analysis.formats.slime_dumps.reader import EVAL_GROUP_PREFIX
 
 _NUMERIC = re.compile(r"-?\d+")
