@@ -56,13 +56,10 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.formats.report import LoadReport
     from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
+    from analysis.output.checks import FRAME_FORMATS, check_output, refuse_overwriting_inputs
+    from analysis.output.convert import convert_logs, write_canonical
     from analysis.output.raw_logs import log_format_for, write_log
-    from analysis.output.tables import (
-        FRAME_FORMATS,
-        check_output,
-        convert_logs,
-        refuse_overwriting_inputs,
-        write_canonical,
+    from analysis.output.results import (
         write_decisions,
         write_frame,
         write_frame_to,
@@ -95,7 +92,7 @@ _HOME: dict[str, str] = {
     "CompareResult": "analysis.views.comparison",
     "ConfigError": "analysis.errors",
     "ExitCode": "analysis.errors",
-    "FRAME_FORMATS": "analysis.output.tables",
+    "FRAME_FORMATS": "analysis.output.checks",
     "FieldMap": "analysis.formats.fields",
     "InputNotFoundError": "analysis.errors",
     "Limits": "analysis.table.limits",
@@ -124,9 +121,9 @@ _HOME: dict[str, str] = {
     "UnsafePickleError": "analysis.errors",
     "batch_groups_for": "analysis.engine.batch_size",
     "BatchSize": "analysis.engine.batch_size",
-    "check_output": "analysis.output.tables",
+    "check_output": "analysis.output.checks",
     "compare_logs": "analysis.views.comparison",
-    "convert_logs": "analysis.output.tables",
+    "convert_logs": "analysis.output.convert",
     "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",
     "is_run_folder": "analysis.formats.dressage.run",
@@ -141,7 +138,7 @@ _HOME: dict[str, str] = {
     "read_train_dumps": "analysis.formats.slime_dumps.train_dumps",
     "real_label": "analysis.table.labels",
     "records_to_table": "analysis.formats.load",
-    "refuse_overwriting_inputs": "analysis.output.tables",
+    "refuse_overwriting_inputs": "analysis.output.checks",
     "replay": "analysis.engine",
     "replay_many": "analysis.engine",
     "replay_run": "analysis.engine",
@@ -150,13 +147,13 @@ _HOME: dict[str, str] = {
     "sweep": "analysis.engine",
     "trajectory_outcomes": "analysis.engine",
     "who_gets_dropped": "analysis.views.bias",
-    "write_canonical": "analysis.output.tables",
-    "write_decisions": "analysis.output.tables",
-    "write_frame": "analysis.output.tables",
-    "write_frame_to": "analysis.output.tables",
+    "write_canonical": "analysis.output.convert",
+    "write_decisions": "analysis.output.results",
+    "write_frame": "analysis.output.results",
+    "write_frame_to": "analysis.output.results",
     "write_log": "analysis.output.raw_logs",
-    "write_run_tables": "analysis.output.tables",
-    "write_trajectories": "analysis.output.tables",
+    "write_run_tables": "analysis.output.results",
+    "write_trajectories": "analysis.output.results",
 }
 """The module each exported name lives in, imported on first use of the name."""
 

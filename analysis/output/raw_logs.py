@@ -17,7 +17,8 @@ import polars as pl
 
 from analysis.errors import OutputError, setting
 from analysis.formats.pickled.pickles import dump_pt
-from analysis.output.tables import atomic_folder, atomic_path, write_canonical_chunks
+from analysis.output.atomic import atomic_folder, atomic_path
+from analysis.output.convert import write_canonical_chunks
 from analysis.table.fieldmap import FieldMap
 
 LogFormat = Literal["jsonl", "artifacts", "pt"]

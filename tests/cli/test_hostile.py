@@ -572,7 +572,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
     import shutil
     import signal
 
-    from analysis.output import tables
+    from analysis.output import atomic
 
     remove = shutil.rmtree
 
@@ -580,8 +580,8 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
         os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
         remove(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tables.shutil, "rmtree", interrupted_rmtree)
-    with pytest.raises(KeyboardInterrupt), tables.atomic_folder(tmp_path / "run") as temp:
+    monkeypatch.setattr(atomic.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_folder(tmp_path / "run") as temp:
         (temp / "a").mkdir()
         (temp / "a" / "b.json").write_text("{}")
         raise KeyboardInterrupt  # the first
