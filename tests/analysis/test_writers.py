@@ -12,7 +12,8 @@ import pytest
 
 import analysis
 from analysis.errors import OutputError
-from analysis.output.raw_logs import log_format_for, write_jsonl, write_pt_dumps, write_run_folder
+from analysis.output.raw_artifacts import write_run_folder
+from analysis.output.raw_logs import log_format_for, write_jsonl, write_pt_dumps
 from analysis.simulation.simulator import SimulationConfig, simulate
 
 

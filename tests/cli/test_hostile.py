@@ -432,7 +432,7 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
     import shutil
 
     from analysis.errors import OutputError
-    from analysis.output.raw_logs import write_artifacts
+    from analysis.output.raw_artifacts import write_artifacts
     from analysis.simulation.simulator import SimulationConfig, simulate
 
     output = tmp_path / "run"
