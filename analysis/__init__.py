@@ -57,9 +57,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.formats.report import LoadReport
     from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
     from analysis.output.checks import FRAME_FORMATS, check_output, refuse_overwriting_inputs
-    from analysis.output.convert import convert_logs, write_canonical
+    from analysis.output.conversion import convert_logs, write_canonical
     from analysis.output.raw_logs import log_format_for, write_log
-    from analysis.output.results import (
+    from analysis.output.result_writers import (
         write_decisions,
         write_frame,
         write_frame_to,
@@ -123,7 +123,7 @@ _HOME: dict[str, str] = {
     "BatchSize": "analysis.engine.batch_size",
     "check_output": "analysis.output.checks",
     "compare_logs": "analysis.views.comparison",
-    "convert_logs": "analysis.output.convert",
+    "convert_logs": "analysis.output.conversion",
     "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",
     "is_run_folder": "analysis.formats.dressage.run",
@@ -147,13 +147,13 @@ _HOME: dict[str, str] = {
     "sweep": "analysis.engine",
     "trajectory_outcomes": "analysis.engine",
     "who_gets_dropped": "analysis.views.bias",
-    "write_canonical": "analysis.output.convert",
-    "write_decisions": "analysis.output.results",
-    "write_frame": "analysis.output.results",
-    "write_frame_to": "analysis.output.results",
+    "write_canonical": "analysis.output.conversion",
+    "write_decisions": "analysis.output.result_writers",
+    "write_frame": "analysis.output.result_writers",
+    "write_frame_to": "analysis.output.result_writers",
     "write_log": "analysis.output.raw_logs",
-    "write_run_tables": "analysis.output.results",
-    "write_trajectories": "analysis.output.results",
+    "write_run_tables": "analysis.output.result_writers",
+    "write_trajectories": "analysis.output.result_writers",
 }
 """The module each exported name lives in, imported on first use of the name."""
 

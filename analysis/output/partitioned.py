@@ -134,7 +134,7 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
     """Read one unit and write its part into ``folder`` (run by a worker)."""
     from analysis.formats.load import iter_log_chunks, iter_piece_chunks
     from analysis.formats.report import LoadReport
-    from analysis.output.convert import write_canonical_chunks
+    from analysis.output.conversion import write_canonical_chunks
 
     report = LoadReport()
     result = UnitResult(unit.index)

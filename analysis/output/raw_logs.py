@@ -16,7 +16,7 @@ import polars as pl
 from analysis.errors import OutputError, setting
 from analysis.formats.pickled.pickles import dump_pt
 from analysis.output.atomic import atomic_folder, atomic_path
-from analysis.output.convert import write_canonical_chunks
+from analysis.output.conversion import write_canonical_chunks
 from analysis.output.raw_artifacts import write_run_folder
 from analysis.table.fieldmap import FieldMap
 

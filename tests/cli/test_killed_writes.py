@@ -26,7 +26,7 @@ import analysis
 from analysis.output import atomic
 from analysis.output.atomic import LeftoverRemovedWarning, atomic_path
 from analysis.output.checks import FRAME_FORMATS
-from analysis.output.convert import write_canonical
+from analysis.output.conversion import write_canonical
 from analysis.simulation.simulator import SimulationConfig, simulate
 
 ROOT = Path(__file__).parents[2]
