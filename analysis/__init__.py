@@ -72,7 +72,8 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         admission_violations,
         parse_admission,
     )
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
     from analysis.table.fieldmap import FieldMap
     from analysis.table.labels import derive_end_version, real_label, run_length_spans
     from analysis.table.limits import Limits
@@ -113,7 +114,7 @@ _HOME: dict[str, str] = {
     "ReplaySummary": "analysis.engine",
     "RunLog": "analysis.formats.dressage.run",
     "SettingSyntaxError": "analysis.errors",
-    "SimulationConfig": "analysis.simulation.simulator",
+    "SimulationConfig": "analysis.simulation.parameters",
     "SweepResult": "analysis.engine",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine",
     "TrainDumps": "analysis.formats.slime_dumps.train_dumps",

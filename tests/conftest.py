@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, settings
 
 from analysis.output.raw_artifacts import write_artifacts
 from analysis.output.raw_logs import write_jsonl, write_pt_dumps
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from tests.real_runs import FIXTURES, extract_runs
 
 SMALL_RUN = SimulationConfig(

@@ -227,7 +227,8 @@ def test_json_values_past_what_python_reads(
 
 def _runner_log(folder: Path) -> Path:
     from analysis.output.raw_logs import write_jsonl
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
 
     folder.mkdir(exist_ok=True)
     path = folder / "a.jsonl"
@@ -433,7 +434,8 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
 
     from analysis.errors import OutputError
     from analysis.output.raw_artifacts import write_artifacts
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
 
     output = tmp_path / "run"
 

@@ -27,7 +27,8 @@ from analysis.output import atomic
 from analysis.output.atomic import LeftoverRemovedWarning, atomic_path
 from analysis.output.checks import FRAME_FORMATS
 from analysis.output.conversion import write_canonical
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 
 ROOT = Path(__file__).parents[2]
 SECONDS = 10
