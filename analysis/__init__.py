@@ -56,13 +56,10 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.formats.load_report import LoadReport
     from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
+    from analysis.output.checks import FRAME_FORMATS, check_output, refuse_overwriting_inputs
+    from analysis.output.conversion import convert_logs, write_canonical
     from analysis.output.raw_logs import log_format_for, write_log
-    from analysis.output.tables import (
-        FRAME_FORMATS,
-        check_output,
-        convert_logs,
-        refuse_overwriting_inputs,
-        write_canonical,
+    from analysis.output.result_writers import (
         write_decisions,
         write_frame,
         write_frame_to,
@@ -75,7 +72,8 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         admission_violations,
         parse_admission,
     )
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
     from analysis.table.fieldmap import FieldMap
     from analysis.table.labels import derive_end_version, real_label, run_length_spans
     from analysis.table.limits import Limits
@@ -95,7 +93,7 @@ _HOME: dict[str, str] = {
     "CompareResult": "analysis.views.comparison",
     "ConfigError": "analysis.errors",
     "ExitCode": "analysis.errors",
-    "FRAME_FORMATS": "analysis.output.tables",
+    "FRAME_FORMATS": "analysis.output.checks",
     "FieldMap": "analysis.formats.fields",
     "InputNotFoundError": "analysis.errors",
     "Limits": "analysis.table.limits",
@@ -116,7 +114,7 @@ _HOME: dict[str, str] = {
     "ReplaySummary": "analysis.engine",
     "RunLog": "analysis.formats.dressage.run",
     "SettingSyntaxError": "analysis.errors",
-    "SimulationConfig": "analysis.simulation.simulator",
+    "SimulationConfig": "analysis.simulation.parameters",
     "SweepResult": "analysis.engine",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine",
     "TrainDumps": "analysis.formats.slime_dumps.train_dumps",
@@ -124,9 +122,9 @@ _HOME: dict[str, str] = {
     "UnsafePickleError": "analysis.errors",
     "batch_groups_for": "analysis.engine.batch_size",
     "BatchSize": "analysis.engine.batch_size",
-    "check_output": "analysis.output.tables",
+    "check_output": "analysis.output.checks",
     "compare_logs": "analysis.views.comparison",
-    "convert_logs": "analysis.output.tables",
+    "convert_logs": "analysis.output.conversion",
     "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",
     "is_run_folder": "analysis.formats.dressage.run",
@@ -141,7 +139,7 @@ _HOME: dict[str, str] = {
     "read_train_dumps": "analysis.formats.slime_dumps.train_dumps",
     "real_label": "analysis.table.labels",
     "records_to_table": "analysis.formats.load",
-    "refuse_overwriting_inputs": "analysis.output.tables",
+    "refuse_overwriting_inputs": "analysis.output.checks",
     "replay": "analysis.engine",
     "replay_many": "analysis.engine",
     "replay_run": "analysis.engine",
@@ -150,13 +148,13 @@ _HOME: dict[str, str] = {
     "sweep": "analysis.engine",
     "trajectory_outcomes": "analysis.engine",
     "who_gets_dropped": "analysis.views.bias",
-    "write_canonical": "analysis.output.tables",
-    "write_decisions": "analysis.output.tables",
-    "write_frame": "analysis.output.tables",
-    "write_frame_to": "analysis.output.tables",
+    "write_canonical": "analysis.output.conversion",
+    "write_decisions": "analysis.output.result_writers",
+    "write_frame": "analysis.output.result_writers",
+    "write_frame_to": "analysis.output.result_writers",
     "write_log": "analysis.output.raw_logs",
-    "write_run_tables": "analysis.output.tables",
-    "write_trajectories": "analysis.output.tables",
+    "write_run_tables": "analysis.output.result_writers",
+    "write_trajectories": "analysis.output.result_writers",
 }
 """The module each exported name lives in, imported on first use of the name."""
 

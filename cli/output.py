@@ -103,7 +103,7 @@ def warn(report: analysis.LoadReport) -> None:
 
 def show_library_warnings() -> None:
     """What the library says as a Python warning while it writes (a temporary left by a
-    killed write, removed: :class:`analysis.output.tables.LeftoverRemovedWarning`), as a
+    killed write, removed: :class:`analysis.output.atomic.LeftoverRemovedWarning`), as a
     ``warning:`` line on stderr like every other; other warnings as Python shows them."""
     previous = warnings.showwarning
     if getattr(previous, "dressage_replay", False):

@@ -15,8 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from analysis.output.raw_logs import write_jsonl, write_pt_dumps, write_run_folder  # noqa: E402
-from analysis.simulation.simulator import SimulationConfig, simulate  # noqa: E402
+from analysis.output.raw_artifacts import write_run_folder  # noqa: E402
+from analysis.output.raw_logs import write_jsonl, write_pt_dumps  # noqa: E402
+from analysis.simulation.parameters import SimulationConfig  # noqa: E402
+from analysis.simulation.simulator import simulate  # noqa: E402
 
 CONFIG = SimulationConfig(
     n_groups=40,

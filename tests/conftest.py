@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from analysis.output.raw_logs import write_artifacts, write_jsonl, write_pt_dumps
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.output.raw_artifacts import write_artifacts
+from analysis.output.raw_logs import write_jsonl, write_pt_dumps
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from tests.real_runs import FIXTURES, extract_runs
 
 SMALL_RUN = SimulationConfig(

@@ -33,11 +33,6 @@ MOST_MODULES = 12
 """Modules (besides ``__init__.py``) one folder may hold."""
 MOST_LINES = 500
 LONG_MODULES = {
-    "analysis/engine/prepare.py": 571,
-    "analysis/simulation/simulator.py": 580,
-    "analysis/formats/dressage/log.py": 536,
-    "analysis/output/raw_logs.py": 531,
-    "analysis/output/tables.py": 512,
     "analysis/views/plots.py": 512,
 }
 """Modules longer than :data:`MOST_LINES` when the layout was set, at most as long as then:

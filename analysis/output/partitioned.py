@@ -136,7 +136,7 @@ def convert_unit(unit: Unit, options: ReadOptions, folder: str) -> UnitResult:
     """Read one unit and write its part into ``folder`` (run by a worker)."""
     from analysis.formats.load import iter_log_chunks, iter_piece_chunks
     from analysis.formats.load_report import LoadReport
-    from analysis.output.tables import write_canonical_chunks
+    from analysis.output.conversion import write_canonical_chunks
 
     report = LoadReport()
     result = UnitResult(unit.index)
@@ -340,7 +340,7 @@ def convert_partitioned(
     output = Path(output)
     _check_output(output, inputs)
     units = plan_units(inputs, include_eval=options.include_eval, piece_bytes=piece_bytes)
-    from analysis.output.tables import temporary_folder
+    from analysis.output.atomic import temporary_folder
 
     # Named with this process's pid: a kill -9 leaves it, and the next convert removes it.
     staging = temporary_folder(output)

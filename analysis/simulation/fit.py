@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from analysis.errors import ConfigError
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from analysis.table.limits import Limits
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from analysis.engine import (
 from analysis.engine.config import k_label, m_label
 from analysis.engine.grid import SettingReplays
 from analysis.errors import ConfigError, setting
-from analysis.output.tables import atomic_path, check_output
+from analysis.output.atomic import atomic_path
+from analysis.output.checks import check_output
 from analysis.views._figures import (
     bar_heights,
     bar_ticks,

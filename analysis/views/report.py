@@ -20,7 +20,8 @@ import polars as pl
 
 from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
 from analysis.errors import render
-from analysis.output.tables import atomic_path, check_output
+from analysis.output.atomic import atomic_path
+from analysis.output.checks import check_output
 from analysis.views.bias import OUTCOME_WORDS, who_gets_dropped
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import SWEEP_CAPTION, number, sweep_table

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 import analysis
-from analysis.output.tables import DECISION_COLUMNS
+from analysis.output.result_writers import DECISION_COLUMNS
 from analysis.rules.policies import (
     DressagePolicy,
     Policy,

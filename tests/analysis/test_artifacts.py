@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.formats.dressage import artifact_helper, artifacts, segments
-from analysis.output.raw_logs import write_artifacts
+from analysis.output.raw_artifacts import write_artifacts
 
 
 @pytest.fixture

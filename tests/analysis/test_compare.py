@@ -12,7 +12,8 @@ from polars.testing import assert_frame_equal
 
 import analysis
 from analysis.errors import ConfigError
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from analysis.views.comparison import (
     DRIFT_SCHEMA,
     METRICS,

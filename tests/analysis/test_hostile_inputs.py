@@ -14,7 +14,8 @@ import analysis
 from analysis.errors import ConfigError, DamagedFileError, SettingSyntaxError
 from analysis.formats.text.jsonl import jsonl_records
 from analysis.output.raw_logs import write_jsonl
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from analysis.table.limits import LimitError, Limits
 
 RECORDS = list(simulate(SimulationConfig(n_groups=40, n_samples_per_prompt=2, seed=3)))

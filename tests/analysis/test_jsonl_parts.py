@@ -13,7 +13,8 @@ import analysis
 from analysis.formats.text import jsonl_parts
 from analysis.formats.text.jsonl_parts import cut
 from analysis.output.raw_logs import write_jsonl
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 
 CONFIG = SimulationConfig(
     n_groups=60, n_samples_per_prompt=4, median_response_tokens=40, max_response_tokens=400,

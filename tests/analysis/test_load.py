@@ -362,7 +362,7 @@ def _without_completion_times(folder: Path) -> list[Path]:
 
 
 def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Path) -> None:
-    from analysis.output.raw_logs import write_artifacts
+    from analysis.output.raw_artifacts import write_artifacts
 
     write_artifacts(small_records[:6], tmp_path / "art")
     files = _without_completion_times(tmp_path / "art")
@@ -390,7 +390,7 @@ def test_artifacts_arrive_in_completion_order_whatever_their_file_times(
     """Dressage writes each trajectory's completion time into its artifacts; a copy or a
     checkout changes file times (issue: a fresh clone's sample artifacts kept 0 groups at
     K=1). A group arrives when its last trajectory completed."""
-    from analysis.output.raw_logs import write_artifacts
+    from analysis.output.raw_artifacts import write_artifacts
 
     write_artifacts(small_records, tmp_path / "art")
     expected = analysis.load_logs([tmp_path / "art"])["group_id"].unique(maintain_order=True)

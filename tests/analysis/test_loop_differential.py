@@ -21,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.engine.run_loop.replay import replay_run
-from analysis.formats.dressage.log import CALL_SCHEMA, EVENT_SCHEMA, KEPT_SCHEMA
+from analysis.formats.dressage.log import CALL_SCHEMA, EVENT_SCHEMA
 from analysis.formats.dressage.run import ATTEMPT_SCHEMA, TRAJECTORY_SCHEMA, RunLog
+from analysis.formats.dressage.step_dumps import KEPT_SCHEMA
 from tests.reference_loop import RefAttempt, RefCall, replay_loop_reference
 
 BASE = 1_700_000_000.0

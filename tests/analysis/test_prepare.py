@@ -23,7 +23,8 @@ from analysis.table.schema import SPAN_TYPE
 from tests.strategies import raw_logs
 
 prepare_module = importlib.import_module("analysis.engine.prepare")
-views_module = importlib.import_module("analysis.engine._views")
+views_module = importlib.import_module("analysis.table.arrow_views")
+trajectories_module = importlib.import_module("analysis.engine.trajectories")
 
 # Short labels (at most 12 bytes, held whole in a string view), including labels that
 # are not real, labels that need stripping, two spellings of one number, non-ASCII
@@ -157,10 +158,10 @@ def test_single_record_rows(rows: list[tuple[str, str | None]], together: bool) 
     groups = pl.Series("group_id", [g for g, _ in rows], dtype=pl.String)
     ids = pl.Series("trajectory_id", [t for _, t in rows], dtype=pl.String)
     codes, _ = views_module.first_appearance_codes(groups)
-    single = prepare_module._single_record_rows(groups, ids, codes)
+    single = trajectories_module.single_record_rows(groups, ids, codes)
     assert single.tolist() == [t is None or rows.count((g, t)) == 1 for g, t in rows]
     if together and len(rows) > 1:
-        assert prepare_module._ids_rise_within_groups(ids, codes)
+        assert trajectories_module._ids_rise_within_groups(ids, codes)
 
 
 def test_long_runs_are_encoded_by_runs() -> None:

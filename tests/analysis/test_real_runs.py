@@ -17,8 +17,8 @@ import pytest
 
 from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS, LoopReplay, replay_run
 from analysis.errors import LogFormatError
-from analysis.formats.dressage.log import USED_METRICS
 from analysis.formats.dressage.run import RunLog, find_run_root, is_run_folder, read_run
+from analysis.formats.dressage.run_metrics import USED_METRICS
 from tests.real_runs import RUNS, by_trajectory, disagreements
 
 

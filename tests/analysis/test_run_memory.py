@@ -7,7 +7,7 @@ import json
 import tracemalloc
 from pathlib import Path
 
-from analysis.formats.dressage.log import read_dump_rows
+from analysis.formats.dressage.step_dumps import read_dump_rows
 
 
 def rollouts(folder: Path, samples: int) -> Path:

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis.errors import ConfigError
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from analysis.table.labels import derive_end_version, run_length_spans
 from cli.main import app
 

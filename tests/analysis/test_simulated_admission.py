@@ -12,7 +12,8 @@ import analysis
 from analysis.errors import ConfigError
 from analysis.rules.admission import RULES
 from analysis.rules.simulated_admission import simulation_rule
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from cli.app import app
 
 # Generation far faster than the trainer: without a rule, groups start many steps ahead.

@@ -13,7 +13,8 @@ import pytest
 import analysis
 from analysis.formats.load import records_to_table
 from analysis.output.raw_logs import SPANS_FIRST, write_canonical_parquet, write_log
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 
 CONFIG = SimulationConfig(
     n_groups=120, n_samples_per_prompt=4, max_active_groups=8, batch_groups=4,

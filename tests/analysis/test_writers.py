@@ -12,8 +12,10 @@ import pytest
 
 import analysis
 from analysis.errors import OutputError
-from analysis.output.raw_logs import log_format_for, write_jsonl, write_pt_dumps, write_run_folder
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.output.raw_artifacts import write_run_folder
+from analysis.output.raw_logs import log_format_for, write_jsonl, write_pt_dumps
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 
 
 def failing_records(after: int) -> Iterator[dict]:

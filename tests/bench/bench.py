@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import analysis  # noqa: E402
-from analysis.output.raw_logs import write_artifacts, write_canonical_parquet, write_jsonl  # noqa: E402
-from analysis.simulation.simulator import SimulationConfig, simulate  # noqa: E402
+from analysis.output.raw_artifacts import write_artifacts  # noqa: E402
+from analysis.output.raw_logs import write_canonical_parquet, write_jsonl  # noqa: E402
+from analysis.simulation.parameters import SimulationConfig  # noqa: E402
+from analysis.simulation.simulator import simulate  # noqa: E402
 
 DATA = Path(os.environ.get("BENCH_DATA", ROOT / "bench_data"))
 K_VALUES = list(range(7))

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 import analysis
 from analysis.output.raw_logs import write_jsonl
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from cli.app import app
 
 runner = CliRunner()

@@ -227,7 +227,8 @@ def test_json_values_past_what_python_reads(
 
 def _runner_log(folder: Path) -> Path:
     from analysis.output.raw_logs import write_jsonl
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
 
     folder.mkdir(exist_ok=True)
     path = folder / "a.jsonl"
@@ -432,8 +433,9 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
     import shutil
 
     from analysis.errors import OutputError
-    from analysis.output.raw_logs import write_artifacts
-    from analysis.simulation.simulator import SimulationConfig, simulate
+    from analysis.output.raw_artifacts import write_artifacts
+    from analysis.simulation.parameters import SimulationConfig
+    from analysis.simulation.simulator import simulate
 
     output = tmp_path / "run"
 
@@ -572,7 +574,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
     import shutil
     import signal
 
-    from analysis.output import tables
+    from analysis.output import atomic
 
     remove = shutil.rmtree
 
@@ -580,8 +582,8 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
         os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
         remove(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tables.shutil, "rmtree", interrupted_rmtree)
-    with pytest.raises(KeyboardInterrupt), tables.atomic_folder(tmp_path / "run") as temp:
+    monkeypatch.setattr(atomic.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_folder(tmp_path / "run") as temp:
         (temp / "a").mkdir()
         (temp / "a" / "b.json").write_text("{}")
         raise KeyboardInterrupt  # the first

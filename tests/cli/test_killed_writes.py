@@ -23,13 +23,16 @@ import polars as pl
 import pytest
 
 import analysis
-from analysis.output import tables
-from analysis.output.tables import LeftoverRemovedWarning, atomic_path
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.output import atomic
+from analysis.output.atomic import LeftoverRemovedWarning, atomic_path
+from analysis.output.checks import FRAME_FORMATS
+from analysis.output.conversion import write_canonical
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 
 ROOT = Path(__file__).parents[2]
 SECONDS = 10
-NAMED = {**os.environ, tables.NO_TMPFILE_ENV: "1"}
+NAMED = {**os.environ, atomic.NO_TMPFILE_ENV: "1"}
 
 
 def _has_tmpfile(folder: Path) -> bool:
@@ -84,7 +87,7 @@ def _simulate(
 CHILD = """
 import sys, time
 from pathlib import Path
-from analysis.output.tables import atomic_path
+from analysis.output.atomic import atomic_path
 with atomic_path(Path(sys.argv[1])) as temp, open(temp, "wb") as out:
     for _ in range(64):
         out.write(b"x" * (1 << 20))
@@ -156,7 +159,7 @@ def _dead_pid() -> int:
 
 
 def test_only_the_outputs_own_leftovers_of_dead_writers_are_removed(tmp_path: Path) -> None:
-    from analysis.output.tables import _here
+    from analysis.output.atomic import _here
 
     dead, alive, here = _dead_pid(), os.getpid(), _here()
     elsewhere = "ffffffff" if here != "ffffffff" else "00000000"
@@ -191,9 +194,9 @@ def test_the_tag_is_of_this_pid_namespace(tmp_path: Path) -> None:
     tag: a live writer there, whose pid is gone here, is not taken for a leftover."""
     if shutil.which("unshare") is None:
         pytest.skip("no unshare here")
-    from analysis.output.tables import _here
+    from analysis.output.atomic import _here
 
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.output.tables import _here; print(_here())"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.output.atomic import _here; print(_here())"
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, str(ROOT)],
         capture_output=True, text=True, timeout=30,
@@ -223,7 +226,7 @@ def _figure() -> object:
 
 
 WRITERS = [
-    *(f"frame{ext}" for ext in tables.FRAME_FORMATS),
+    *(f"frame{ext}" for ext in FRAME_FORMATS),
     *(f"log-l{ext}" for ext in (".jsonl", ".jsonl.gz", ".parquet")),
     "log-pt",
     "canonical.arrow",
@@ -246,7 +249,7 @@ def _write(writer: str, folder: Path) -> None:
         analysis.write_log(_records(), folder / name, analysis.log_format_for(folder / name, None))
     elif kind == "canonical":
         log = analysis.load_logs([ROOT / "sample_data" / "rollouts.jsonl"])
-        tables.write_canonical(log, folder / "c.arrow")
+        write_canonical(log, folder / "c.arrow")
     elif kind == "figure":
         save_figure(_figure(), folder / f"f.{name}")  # type: ignore[arg-type]
     else:
@@ -263,13 +266,13 @@ def test_every_writer_writes_through_the_anonymous_file(
 ) -> None:
     """polars', pyarrow's, matplotlib's and the raw writers all take /proc/<pid>/fd/N."""
     made: list[int | None] = []
-    anonymous = tables._anonymous_file
+    anonymous = atomic._anonymous_file
 
     def spy(directory: Path) -> int | None:
         made.append(anonymous(directory))
         return made[-1]
 
-    monkeypatch.setattr(tables, "_anonymous_file", spy)
+    monkeypatch.setattr(atomic, "_anonymous_file", spy)
     _write(writer, tmp_path)
     assert made and all(handle is not None for handle in made)
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -295,7 +298,7 @@ def _umask() -> int:
 def test_atomic_path_falls_back_to_a_named_temporary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tables, "use_tmpfile", False)
+    monkeypatch.setattr(atomic, "use_tmpfile", False)
     with atomic_path(tmp_path / "a.txt") as temp:
         assert temp.parent == tmp_path
         assert temp.name.startswith(f".a.txt.{os.getpid()}-") and temp.name.endswith(".tmp")
@@ -308,7 +311,7 @@ def test_convert_to_a_folder_removes_the_staging_a_killed_convert_left(tmp_path:
     """convert -o FOLDER stages its parts in ``.NAME.<pid>-XXXXXXXX.tmp`` as well."""
     from typer.testing import CliRunner
 
-    from analysis.output.tables import _here
+    from analysis.output.atomic import _here
     from cli.app import app
 
     left = tmp_path / f".ds.{_dead_pid()}-{_here()}-0123abcd.tmp"

@@ -21,7 +21,8 @@ from typer.testing import CliRunner, Result
 
 from analysis.formats.pickled.pickles import dump_pt
 from analysis.output.raw_logs import write_jsonl
-from analysis.simulation.simulator import SimulationConfig, simulate
+from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.simulator import simulate
 from cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]

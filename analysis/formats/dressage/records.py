@@ -144,3 +144,17 @@ def _text_time(text: str) -> float | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.timestamp()
+
+
+def optional_int(value: Any) -> int | None:
+    """An id or index that may be absent or unreadable (then None): an integer that fits
+    in 64 bits, an integral float, or text of one."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if -(2**63) <= number < 2**63 else None

@@ -22,17 +22,13 @@ from analysis.errors import (
     UnknownFormatError,
 )
 from analysis.formats.dressage.log import (
-    KEPT_SCHEMA,
-    USED_METRICS,
     DressageLog,
     calls_frame,
     events_frame,
     read_dressage_log,
-    read_dump_rows,
-    read_metrics,
-    read_prompt_order,
 )
 from analysis.formats.dressage.records import attempt_label
+from analysis.formats.dressage.run_metrics import USED_METRICS, read_metrics, read_prompt_order
 from analysis.formats.dressage.sessions import (
     ERRORS,
     FAIL_KINDS,
@@ -43,6 +39,7 @@ from analysis.formats.dressage.sessions import (
     read_trajectories,
     subfolders,
 )
+from analysis.formats.dressage.step_dumps import KEPT_SCHEMA, read_dump_rows
 from analysis.table.limits import DEFAULT_LIMITS, Limits
 
 DUMPS = "rollout_data"

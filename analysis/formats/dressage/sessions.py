@@ -19,10 +19,7 @@ from analysis.errors import (
     MissingFieldError,
     short_repr,
 )
-from analysis.formats.dressage.log import (
-    optional_int,
-)
-from analysis.formats.dressage.records import as_count, as_time
+from analysis.formats.dressage.records import as_count, as_time, optional_int
 from analysis.formats.text.jsonl import read_json_file
 from analysis.table.labels import real_label
 from analysis.table.limits import DEFAULT_LIMITS, Limits, printable

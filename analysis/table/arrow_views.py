@@ -1,5 +1,6 @@
-"""Fast paths of :mod:`analysis.engine.prepare` over Arrow memory: ids and version labels
-encoded straight from string views, without building a Python string per row."""
+"""The canonical table's ids and version labels read straight from Arrow memory (string
+views), without building a Python string per row: the fast paths of
+:mod:`analysis.engine.prepare`."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Writing outputs safely: a temporary file beside the target, renamed when complete."""
+"""Writing outputs safely: a temporary file or folder beside the target, renamed when
+complete, and the leftovers of writes that were killed removed by the next write."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import functools
-import glob
 import hashlib
 import os
 import re
@@ -15,91 +15,11 @@ import signal
 import socket
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
-from analysis.errors import LogFormatError, OutputError
-from analysis.formats.canonical.reader import SOURCE_FORMATS_KEY
-from analysis.formats.load import iter_log_chunks, report_missing_extra_fields
-from analysis.formats.load_report import LoadReport
-from analysis.table.options import ReadOptions
-from analysis.table.schema import CANONICAL_SCHEMA
-
-if TYPE_CHECKING:
-    from analysis.engine import LoopReplay, PreparedLog, ReplayResult
-
-
-def _matched(inputs: Iterable[Path]) -> Iterator[Path]:
-    """Each input, and for a glob pattern the tool expands itself (quoted on the command
-    line: ``'g/*.jsonl'``), every file it matches."""
-    for source in inputs:
-        text = str(source)
-        if any(c in text for c in "*?[") and not Path(source).exists():
-            yield from map(Path, glob.glob(text))
-        yield Path(source)
-
-
-def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path]) -> None:
-    """Raise OutputError when ``output`` is (or lies inside) one of ``inputs``, or one of
-    the files a glob pattern among them matches."""
-    target = output.resolve()
-    for source in _matched(inputs):
-        resolved = Path(source).resolve()
-        if target == resolved or resolved in target.parents:
-            raise OutputError(
-                f"{output}: refusing to write over the input {source}; choose another output path"
-            )
-
-
-FRAME_FORMATS = {
-    ".csv": "write_csv",
-    ".parquet": "write_parquet",
-    ".arrow": "write_ipc",
-    ".ipc": "write_ipc",
-    ".feather": "write_ipc",
-    ".json": "write_json",
-    ".jsonl": "write_ndjson",
-    ".ndjson": "write_ndjson",
-}
-"""Table outputs (decisions, sweep rows) by extension: the polars writer of each."""
-
-
-CANONICAL_FORMATS = (".parquet", ".arrow", ".ipc", ".feather")
-"""What the canonical table (``convert``) is written as."""
-
-
-def check_output(
-    path: Path, extensions: Iterable[str], *, what: str = "output", inputs: Iterable[Path] = ()
-) -> None:
-    """Refuse, before any work, an output that could not be written: an unknown extension,
-    a folder that is not there or is a file, a path that is a folder, or one of the inputs
-    (a multi-GB log must not be read first to learn of a typo in the output's name)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    known = list(extensions)
-    if path.is_dir():
-        raise OutputError(f"{path}: is a folder; give a file name ending in {known[0]}")
-    if suffix not in known:
-        raise OutputError(
-            f"{path}: unknown {what} extension {suffix or '(none)'}; use one of {', '.join(known)}"
-        )
-    _check_folder(path)
-    refuse_overwriting_inputs(path, inputs)
-
-
-def _check_folder(path: Path) -> Path:
-    """The folder ``path`` is to be written in, which must exist."""
-    directory = path.parent
-    if not directory.is_dir():
-        problem = "is a file, not a folder" if directory.exists() else "does not exist"
-        raise OutputError(f"{path}: {directory} {problem}; give a path in an existing folder")
-    return directory
-
-
-# ------------------------------------------------------------- temporaries beside outputs
+from analysis.errors import OutputError
+from analysis.output.checks import check_folder
 
 NO_TMPFILE_ENV = "DRESSAGE_REPLAY_NO_TMPFILE"
 """When set (not empty), :func:`atomic_path` writes a named temporary even where the
@@ -244,7 +164,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     the next write of ``path`` removes if a kill left it (:func:`remove_leftovers`).
     """
     path = Path(path)
-    directory = _check_folder(path)
+    directory = check_folder(path)
     remove_leftovers(path)
     try:
         handle = _anonymous_file(directory)
@@ -302,7 +222,7 @@ def temporary_folder(path: Path) -> Path:
     its permissions are a plain mkdir()'s."""
     path = Path(path)
     remove_leftovers(path)
-    return _make_named(path, _check_folder(path), os.mkdir)
+    return _make_named(path, check_folder(path), os.mkdir)
 
 
 @contextlib.contextmanager
@@ -362,151 +282,3 @@ def _check_same_folder(path: Path, temp: Path, made: os.stat_result) -> None:
             f"{path}: its temporary folder {temp.name} was removed while it was being "
             "written, so what it holds is not whole; nothing was written, run again"
         )
-
-
-def write_frame(frame: pl.DataFrame, path: Path) -> None:
-    """Write a frame as CSV, Parquet, Arrow IPC or JSON, chosen by the path's extension."""
-    path = Path(path)
-    check_output(path, FRAME_FORMATS)
-    with atomic_path(path) as temp:
-        getattr(frame, FRAME_FORMATS[path.suffix.lower()])(temp)
-
-
-DECISION_COLUMNS = ("group_id", "decision", "stage", "batch", "version_index", "version_gap")
-
-
-def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()) -> None:
-    """Write one row per group (CSV or Parquet by extension), the decision columns first."""
-    refuse_overwriting_inputs(Path(path), inputs)
-    frame = result.decisions
-    write_frame(frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS)), path)
-
-
-def write_trajectories(
-    prepared: PreparedLog, result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()
-) -> None:
-    """Write one row per trajectory of a replayed log, in the columns a run folder's replay
-    writes too (:data:`analysis.engine.run_loop.replay.TRAJECTORY_TABLE_COLUMNS`)."""
-    from analysis.engine import TRAJECTORY_TABLE_COLUMNS, trajectory_outcomes
-
-    outcomes = trajectory_outcomes(prepared, result)
-    write_frame_to(outcomes.select(TRAJECTORY_TABLE_COLUMNS), path, inputs=inputs)
-
-
-def write_canonical(table: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:
-    """Write the canonical table as Parquet or Arrow IPC, for fast loading next time."""
-    write_canonical_chunks([table], path, inputs=inputs)
-
-
-def write_canonical_chunks(
-    chunks: Iterable[pl.DataFrame],
-    path: Path,
-    *,
-    inputs: Iterable[Path] = (),
-    formats: Callable[[], Sequence[str]] | None = None,
-) -> int:
-    """Write canonical chunks one after another (memory: one chunk); return the row count.
-
-    ``formats``: the formats the rows were read from, asked once the first chunk is read
-    and kept in the file's metadata (``SOURCE_FORMATS_KEY``), so that reading the file
-    tells what its source could and could not tell (an other system's log).
-
-    The file appears only once every chunk is written: an error or Ctrl-C midway leaves
-    nothing behind.
-    """
-    import pyarrow.ipc as ipc
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    check_output(path, CANONICAL_FORMATS, what="canonical table", inputs=inputs)
-    suffix = path.suffix.lower()
-    rows = 0
-    with atomic_path(path) as temp:
-        writer: Any = None
-        schema: Any = None
-
-        def open_writer(schema: Any) -> Any:
-            if suffix == ".parquet":
-                return pq.ParquetWriter(temp, schema)
-            return ipc.new_file(str(temp), schema)
-
-        try:
-            for chunk in chunks:
-                arrow = chunk.to_arrow()
-                if writer is None:
-                    schema = arrow.schema
-                    if formats is not None and (found := formats()):
-                        schema = schema.with_metadata({SOURCE_FORMATS_KEY: ",".join(found)})
-                    writer = open_writer(schema)
-                try:
-                    arrow = arrow.cast(schema)
-                except Exception as exc:
-                    raise LogFormatError(
-                        f"{path}: later records disagree with earlier ones on column types "
-                        f"({exc}); convert the inputs separately"
-                    ) from exc
-                writer.write_table(arrow)
-                rows += chunk.height
-            if writer is None:  # no records: still a valid, empty canonical file
-                writer = open_writer(pl.DataFrame(schema=CANONICAL_SCHEMA).to_arrow().schema)
-        finally:
-            if writer is not None:
-                writer.close()
-    return rows
-
-
-def convert_logs(
-    inputs: Sequence[str | Path],
-    output: Path,
-    options: ReadOptions | None = None,
-    *,
-    report: LoadReport | None = None,
-    **settings: Any,
-) -> int:
-    """Stream inputs into one canonical Parquet/Arrow file, a chunk at a time; return rows.
-
-    ``options`` (or its settings as keywords) say how to read, as for :func:`load_logs`.
-    """
-    options = ReadOptions.of(options, **settings)
-    report = report if report is not None else LoadReport()
-
-    def checked() -> Iterator[pl.DataFrame]:
-        missing = dict.fromkeys(options.extra_fields, 0)
-        total = 0
-        for chunk in iter_log_chunks(inputs, options, report=report):
-            total += chunk.height
-            for name in missing:
-                missing[name] += chunk[name].null_count()
-            yield chunk
-        # Raised before the file is renamed into place, so a refused field leaves no output.
-        report_missing_extra_fields(missing, total, report)
-
-    return write_canonical_chunks(
-        checked(), output, inputs=[Path(i) for i in inputs], formats=lambda: report.formats
-    )
-
-
-def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:
-    """Write a result frame by extension, refusing to overwrite an input."""
-    refuse_overwriting_inputs(Path(path), inputs)
-    write_frame(frame, path)
-
-
-def write_run_tables(
-    result: LoopReplay,
-    *,
-    decisions: Path | None = None,
-    trajectories: Path | None = None,
-    inputs: Iterable[Path] = (),
-) -> list[Path]:
-    """Write ``replay RUN``'s tables: one row per attempt to ``decisions``, one per
-    trajectory to ``trajectories`` (format by extension); the paths written."""
-    written = []
-    for frame, path in (
-        (result.decision_table, decisions),
-        (result.trajectory_table, trajectories),
-    ):
-        if path is not None:
-            write_frame_to(frame(), path, inputs=inputs)
-            written.append(path)
-    return written
