@@ -117,16 +117,16 @@ class SimulationConfig:
                 value = getattr(self, name)
                 if not ok(value):
                     found = f"{value:,}" if type(value) is int else repr(value)
-                    raise ConfigError(f"require {setting(name)} {rule} (found {found})")
+                    raise ConfigError("require " + setting(name) + f" {rule} (found {found})")
         if self.queue_watermark < self.batch_groups:
             raise ConfigError(
-                f"require {setting('output_queue_size', self.output_queue_size)} x 0.8 (the "
-                f"queue's high watermark) >= {setting('batch_groups', self.batch_groups)}: "
+                "require " + setting("output_queue_size", self.output_queue_size) + " x 0.8 (the "
+                "queue's high watermark) >= " + setting("batch_groups", self.batch_groups) + ": "
                 "else the worker stops before the trainer has a batch"
             )
         if any(type(n) is not int or not 1 <= n <= MAX_SETTING for n in self.response_lengths):
             raise ConfigError(
-                f"require every one of {setting('response_lengths', '...')} to be a whole "
+                "require every one of " + setting("response_lengths", "...") + " to be a whole "
                 f"number from 1 to {MAX_SETTING:,}"
             )
 
@@ -202,7 +202,7 @@ def simulate(
         raise ConfigError(
             f"the simulation stopped after {pipeline.n_completed:,} of {config.n_groups:,} "
             "groups: its settings hold generation back for good (an admission rule or the "
-            f"output queue below {setting('batch_groups', config.batch_groups)})"
+            "output queue below " + setting("batch_groups", config.batch_groups) + ")"
         )
 
 
