@@ -3,8 +3,10 @@ library's words by ``str()`` and in the command line's by :meth:`Message.render`
 
 from __future__ import annotations
 
+import ast
 import marshal
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +41,23 @@ def test_a_message_composes_by_plus_and_keeps_its_parts() -> None:
 def test_a_setting_in_an_f_string_is_refused() -> None:
     with pytest.raises(TypeError, match="with \\+"):
         f"pass {setting('batch_groups', 'B')}"
+
+
+def test_no_setting_is_named_inside_an_f_string_in_the_code() -> None:
+    """Where no test reaches it, a setting in an f-string would still fail only when said."""
+    root = Path(__file__).resolve().parents[2]
+    found = [
+        f"{path.relative_to(root)}:{node.lineno}"
+        for folder in ("analysis", "cli")
+        for path in sorted((root / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FormattedValue)
+        and any(
+            isinstance(call, ast.Call) and getattr(call.func, "id", None) == "setting"
+            for call in ast.walk(node.value)
+        )
+    ]
+    assert found == []
 
 
 def test_an_error_says_its_settings_each_way() -> None:
