@@ -1,17 +1,21 @@
 """Errors a person can act on: each names what is wrong, where, and what to do.
 
-A message that tells the user to change a setting names it with :func:`setting`, so that
-the library and the command line each say it in their own words: ``str(error)`` gives the
-library's keyword (``on_bad_record='skip'``) and the command line renders the same error
-with its flag (``--on-bad-record skip``) through :meth:`ReplayError.render`.
+A message that tells the user to change a setting names it with :func:`setting` (a
+:class:`SettingRef`) composed into a :class:`Message` by ``+``, so that the library and the
+command line each say it in their own words: ``str(error)`` gives the library's keyword
+(``on_bad_record=skip``) and the command line renders the same error with its flag
+(``--on-bad-record skip``) through :meth:`ReplayError.render`. Nothing reads a message's
+text back: an error that adds advice to another's message keeps the two apart
+(:meth:`ReplayError.advised`), and a message crosses a process boundary as its parts
+(:meth:`Message.plain`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Self
 
 
 class ExitCode(IntEnum):
@@ -65,46 +69,135 @@ _SKIP_NOUNS = {
     SkipReason.UNREADABLE_FILE: ("unreadable file", "unreadable files"),
 }
 
-_SETTING = re.compile("\x00([a-z_]+)\x01([^\x00]*)\x00")
+
+@dataclass(frozen=True, slots=True)
+class SettingRef:
+    """A setting a message refers to, by its library keyword: ``value`` is what to set it
+    to (None: the setting itself). The library says it ``name=value``; the command line
+    says its own flag for it. Composes with text into a :class:`Message` by ``+``."""
+
+    name: str
+    value: str | None = None
+
+    def said(self, say: Callable[[str, str | None], str]) -> str:
+        return say(self.name, self.value)
+
+    def __str__(self) -> str:
+        return _keyword(self.name, self.value)
+
+    def __format__(self, spec: str) -> str:
+        # Inside an f-string the reference would be lost to the command line's rendering.
+        raise TypeError(f"compose {self!r} into a message with +, not in an f-string")
+
+    def __add__(self, other: str | SettingRef) -> Message:
+        if not isinstance(other, str | SettingRef):
+            return NotImplemented
+        return Message(self, other)
+
+    def __radd__(self, other: str) -> Message:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Message(other, self)
+
+
+Part = str | SettingRef
+"""A piece of a :class:`Message`: text, or a setting it refers to."""
+
+PlainPart = str | tuple[str, str | None]
+"""A part as plain data (text, or a setting's (keyword, value)), to cross a process
+boundary by :mod:`marshal` (:meth:`Message.plain`, :meth:`Message.from_plain`)."""
 
 
 class Message(str):
-    """Text for a person (a warning, a note) that may refer to settings: it reads in the
-    library's words, and :attr:`raw` keeps the references for the command line to render."""
+    """Text for a person (an error, a warning, a note) made of text and the settings it
+    refers to (:class:`SettingRef`). As a ``str`` it reads in the library's words
+    (``on_bad_record=skip``); :meth:`render` says each setting as its reader wants (the
+    command line: its flag). Messages compose by ``+`` with text, settings and each other,
+    keeping their parts; an f-string or ``str.join`` would keep only the library's words."""
 
-    raw: str
+    _parts: tuple[Part, ...]
 
-    def __new__(cls, raw: str) -> Message:
-        text = super().__new__(cls, render(raw, _keyword))
-        text.raw = raw
+    def __new__(cls, *parts: Part) -> Message:
+        joined: list[Part] = []
+        for part in parts:
+            pieces = part._parts if isinstance(part, Message) else (part,)
+            for piece in pieces:
+                if isinstance(piece, str):
+                    if not piece:
+                        continue
+                    if joined and isinstance(joined[-1], str):
+                        joined[-1] += piece
+                        continue
+                    joined.append(str(piece))
+                else:
+                    joined.append(piece)
+        text = super().__new__(cls, "".join(map(str, joined)))
+        text._parts = tuple(joined)
         return text
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The text and the settings, in order (adjacent text joined, none empty)."""
+        return self._parts
+
+    @property
+    def settings(self) -> tuple[SettingRef, ...]:
+        """The settings the message refers to, in order."""
+        return tuple(part for part in self._parts if isinstance(part, SettingRef))
+
+    def render(self, say: Callable[[str, str | None], str]) -> str:
+        """The message with each setting said by ``say(keyword, value or None)``."""
+        return "".join(part if isinstance(part, str) else part.said(say) for part in self._parts)
+
+    def plain(self) -> tuple[PlainPart, ...]:
+        """The parts as plain data (for :mod:`marshal`); :meth:`from_plain` rebuilds it."""
+        return tuple(
+            part if isinstance(part, str) else (part.name, part.value) for part in self._parts
+        )
+
+    @classmethod
+    def from_plain(cls, parts: Iterable[PlainPart]) -> Message:
+        return cls(*(part if isinstance(part, str) else SettingRef(*part) for part in parts))
+
+    def __add__(self, other: str | SettingRef) -> Message:
+        if not isinstance(other, str | SettingRef):
+            return NotImplemented
+        return Message(self, other)
+
+    def __radd__(self, other: str) -> Message:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Message(other, self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Message, self._parts
 
 
 def render(text: str, say: Callable[[str, str | None], str]) -> str:
-    """``text`` (a message, or a :class:`Message`'s raw text) with each setting it refers to
-    said by ``say(keyword, value or None)``."""
-    raw = getattr(text, "raw", text)
-    return _SETTING.sub(lambda m: say(m.group(1), m.group(2) or None), raw)
+    """``text`` with each setting it refers to (if it is a :class:`Message`) said by
+    ``say(keyword, value or None)``."""
+    return text.render(say) if isinstance(text, Message) else text
 
 
 def _keyword(name: str, value: str | None) -> str:
     return name if value is None else f"{name}={value}"
 
 
-def setting(name: str, value: object = None) -> str:
-    """A reference to a setting inside an error message, by its library keyword.
+def setting(name: str, value: object = None) -> SettingRef:
+    """A reference to a setting inside a message, by its library keyword; compose it with
+    text by ``+`` (not inside an f-string, which keeps only the library's words).
 
     ``value`` is what to set it to (None: the setting itself). ``str()`` of the error
     says ``name=value``; the command line says its own flag for it.
 
     Examples
     --------
-    >>> str(ConfigError(f"pass {setting('batch_groups', 'B')}"))
+    >>> str(ConfigError("pass " + setting('batch_groups', 'B')))
     'pass batch_groups=B'
-    >>> ConfigError(f"pass {setting('batch_groups', 'B')}").render(lambda n, v: f"--x {v}")
+    >>> ConfigError("pass " + setting('batch_groups', 'B')).render(lambda n, v: f"--x {v}")
     'pass --x B'
     """
-    return f"\x00{name}\x01{'' if value is None else value}\x00"
+    return SettingRef(name, None if value is None else f"{value}" or None)
 
 
 class ReplayError(Exception):
@@ -113,23 +206,40 @@ class ReplayError(Exception):
     exit_code: int = ExitCode.INTERNAL
     skip_reason: SkipReason = SkipReason.BAD_RECORD
     """What a load that skips bad input counts this error as."""
+    _base: Message | None = None
+
+    @classmethod
+    def advised(cls, base: str, advice: str) -> Self:
+        """This error saying ``base`` (what is wrong) and then ``advice`` (what to do,
+        with its own separator), kept apart: :attr:`base` is the message without it."""
+        error = cls(Message(base, advice))
+        error._base = Message(base)
+        return error
 
     @property
-    def raw(self) -> str:
-        """The message with its setting references unrendered (to build on it)."""
-        return getattr(self.args[0], "raw", str(self.args[0])) if self.args else ""
+    def message(self) -> Message:
+        """The message, with its setting references (to build on it)."""
+        if not self.args:
+            return Message()
+        first = self.args[0]
+        return first if isinstance(first, Message) else Message(str(first))
+
+    @property
+    def base(self) -> Message:
+        """The message without the advice it ends with, if made by :meth:`advised`."""
+        return self.message if self._base is None else self._base
 
     @property
     def settings(self) -> list[tuple[str, str | None]]:
         """The settings the message refers to, as (keyword, value or None), in order."""
-        return [(name, value or None) for name, value in _SETTING.findall(self.raw)]
+        return [(ref.name, ref.value) for ref in self.message.settings]
 
     def render(self, say: Callable[[str, str | None], str]) -> str:
         """The message with each setting said by ``say(keyword, value or None)``."""
-        return render(self.raw, say)
+        return self.message.render(say)
 
     def __str__(self) -> str:
-        return self.render(_keyword)
+        return str.__str__(self.message)
 
 
 class InputNotFoundError(ReplayError):

@@ -57,9 +57,13 @@ def batch_groups_for(
             "metadata.dressage_return_rollout_id; a sample's own rollout_id is not one)"
         )
         other = (
-            f" (or {setting('fields', 'trainer_step=PATH')} if the steps are under another name)"
+            " (or "
+            + setting("fields", "trainer_step=PATH")
+            + " if the steps are under another name)"
         )
     raise ConfigError(
         f"{named}: batch_groups cannot be inferred: {kind}; pass "
-        f"{setting('batch_groups', 'B')}, the groups per trainer batch{other}"
+        + setting("batch_groups", "B")
+        + ", the groups per trainer batch"
+        + other
     )

@@ -47,7 +47,7 @@ class ReplayConfig:
             if value is not None and value > MAX_SETTING:
                 raise ConfigError(
                     f"require `{name}` <= {MAX_SETTING:,} (found {value:,}); "
-                    f"pass {setting(name)} with a value a run can have"
+                    "pass " + setting(name) + " with a value a run can have"
                 )
 
     def _check_types_and_signs(self) -> None:
@@ -58,7 +58,7 @@ class ReplayConfig:
         if self.keep_versions < 0:
             raise ConfigError(
                 f"require `keep_versions` >= 0 (found {self.keep_versions}); "
-                f"pass {setting('keep_versions', 0)} to disable the batch-level control"
+                "pass " + setting("keep_versions", 0) + " to disable the batch-level control"
             )
         if self.max_preempts is not None and (
             isinstance(self.max_preempts, bool)
@@ -67,7 +67,9 @@ class ReplayConfig:
         ):
             raise ConfigError(
                 f"require `max_preempts` >= 0 or none (found {self.max_preempts!r}); "
-                f"pass {setting('max_preempts', 'none')} to disable the partial-rollout control"
+                "pass "
+                + setting("max_preempts", "none")
+                + " to disable the partial-rollout control"
             )
         if self.batch_groups is not None and (
             isinstance(self.batch_groups, bool)
@@ -76,7 +78,9 @@ class ReplayConfig:
         ):
             raise ConfigError(
                 f"require `batch_groups` >= 1 (found {self.batch_groups!r}); "
-                f"pass {setting('batch_groups')} with the number of GRPO groups per trainer step"
+                "pass "
+                + setting("batch_groups")
+                + " with the number of GRPO groups per trainer step"
             )
 
     def describe(self) -> str:

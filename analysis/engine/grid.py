@@ -150,7 +150,8 @@ def parse_one_keep_versions(text: str | int) -> int:
     except ValueError:
         listed = "," in text or ".." in text
         raise SettingSyntaxError(
-            f"{setting('keep_versions')}: expected a whole number or off (found {text!r})"
+            setting("keep_versions")
+            + f": expected a whole number or off (found {text!r})"
             + ("; lists of K values are for sweep, plot and report" if listed else "")
         ) from None
 
@@ -171,7 +172,7 @@ def parse_one_max_preempts(text: str | int | None) -> int | None:
         return parse_whole(text)
     except ValueError:
         raise SettingSyntaxError(
-            f"{setting('max_preempts')}: expected a whole number or none (found {text!r})"
+            setting("max_preempts") + f": expected a whole number or none (found {text!r})"
         ) from None
 
 
@@ -214,21 +215,21 @@ def _parse_values(text: str, name: str, *, allow_none: bool) -> list[int | None]
                 _check_range([low, high], name)
                 if high < low:
                     raise ValueListError(
-                        f"{option}: the range {part} runs backwards; write {high}..{low}"
+                        option + f": the range {part} runs backwards; write {high}..{low}"
                     )
                 if high - low >= MAX_VALUES:
                     raise ValueListError(
-                        f"{option}: the range {part} has more than {MAX_VALUES} values"
+                        option + f": the range {part} has more than {MAX_VALUES} values"
                     )
                 values.extend(range(low, high + 1))
             else:
                 values.append(parse_whole(part))
         except ValueError:
             expected = "whole numbers, ranges like 0..6 or off"
-            raise ValueListError(f"{option}: expected {expected} (found {part!r})") from None
+            raise ValueListError(option + f": expected {expected} (found {part!r})") from None
     _check_range(values, name)
     if not values:
-        raise ValueListError(f"{option}: give at least one value")
+        raise ValueListError(option + ": give at least one value")
     return list(dict.fromkeys(values))
 
 
@@ -236,7 +237,8 @@ def _check_range(values: Sequence[int | None], name: str) -> None:
     outside = [v for v in values if v is not None and not 0 <= v <= MAX_SETTING]
     if outside:
         raise ConfigError(
-            f"{setting(name)}: values must be between 0 and {MAX_SETTING:,} (found {outside[0]:,}); "
+            setting(name)
+            + f": values must be between 0 and {MAX_SETTING:,} (found {outside[0]:,}); "
             "give values a run can have"
         )
 

@@ -97,7 +97,8 @@ class PreparedLog:
                     "(dressage_partial_rollout_returned): the log was filtered already, so what "
                     "Dressage dropped is not in it, and it is in dump order (by sample index), not "
                     "arrival order. It shows the staleness of what was trained on (replay it with "
-                    f"{setting('keep_versions', 0)}: the filter already ran, so its batches are the "
+                    + setting("keep_versions", 0)
+                    + ": the filter already ran, so its batches are the "
                     "trained steps, and `plot timeline` draws their gaps); a replay cannot show "
                     "what a looser setting would have kept, and at the run's own setting may drop "
                     "groups Dressage kept. Replay the run folder (traj_payload/, traj_err/, "
@@ -164,11 +165,12 @@ def prepare(table: pl.DataFrame, *, order_by: str | None = None) -> PreparedLog:
     if order_by is not None and order_by not in table.columns:
         raise MissingFieldError(
             f"no column {order_by!r} to order arrival by (columns: {', '.join(table.columns)}); "
-            f"pass {setting('order_by')} with a field that the log has"
+            "pass " + setting("order_by") + " with a field that the log has"
         )
     if order_by is not None and table.schema[order_by].is_nested():
         raise ConfigError(
-            f"{setting('order_by', order_by)}: the field holds {table.schema[order_by]} values, which do "
+            setting("order_by", order_by)
+            + f": the field holds {table.schema[order_by]} values, which do "
             "not order arrival; pass a field holding numbers, text or times"
         )
     # The ordering column under a name of its own: it may be one of the columns above.

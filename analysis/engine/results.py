@@ -89,7 +89,9 @@ def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
         # Said first: "no trainer steps" would send the user after the wrong problem.
         raise ConfigError(
             "batch_groups cannot be inferred: the log has no records (an empty input, or "
-            f"every record skipped); check the input, or pass {setting('batch_groups', 'B')} to "
+            "every record skipped); check the input, or pass "
+            + setting("batch_groups", "B")
+            + " to "
             "replay nothing"
         )
     if prepared.inferred_batch_groups is None:
@@ -97,7 +99,11 @@ def resolve_config(prepared: PreparedLog, config: ReplayConfig) -> ReplayConfig:
             "batch_groups cannot be inferred: the log has no trainer steps (the rollout_id of "
             "a slime dump file, or metadata.dressage_return_rollout_id; a sample's own "
             "rollout_id is not one: Dressage sets it to the sample index); "
-            f"pass {setting('batch_groups', 'B')} (or {setting('fields', 'trainer_step=PATH')} "
+            "pass "
+            + setting("batch_groups", "B")
+            + " (or "
+            + setting("fields", "trainer_step=PATH")
+            + " "
             "if the steps are under another name)"
         )
     return ReplayConfig(

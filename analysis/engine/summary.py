@@ -178,9 +178,10 @@ def summarise(
             Message(
                 "no record carries version information (a real dressage_end_token_version, "
                 "full_versions or version_spans), so the controls had nothing to act on; if "
-                f"the log keeps versions under other names, pass "
-                f"{setting('fields', 'end_version=PATH')} or "
-                f"{setting('fields', 'token_versions=PATH')}"
+                "the log keeps versions under other names, pass "
+                + setting("fields", "end_version=PATH")
+                + " or "
+                + setting("fields", "token_versions=PATH")
             )
         )
     late = late_older_note(observation.versions, config.keep_versions, late=observation.late_older)

@@ -230,12 +230,15 @@ def _eval_apart(
         raise UnknownFormatError(
             Message(
                 f"{root}: holds only evaluation dumps ({names}); pass "
-                f"{setting('include_eval', True)} to read them as a log of their own"
+                + setting("include_eval", True)
+                + " to read them as a log of their own"
             )
         )
     note = Message(
         f"{root}: {counted(len(evals), 'evaluation dump')} ({names}) not read, so that "
-        f"evaluation samples are not taken for training groups; pass {setting('include_eval', True)} "
+        "evaluation samples are not taken for training groups; pass "
+        + setting("include_eval", True)
+        + " "
         "to read them as groups of their own (ids eval:<rollout_id>:<instance or index>)"
     )
     return [s for s in sources if s not in evals], [*warnings, note]

@@ -247,7 +247,7 @@ def _group_of(
     if group is None:
         raise MissingFieldError(
             f"{where}: no group id (looked for {', '.join(fields.group)}); "
-            f"fields present: {_fields_present(record)}; pass {setting('fields', 'group=PATH')}"
+            f"fields present: {_fields_present(record)}; pass " + setting("fields", "group=PATH")
         )
     if isinstance(group, (dict, list)):
         raise LogFormatError(f"{where}: group id must be a scalar (found {type(group).__name__})")

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from analysis.errors import (
     LogFormatError,
+    Message,
     ReplayError,
     setting,
 )
@@ -38,8 +39,8 @@ class FolderTable:
         """How many rows carry no completion time."""
 
     def take(self, chunk: Chunk) -> None:
-        for stamp, path, number, kind, message in chunk.errors:
-            self.errors.append((stamp, path, number, ERRORS[kind](message)))
+        for stamp, path, number, kind, parts in chunk.errors:
+            self.errors.append((stamp, path, number, ERRORS[kind](Message.from_plain(parts))))
         if chunk.row_stamps:
             frame = columns_frame(chunk.rows, self.extra, where=self.where)
             self.frames.append(
@@ -135,7 +136,9 @@ def _check_kinds(path: str, values: Sequence[Any], data: RowColumns, where: str)
 def _kind_error(where: str, path: str, found: str) -> str:
     return (
         f"{where}: field {path} holds {found}; an ordering field needs numbers, text, "
-        f"times or booleans, one kind in every record: pick another {setting('order_by')} field"
+        "times or booleans, one kind in every record: pick another "
+        + setting("order_by")
+        + " field"
     )
 
 

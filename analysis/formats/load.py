@@ -88,7 +88,7 @@ def report_missing_extra_fields(missing: dict[str, int], total: int, report: Loa
         if total and count == total:
             raise MissingFieldError(
                 f"no record has the field {path!r}; name a field the log has "
-                f"(see `dressage-replay inspect`) or drop {setting('order_by')}"
+                "(see `dressage-replay inspect`) or drop " + setting("order_by")
             )
         if count:
             report.warnings.append(
@@ -189,7 +189,8 @@ def _fields_unused(sources: list[Source]) -> list[str]:
     kinds = sorted(unused, key=lambda kind: not BY_NAME[unused[kind][0].format].peer)
     return [
         Message(
-            f"{setting('fields')} does not apply to {what} ({unused[(what, why)][0].path.name}"
+            setting("fields")
+            + f" does not apply to {what} ({unused[(what, why)][0].path.name}"
             + (", ..." if len(unused[(what, why)]) > 1 else "")
             + f"): {why}"
         )

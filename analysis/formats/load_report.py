@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from analysis.errors import Message, ReplayError, SkipReason
+from analysis.errors import ReplayError, SkipReason
 from analysis.formats.source import Source
 
 
@@ -34,4 +34,4 @@ class LoadReport:
     def skip(self, error: ReplayError) -> None:
         self.skipped[error.skip_reason] += 1
         if len(self.skipped_where) < 5:
-            self.skipped_where.append(Message(error.raw))
+            self.skipped_where.append(error.message)

@@ -55,9 +55,11 @@ def required(record: dict[str, Any], path: str, where: str, what: str) -> Any:
     """The value at ``path``, or a missing-field error naming the record and the field."""
     value = at(record, path)
     if value is None:
-        raise MissingFieldError(
-            f"{where}: {what} has no {path} (found fields {_fields(record)}); fix the record "
-            f"or pass {setting('on_bad_record', 'skip')} to leave such records out"
+        raise MissingFieldError.advised(
+            f"{where}: {what} has no {path} (found fields {_fields(record)})",
+            "; fix the record or pass "
+            + setting("on_bad_record", "skip")
+            + " to leave such records out",
         )
     return value
 

@@ -32,6 +32,8 @@ from analysis.formats.source import Source
 from analysis.table.limits import LimitError, printable
 from analysis.table.options import ReadOptions
 
+_SKIP = setting("on_bad_record", "skip")
+
 CHUNK_SPANS = 1 << 20
 """Spans held as rows before they are made a table chunk, as with ``chunk_records``
 records: a record can hold a span a token (alternating versions)."""
@@ -139,19 +141,20 @@ class Reading:
         ]
 
     def skip_or_raise(self, error: ReplayError) -> None:
+        """Count ``error`` as skipped (``on_bad_record="skip"``), or raise it with what to
+        do, kept apart from what is wrong (:meth:`ReplayError.advised`)."""
         if self.options.on_bad_record == "skip":
             self.report.skip(error)
             return
         if isinstance(error, LimitError):
-            raise LimitError(f"{error.raw}, or pass {setting('on_bad_record', 'skip')}") from error
+            raise LimitError.advised(error.message, ", or pass " + _SKIP) from error
         if isinstance(error, DamagedFileError):
-            raise DamagedFileError(
-                f"{error.raw}; check that the file is whole (copy it again) "
-                f"or pass {setting('on_bad_record', 'skip')}"
+            raise DamagedFileError.advised(
+                error.message, "; check that the file is whole (copy it again) or pass " + _SKIP
             ) from error
         if isinstance(error, LogFormatError) and not isinstance(error, UnsafePickleError):
-            raise LogFormatError(
-                f"{error.raw}; fix the record or pass {setting('on_bad_record', 'skip')}"
+            raise LogFormatError.advised(
+                error.message, "; fix the record or pass " + _SKIP
             ) from error
         raise error
 
@@ -171,8 +174,8 @@ class Reading:
             return error
         told, own = (self.formats[name].described for name in (source.format, found))
         raise type(error)(  # its own exit code
-            f"{error.raw.split('; fix the record')[0]}; {source.path} is probably not "
-            f"{told} (its first record reads as {own}): leave out {setting('log_format')} or "
+            error.base + f"; {source.path} is probably not "
+            f"{told} (its first record reads as {own}): leave out " + setting("log_format") + " or "
             "give the file's own format"
         ) from error
 

@@ -69,7 +69,7 @@ def named(name: str | None) -> Format | None:
         return None
     if name not in BY_NAME:
         raise ConfigError(
-            f"{setting('log_format')}: expected one of {', '.join(NAMES)} (found {name!r})"
+            setting("log_format") + f": expected one of {', '.join(NAMES)} (found {name!r})"
         )
     return BY_NAME[name]
 

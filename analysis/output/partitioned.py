@@ -66,7 +66,7 @@ class UnitFailed(ReplayError):
         self.detail = detail
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (UnitFailed, (str(self), self.detail))
+        return (UnitFailed, (self.message, self.detail))
 
 
 @dataclass
@@ -182,7 +182,7 @@ def run_local(workers: int | None = None) -> Runner:
     count = (os.cpu_count() or 1) if workers is None else workers
     if count < 1:
         raise ConfigError(
-            f"require {setting('workers', count)} to be 1 or more (the processes that write "
+            "require " + setting("workers", count) + " to be 1 or more (the processes that write "
             "the parts)"
         )
     return _LocalRunner(count)

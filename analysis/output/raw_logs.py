@@ -182,17 +182,19 @@ def log_format_for(path: Path, log_format: str | None) -> str:
         if name.endswith((".pt", ".pkl", ".pickle")):
             raise OutputError(
                 f"{path}: slime dumps are a folder of rollout_<step>.pt files; "
-                f"give a folder name and {setting('log_format', 'pt')}"
+                "give a folder name and " + setting("log_format", "pt")
             )
         if by_name is None:
             raise OutputError(
                 f"{path}: cannot tell the format from the name; end it in .jsonl, .jsonl.gz "
-                f"or .parquet, or pass {setting('log_format', 'artifacts|pt')} for a folder"
+                "or .parquet, or pass " + setting("log_format", "artifacts|pt") + " for a folder"
             )
         return by_name
     if by_name is not None and by_name != log_format:
         raise OutputError(
-            f"{path}: the name says {by_name} but {setting('log_format')} says {log_format}; "
+            f"{path}: the name says {by_name} but "
+            + setting("log_format")
+            + f" says {log_format}; "
             "make them agree"
         )
     if log_format in ("jsonl", "parquet") and by_name is None:

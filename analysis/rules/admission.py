@@ -97,7 +97,7 @@ def parse_admission(spec: str, *, required_samples: int | None = None) -> Admiss
     parsed = split_spec(spec)
     system = parsed.name
     if system not in RULES:
-        raise SettingSyntaxError(f"{setting('admission', spec)}: {_unknown_rule(system)}")
+        raise SettingSyntaxError(setting("admission", spec) + ": " + _unknown_rule(system))
     knobs: dict[str, float] = {}
     offset: int | None = None
     for knob in parsed.knobs:
@@ -105,7 +105,7 @@ def parse_admission(spec: str, *, required_samples: int | None = None) -> Admiss
         name = ALIASES.get(knob.knob, knob.knob)
         if name not in (*RULES[system], "step_offset") or not equals:
             raise SettingSyntaxError(
-                f"{setting('admission', spec)}: {item!r} is not one of {system}'s knobs "
+                setting("admission", spec) + f": {item!r} is not one of {system}'s knobs "
                 f"({', '.join((*RULES[system], 'step_offset'))}), written name=value"
             )
         number = _number(value, spec, name)
@@ -123,7 +123,7 @@ def _unknown_rule(system: str) -> str:
     if system in POLICIES:
         return (
             f"{system} drops stale groups at batch assembly: it is a staleness policy, "
-            f"replayed as {setting('policy', system)}:KNOB=VALUE (docs/semantics.md §13), "
+            "replayed as " + setting("policy", system) + ":KNOB=VALUE (docs/semantics.md §13), "
             "not an admission rule"
         )
     rules = [f"{name}:{knobs[0]}=N" for name, knobs in RULES.items() if name != "verl-async"]
@@ -139,11 +139,11 @@ def _number(value: str, spec: str, name: str) -> float:
         number = float(value)
     except ValueError:
         raise SettingSyntaxError(
-            f"{setting('admission', spec)}: {name} must be a number (found {value!r})"
+            setting("admission", spec) + f": {name} must be a number (found {value!r})"
         ) from None
     if name != "staleness_threshold" and not number.is_integer():
         raise SettingSyntaxError(
-            f"{setting('admission', spec)}: {name} must be a whole number (found {value!r})"
+            setting("admission", spec) + f": {name} must be a whole number (found {value!r})"
         )
     return number
 
@@ -153,7 +153,8 @@ def _checked(rule: AdmissionRule, spec: str) -> AdmissionRule:
     missing = [name for name in needed if name not in rule.knobs]
     if missing:
         raise SettingSyntaxError(
-            f"{setting('admission', spec)}: give {', '.join(f'{name}=N' for name in missing)}"
+            setting("admission", spec)
+            + f": give {', '.join(f'{name}=N' for name in missing)}"
             + (
                 " (verl's samples per trainer step, in groups: a log does not record it)"
                 if "required_samples" in missing
@@ -163,7 +164,8 @@ def _checked(rule: AdmissionRule, spec: str) -> AdmissionRule:
     negative = [name for name, value in rule.knobs.items() if value < 0]
     if negative or (rule.system == "verl-async" and rule.max_required < 1):
         raise ConfigError(
-            f"{setting('admission', spec)}: "
+            setting("admission", spec)
+            + ": "
             + (
                 f"{negative[0]} must not be negative (found {_plain(rule.knobs[negative[0]])}); "
                 "give 0 or more"

@@ -45,18 +45,18 @@ def simulation_rule(spec: str, *, batch_groups: int) -> AdmissionRule:
     rule = parse_admission(spec, required_samples=batch_groups)  # errors name the spec given
     if rule.system == "verl-async" and rule.knobs.get("trigger_parameter_sync_step", 1) != 1:
         raise ConfigError(
-            f"{setting('admission', spec)}: the simulator updates the weights every trainer "
+            setting("admission", spec) + ": the simulator updates the weights every trainer "
             "step: trigger_parameter_sync_step must be 1"
         )
     if rule.system == "verl-async" and rule.max_required < batch_groups:
         raise ConfigError(
-            f"{setting('admission', spec)}: lets {rule.max_required} groups start between two "
+            setting("admission", spec) + f": lets {rule.max_required} groups start between two "
             f"weight updates, fewer than the {batch_groups} a trainer step takes, so the "
             "pipeline would stop; raise staleness_threshold or required_samples"
         )
     if rule.step_offset is not None:
         raise ConfigError(
-            f"{setting('admission', spec)}: step_offset reads a log's steps; the simulator's "
+            setting("admission", spec) + ": step_offset reads a log's steps; the simulator's "
             "versions are its own steps: leave it out"
         )
     return rule

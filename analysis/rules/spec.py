@@ -80,7 +80,7 @@ class DressagePolicy(Policy):
             whole = isinstance(value, int) and not isinstance(value, bool)
             if whole and not 0 <= value <= MAX_SETTING:
                 raise ConfigError(
-                    f"{setting('policy', self.name)}: require {short}= ({name}) between 0 "
+                    setting("policy", self.name) + f": require {short}= ({name}) between 0 "
                     f"and {MAX_SETTING:,} (found {value:,})"
                 )
         ReplayConfig(keep_versions=self.keep_versions, max_preempts=self.max_preempts)
@@ -210,8 +210,9 @@ class NemoWindowedPolicy(PeerPolicy):
     def __post_init__(self) -> None:
         if self.max_staleness_versions == -1:
             raise ConfigError(
-                f"{setting('policy', 'nemo-windowed')}: give max_staleness_versions (NeMo-RL has "
-                f"no default for it), for example {setting('policy', 'nemo-windowed:max_staleness_versions=1')}"
+                setting("policy", "nemo-windowed") + ": give max_staleness_versions (NeMo-RL has "
+                "no default for it), for example "
+                + setting("policy", "nemo-windowed:max_staleness_versions=1")
             )
         _check_whole(self, "max_staleness_versions", 0)
         _check_choice(self, "order")
@@ -257,12 +258,12 @@ def parse_policy(text: str) -> Policy:
         if admission in ADMISSION_RULES:
             bound = ADMISSION_RULES[admission][0]
             raise SettingSyntaxError(
-                f"{setting('policy', text)}: {admission} is admission control, not a policy "
-                f"replayed here: give it as {setting('admission', f'{admission}:{bound}=N')} "
+                setting("policy", text) + f": {admission} is admission control, not a policy "
+                "replayed here: give it as " + setting("admission", f"{admission}:{bound}=N") + " "
                 "to inspect or simulate (docs/semantics.md §13.6)"
             )
         raise SettingSyntaxError(
-            f"{setting('policy', text)}: no policy named {spec.written_name!r}; "
+            setting("policy", text) + f": no policy named {spec.written_name!r}; "
             f"known: {known_policies()}"
         )
     values: dict[str, Any] = {}
@@ -270,7 +271,7 @@ def parse_policy(text: str) -> Policy:
         knob, value = _knob(cls, part, text)
         if knob in values:
             raise SettingSyntaxError(
-                f"{setting('policy', text)}: {knob} is given twice; give each knob once"
+                setting("policy", text) + f": {knob} is given twice; give each knob once"
             )
         values[knob] = _knob_value(cls, knob, value, text)
     return cls(**values)
@@ -290,12 +291,12 @@ def _knob(cls: type[Policy], part: KnobText, text: str) -> tuple[str, str]:
     knob = cls.aliases.get(written.lower(), written.lower())
     if knob not in {f.name for f in fields(cls)}:
         raise SettingSyntaxError(
-            f"{setting('policy', text)}: {written!r} is not a {cls.name} knob; its knobs: "
+            setting("policy", text) + f": {written!r} is not a {cls.name} knob; its knobs: "
             f"{_knob_names(cls)} (known: {known_policies()})"
         )
     if not equals or not value:
         raise SettingSyntaxError(
-            f"{setting('policy', text)}: {written} needs a value: write {written}=VALUE"
+            setting("policy", text) + f": {written} needs a value: write {written}=VALUE"
         )
     return knob, value
 
@@ -322,7 +323,7 @@ def _knob_value(cls: type[Policy], field_name: str, value: str, text: str) -> An
         return parse_whole(value)
     except ValueError:
         raise SettingSyntaxError(
-            f"{setting('policy', text)}: {field_name} must be a whole number (found {value!r})"
+            setting("policy", text) + f": {field_name} must be a whole number (found {value!r})"
         ) from None
 
 
@@ -330,7 +331,7 @@ def _check_whole(policy: Policy, name: str, low: int) -> None:
     value = getattr(policy, name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_SETTING:
         raise ConfigError(
-            f"{setting('policy', policy.name)}: require {name} between {low} and "
+            setting("policy", policy.name) + f": require {name} between {low} and "
             f"{MAX_SETTING:,} (found {_said(value)})"
         )
 
@@ -346,6 +347,6 @@ def _check_choice(policy: Policy, name: str) -> None:
     value, allowed = getattr(policy, name), policy.choices[name]
     if value not in allowed:
         raise ConfigError(
-            f"{setting('policy', policy.name)}: {name} is one of "
+            setting("policy", policy.name) + f": {name} is one of "
             f"{', '.join(allowed)} (found {value!r})"
         )

@@ -105,16 +105,16 @@ class SimulationConfig:
                 value = getattr(self, name)
                 if not ok(value):
                     found = f"{value:,}" if type(value) is int else repr(value)
-                    raise ConfigError(f"require {setting(name)} {rule} (found {found})")
+                    raise ConfigError("require " + setting(name) + f" {rule} (found {found})")
         if self.queue_watermark < self.batch_groups:
             raise ConfigError(
-                f"require {setting('output_queue_size', self.output_queue_size)} x 0.8 (the "
-                f"queue's high watermark) >= {setting('batch_groups', self.batch_groups)}: "
+                "require " + setting("output_queue_size", self.output_queue_size) + " x 0.8 (the "
+                "queue's high watermark) >= " + setting("batch_groups", self.batch_groups) + ": "
                 "else the worker stops before the trainer has a batch"
             )
         if any(type(n) is not int or not 1 <= n <= MAX_SETTING for n in self.response_lengths):
             raise ConfigError(
-                f"require every one of {setting('response_lengths', '...')} to be a whole "
+                "require every one of " + setting("response_lengths", "...") + " to be a whole "
                 f"number from 1 to {MAX_SETTING:,}"
             )
 

@@ -68,7 +68,7 @@ def simulate(
         raise ConfigError(
             f"the simulation stopped after {pipeline.n_completed:,} of {config.n_groups:,} "
             "groups: its settings hold generation back for good (an admission rule or the "
-            f"output queue below {setting('batch_groups', config.batch_groups)})"
+            "output queue below " + setting("batch_groups", config.batch_groups) + ")"
         )
 
 

@@ -94,12 +94,12 @@ class FieldMap:
             meaning, sep, path = item.partition("=")
             if not sep or not path or meaning not in cls.meanings():
                 raise SettingSyntaxError(
-                    f"{setting('fields')}: expected MEANING=PATH with MEANING one of "
+                    setting("fields") + ": expected MEANING=PATH with MEANING one of "
                     f"{', '.join(cls.meanings())} (found {item!r})"
                 )
             if overrides.get(meaning, path) != path:  # the last would win, silently
                 raise SettingSyntaxError(
-                    f"{setting('fields')}: {meaning} is given twice ({meaning}="
+                    setting("fields") + f": {meaning} is given twice ({meaning}="
                     f"{overrides[meaning]}, {item}); give each meaning once"
                 )
             overrides[meaning] = path

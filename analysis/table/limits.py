@@ -62,7 +62,7 @@ class Limits:
             value = getattr(self, item.name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(
-                    f"{setting(item.name)}: expected a whole number >= 1 (found {value!r})"
+                    setting(item.name) + f": expected a whole number >= 1 (found {value!r})"
                 )
 
     @staticmethod
@@ -83,13 +83,13 @@ class Limits:
             name = name.strip().replace("-", "_")
             if name not in Limits.names():
                 raise SettingSyntaxError(
-                    f"{setting('limits')}: expected NAME=VALUE with NAME one of "
+                    setting("limits") + ": expected NAME=VALUE with NAME one of "
                     f"{', '.join(Limits.names())} (found {item!r})"
                 )
             match = re.fullmatch(r"(\d{1,18})([KMG]?)", text.strip(), re.IGNORECASE)
             if match is None:
                 raise SettingSyntaxError(
-                    f"{setting('limits')}: expected a whole number, maybe with K, M or G, "
+                    setting("limits") + ": expected a whole number, maybe with K, M or G, "
                     f"for {name} (found {text!r})"
                 )
             number, scale = (
@@ -118,7 +118,7 @@ def over_limit(where: object, what: str, name: str, value: int) -> LimitError:
     (to twice what it is, or more)."""
     return LimitError(
         f"{where}: {what}, past the limit {name}={value:,} that protects memory; if the "
-        f"file is genuine, raise it with {setting(name, value * 2)}"
+        "file is genuine, raise it with " + setting(name, value * 2)
     )
 
 

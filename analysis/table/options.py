@@ -67,7 +67,7 @@ class ReadOptions:
             object.__setattr__(self, "columns", tuple(self.columns))
         if self.on_bad_record not in ("fail", "skip"):
             raise ConfigError(
-                f"{setting('on_bad_record')}: expected one of fail, skip "
+                setting("on_bad_record") + ": expected one of fail, skip "
                 f"(found {self.on_bad_record!r})"
             )
         unknown = [name for name in self.columns or () if name not in CANONICAL_COLUMNS]

@@ -452,8 +452,11 @@ def settings_note(
     if kind in ("spans", "timeline") and (len(keep_versions) > 1 or len(max_preempts) > 1):
         return (
             f"a {kind} figure draws one setting: K={keep_versions[0]}, M={limit}, the first of "
-            f"those given (pass one {setting('keep_versions')} and one "
-            f"{setting('max_preempts')} to choose)"
+            "those given (pass one "
+            + setting("keep_versions")
+            + " and one "
+            + setting("max_preempts")
+            + " to choose)"
         )
     if kind == "gaps" and len(max_preempts) > 1:
         return f"a gaps figure draws one M: M={limit}, the first of those given"
@@ -487,9 +490,11 @@ def make_plot(
     if kind not in PLOT_KINDS:
         raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(PLOT_KINDS)}")
     if not keep_versions:
-        raise ConfigError(f"give at least one {setting('keep_versions')} value to plot")
+        raise ConfigError("give at least one " + setting("keep_versions") + " value to plot")
     if not max_preempts:
-        raise ConfigError(f"give at least one {setting('max_preempts')} value (or none) to plot")
+        raise ConfigError(
+            "give at least one " + setting("max_preempts") + " value (or none) to plot"
+        )
     if kind in ("sweep", "heatmap"):
         result = sweep(
             prepared,

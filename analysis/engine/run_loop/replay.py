@@ -135,7 +135,7 @@ def _check_settings(keep_versions: int, max_retries: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(
                 f"require `{name}` to be an integer >= 0 (found {value!r}); "
-                f"pass {setting(name)} as Dressage was run with"
+                "pass " + setting(name) + " as Dressage was run with"
             )
 
 

@@ -80,7 +80,7 @@ def read_canonical(
             f"(columns: {', '.join(present)}); "
             + (
                 "convert the run's log again keeping the ordering field "
-                f"({setting('order_by', 'FIELD')})"
+                "(" + setting("order_by", "FIELD") + ")"
                 if not [c for c in REQUIRED_COLUMNS if c not in present]
                 else _CANONICAL_ONLY
             )

@@ -197,7 +197,7 @@ def _tie_warning(stamps: Sequence[int]) -> list[str]:
         Message(
             f"{tied} of {len(stamps)} artifact files share a modification time with "
             "another, so their arrival order falls back to path order (as after a plain "
-            f"copy); pass {setting('order_by')} with a completion-time field if the log "
+            "copy); pass " + setting("order_by") + " with a completion-time field if the log "
             "has one"
         )
     ]

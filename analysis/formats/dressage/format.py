@@ -76,7 +76,8 @@ def _by_modification_time(folder: Path, untimed: str) -> Message:
         f"{folder}: {untimed} carry no completion time "
         "(metadata.proxy_extra_info.timestamp), so the artifact files arrive in order of "
         "modification time, which a copy or a checkout changes; pass "
-        f"{setting('order_by')} with a completion-time field if the log has one"
+        + setting("order_by")
+        + " with a completion-time field if the log has one"
     )
 
 

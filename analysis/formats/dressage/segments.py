@@ -19,6 +19,7 @@ from analysis.errors import (
     InputNotFoundError,
     LogFormatError,
     MissingFieldError,
+    PlainPart,
     ReplayError,
 )
 from analysis.formats.fields import (
@@ -45,8 +46,9 @@ ERRORS: dict[str, type[ReplayError]] = {
 }
 
 
-Entry = tuple[int, dict[str, Any] | None, tuple[str, str] | None]
-"""(record number, canonical row or None, (error class name, message) or None)."""
+Entry = tuple[int, dict[str, Any] | None, tuple[str, tuple[PlainPart, ...]] | None]
+"""(record number, canonical row or None, (error class name, message's parts) or None):
+plain data, as the helper process hands it over (:meth:`Message.plain`)."""
 
 
 FileResult = tuple[int, str, list[Entry]]
@@ -59,8 +61,8 @@ class Chunk:
 
     file_stamps: list[int]
     """Modification time of every file read (not of those that could not be read)."""
-    errors: list[tuple[int, str, int, str, str]]
-    """(modification time, path, record number, error class name, message)."""
+    errors: list[tuple[int, str, int, str, tuple[PlainPart, ...]]]
+    """(modification time, path, record number, error class name, message's parts)."""
     row_stamps: list[int]
     """Modification time of the file of each row."""
     rows: RowColumns
@@ -117,7 +119,7 @@ def read_segment_file(
     if len(data) > most:
         what = f"a JSON document of more than {most:,} bytes"
         error = over_limit(printable(path), what, "max_record_bytes", most)
-        return stamp, path, [(0, None, ("LimitError", error.raw))]
+        return stamp, path, [(0, None, ("LimitError", error.message.plain()))]
     try:
         document = parse_json(data)
     except json.JSONDecodeError as exc:
@@ -130,7 +132,7 @@ def read_segment_file(
                     None,
                     (
                         "LogFormatError",
-                        f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})",
+                        (f"{path}:{exc.lineno}: not valid JSON ({json_problem(exc)})",),
                     ),
                 )
             ],
@@ -144,7 +146,8 @@ def read_segment_file(
         try:
             row = canonical_row(record, fields=fields, where=where, extra=extra, limits=limits)
         except (LogFormatError, MissingFieldError) as error:
-            entries.append((number, None, (type(error).__name__, str(error))))
+            # In the library's words (str), as these have always been said here.
+            entries.append((number, None, (type(error).__name__, (str(error),))))
             continue
         row["source"] = printable(path)
         row["record"] = number
@@ -231,7 +234,7 @@ def _entry_is(entry: os.DirEntry[str], kind: str, problems: list[FileResult]) ->
 
 def _unreadable_entry(path: str, message: str) -> FileResult:
     """A file or folder that could not be read: no time (-1, so it sorts first), an error."""
-    return -1, path, [(0, None, ("InputNotFoundError", message))]
+    return -1, path, [(0, None, ("InputNotFoundError", (message,)))]
 
 
 @contextlib.contextmanager

@@ -180,7 +180,7 @@ def _time(value: Any, where: str) -> float | None:
     try:
         return as_time(value, where)
     except LogFormatError as exc:
-        raise LogFormatError(f"{exc.raw}; {_FIX}") from None
+        raise LogFormatError(exc.message + f"; {_FIX}") from None
 
 
 def _int_field(value: Any, where: str) -> int | None:

@@ -12,7 +12,6 @@ from analysis.errors import (
     LogFormatError,
     MissingFieldError,
     UnsafePickleError,
-    setting,
     short_repr,
 )
 from analysis.formats.dressage.records import optional_int
@@ -88,11 +87,8 @@ def _safe_dump(path: Path, limits: Limits) -> tuple[int | None, list[Any]]:
     try:
         return dump_samples(path, trust_pickle=False, limits=limits)
     except UnsafePickleError as exc:
-        raw = exc.raw
-        cut = raw.find(setting("trust_pickle", True))
-        head = raw[:cut].rstrip().removesuffix("pass").rstrip(" ;,") if cut >= 0 else raw
-        raise UnsafePickleError(
-            f"{head}; a run folder's dumps are always read by the safe reader (it rebuilds "
+        raise UnsafePickleError(  # without its advice to trust the pickle
+            exc.base + "; a run folder's dumps are always read by the safe reader (it rebuilds "
             f"tensors and NumPy arrays); {DUMP_FIX}"
         ) from None
 

@@ -153,9 +153,9 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return arrays.TorchStorageType(name)
         if module == "torch" or module.startswith("torch."):
             return Skipped
-        raise UnsafePickleError(
-            f"{self.where}: the pickle needs {module}.{name}, which the safe reader does not "
-            f"load; pass {setting('trust_pickle', True)} if you trust this file (it may run code)"
+        raise UnsafePickleError.advised(
+            f"{self.where}: the pickle needs {module}.{name}, which the safe reader does not load",
+            "; pass " + setting("trust_pickle", True) + " if you trust this file (it may run code)",
         )
 
     def persistent_load(self, pid: Any) -> Any:
@@ -317,8 +317,8 @@ def _torch_load(path: Path) -> Any:
         import torch
     except ImportError as exc:
         raise UnsafePickleError(
-            f"{path}: {setting('trust_pickle', True)} on a torch.save archive needs torch; "
-            f"install the 'torch' extra or drop {setting('trust_pickle', True)} to use the "
+            f"{path}: " + setting("trust_pickle", True) + " on a torch.save archive needs torch; "
+            "install the 'torch' extra or drop " + setting("trust_pickle", True) + " to use the "
             "safe reader"
         ) from exc
     try:

@@ -79,7 +79,7 @@ def _row(record: Any, where: str, step: int | None) -> dict[str, Any]:
     if group is None:
         raise MissingFieldError(
             f"{where}: the prime-rl episode {ident} has no group.id (an episode outside any "
-            f"rollout group); pass {setting('on_bad_record', 'skip')} to leave it out"
+            "rollout group); pass " + setting("on_bad_record", "skip") + " to leave it out"
         )
     if not isinstance(group, (str, int)) or isinstance(group, bool):
         raise LogFormatError(f"{where}: group.id must be text (found {short_repr(group)})")

@@ -50,7 +50,7 @@ def dump_samples(
     if layout is not None:
         raise UnknownFormatError(
             f"{path}: a slime train-side dump ({layout} layout), not a rollout log; give its "
-            f"folder to `compare` as {setting('train_dumps', 'PATH')}, beside the rollout log "
+            "folder to `compare` as " + setting("train_dumps", "PATH") + ", beside the rollout log "
             "(rollout_data/) it was trained on"
         )
     if isinstance(obj, dict) and "samples" in obj:
