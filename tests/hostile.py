@@ -331,7 +331,7 @@ def version_flood(path: Path, groups: int, *, most_trajectories: int = 1, seed: 
                         {"start": 0, "end": cut, "version": str(group - 1)},
                         {"start": cut, "end": length, "version": str(group)},
                     ]
-                record = {
+                record: dict[str, object] = {
                     "group_index": group,
                     "index": index,
                     "response_length": length,

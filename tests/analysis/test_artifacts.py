@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -41,7 +42,7 @@ def load(
     helpers: bool,
     slow_here: float = 0.005,
     on_bad_record: Any = "skip",
-) -> Any:
+) -> tuple[pl.DataFrame, analysis.LoadReport]:
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
     session folder, so that the helper, which starts in about 50 ms, gets a share."""
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
@@ -253,7 +254,7 @@ def test_a_folder_that_cannot_be_listed_is_a_skipped_file_not_silence(
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
 
-    monkeypatch.setattr(artifacts.os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", scandir)  # the os module artifacts.py uses
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 10**9)
     report = analysis.LoadReport()
     analysis.load_logs([folder], on_bad_record="skip", report=report)

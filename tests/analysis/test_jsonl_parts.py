@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,9 @@ def log_with_bad_lines(path: Path, bad: bool) -> Path:
     return path
 
 
-def loaded(path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settings: str) -> tuple:  # type: ignore[type-arg]
+def loaded(
+    path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settings: Any
+) -> tuple[Any, ...]:
     monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0 if split else 1 << 62)
     report = analysis.LoadReport()
     try:

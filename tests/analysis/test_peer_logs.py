@@ -258,7 +258,7 @@ def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 def _with(record: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(record))
+    out: dict[str, Any] = json.loads(json.dumps(record))
     node = out
     for step in path[:-1]:
         node = node[step]

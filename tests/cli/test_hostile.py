@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -437,7 +439,7 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
 
     output = tmp_path / "run"
 
-    def records():  # type: ignore[no-untyped-def]
+    def records() -> Iterator[dict[str, Any]]:
         for number, record in enumerate(simulate(SimulationConfig(n_groups=6, seed=2))):
             if number == 5:
                 (temp,) = tmp_path.glob(".run.*.tmp")
@@ -580,7 +582,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
         os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
         remove(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tables.shutil, "rmtree", interrupted_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)  # the shutil tables.py uses
     with pytest.raises(KeyboardInterrupt), tables.atomic_folder(tmp_path / "run") as temp:
         (temp / "a").mkdir()
         (temp / "a" / "b.json").write_text("{}")

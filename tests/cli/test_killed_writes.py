@@ -34,7 +34,7 @@ NAMED = {**os.environ, tables.NO_TMPFILE_ENV: "1"}
 
 def _has_tmpfile(folder: Path) -> bool:
     try:
-        os.close(os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600))  # type: ignore[attr-defined]
+        os.close(os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600))
     except (AttributeError, OSError):
         return False
     return True
@@ -279,7 +279,7 @@ def test_every_writer_writes_through_the_anonymous_file(
         assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
     if writer.startswith("frame"):  # and reads back whole
         (path,) = written
-        readers = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json,
+        readers: dict[str, Callable[[Path], pl.DataFrame]] = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json,
                    ".jsonl": pl.read_ndjson, ".ndjson": pl.read_ndjson}  # fmt: skip
         assert readers.get(path.suffix, pl.read_ipc)(path).equals(TABLE)
     elif writer.startswith("log-") or writer == "canonical.arrow":

@@ -80,7 +80,7 @@ def mutated_records(draw: st.DrawFn) -> list[dict[str, Any]]:
     for _ in range(draw(st.integers(1, 4))):
         record = records[draw(st.integers(0, len(records) - 1))]
         path = draw(st.sampled_from(FIELDS))
-        parent = record
+        parent: Any = record
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if not isinstance(parent, dict):
@@ -124,7 +124,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(H
 @SETTINGS
 @given(records=mutated_records(), duplicate_key=st.booleans())
 def test_mutated_jsonl_records(
-    tmp_path_factory: pytest.TempPathFactory, records: list, duplicate_key: bool
+    tmp_path_factory: pytest.TempPathFactory, records: list[Any], duplicate_key: bool
 ) -> None:
     folder = tmp_path_factory.mktemp("mutated")
     lines = [dumps_line(r) for r in records]
@@ -212,7 +212,8 @@ def replay_json(tmp_path: Path, records: list[dict[str, Any]], *args: str) -> di
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     result = runner.invoke(app, ["replay", str(log), "--json", *args])
     assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)
+    summary: dict[str, Any] = json.loads(result.stdout)
+    return summary
 
 
 def test_empty_file(tmp_path: Path) -> None:
