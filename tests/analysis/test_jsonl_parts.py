@@ -169,8 +169,9 @@ def test_the_helpers_pieces_are_numbered_as_the_file(
     front = jsonl_parts.PieceQueue.take_front
 
     def after_the_helper(self: jsonl_parts.PieceQueue) -> int | None:
-        """This process waits (up to 20 s) for the helper to take its first piece."""
-        deadline = time.monotonic() + 20
+        """This process waits (up to 120 s: a busy host may be slow to start the helper)
+        for the helper to take its first piece."""
+        deadline = time.monotonic() + 120
         while self.front == 0 and self.back == self.count - 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         return front(self)
