@@ -38,7 +38,7 @@ test-all: $(STAMP) ## Every test (what CI runs: make test, then make test-slow)
 lint: $(STAMP) ## ruff check (with a complexity limit), ruff format --check, mypy --strict
 	$(BIN)/ruff check analysis cli tests sample_data
 	$(BIN)/ruff format --check analysis cli tests sample_data
-	$(BIN)/mypy --strict analysis cli
+	$(BIN)/mypy --strict analysis cli tests
 
 bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

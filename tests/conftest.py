@@ -40,7 +40,7 @@ def small_records() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def small_logs(
-    tmp_path_factory: pytest.TempPathFactory, small_records: list[dict]
+    tmp_path_factory: pytest.TempPathFactory, small_records: list[dict[str, Any]]
 ) -> dict[str, Path]:
     """The same simulated run as JSONL, gzipped JSONL, artifact folder and .pt dumps."""
     root = tmp_path_factory.mktemp("small_logs")

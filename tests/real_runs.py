@@ -40,8 +40,8 @@ def disagreements(
     """Every way the replay differs from Dressage on the attempts it consumed or dropped."""
     rows = by_trajectory(trajectories)
     members: dict[str, set[str]] = defaultdict(set)
-    for row in rows.values():
-        members[row["group_id"]].add(row["trajectory_id"])
+    for member in rows.values():
+        members[member["group_id"]].add(member["trajectory_id"])
     problems = []
     for attempt in attempts:
         if attempt["outcome"] not in CONSUMED:

@@ -120,7 +120,9 @@ def replay_loop_reference(  # noqa: C901 - one plain loop, as §12.2 reads
         result.decisions[attempt.attempt_id] = {
             "decision": decision,
             "stage": facts.get("stage"),
-            "batch": batch_number[rollout_id] if decision == "kept" else None,
+            "batch": batch_number[rollout_id]
+            if decision == "kept" and rollout_id is not None
+            else None,
             "decided_in": rollout_id,
             "retried": facts.get("retried"),
             "leftover": facts.get("leftover"),

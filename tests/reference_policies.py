@@ -207,7 +207,8 @@ def nemo_windowed_reference(  # noqa: C901
         while ready and (len(ready) >= batch_groups or at_end):
             if order == "freshest":
                 ordered = sorted(
-                    ready, key=lambda n: (-(log.start[n] if log.start[n] is not None else -1), n)
+                    ready,
+                    key=lambda n: (-(start if (start := log.start[n]) is not None else -1), n),
                 )
             else:
                 ordered = list(ready)

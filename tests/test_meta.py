@@ -7,12 +7,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.models import CommandInfo
 from typer.testing import CliRunner
 
 from cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = sorted(command.name or command.callback.__name__ for command in app.registered_commands)
+
+
+def _command_name(command: CommandInfo) -> str:
+    if command.name:
+        return command.name
+    assert command.callback is not None
+    return command.callback.__name__
+
+
+COMMANDS = sorted(_command_name(command) for command in app.registered_commands)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -182,7 +182,7 @@ def test_verl_counts_the_groups_still_running_at_a_weight_update() -> None:
 
 
 def test_groups_without_start_or_step_are_counted_as_unknown() -> None:
-    log = [
+    log: list[dict[str, Any]] = [
         {"group_id": "a", "labels": ["-1"], "trainer_step": 3},  # prompt-only: no start
         {"group_id": "b", "labels": ["1"], "trainer_step": None},  # no step
         {"group_id": "c", "labels": ["-1", "1"], "trainer_step": 4},  # first real label

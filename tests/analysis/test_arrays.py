@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -64,7 +65,7 @@ def test_object_arrays_and_subclasses_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DamagedFileError, match="not a plain number"):
         _read(np.array([1, "a"], dtype=object), tmp_path)
     with pytest.raises(UnsafePickleError, match=r"numpy\.ma"):
-        _read(np.ma.masked_array([1, 2], mask=[0, 1]), tmp_path)
+        _read(np.ma.masked_array([1, 2], mask=[False, True]), tmp_path)
     with pytest.raises(DamagedFileError, match=r"V8. is not a plain number"):
         _read(np.zeros(2, dtype=[("a", "i4"), ("b", "f4")]), tmp_path)
 
@@ -144,7 +145,7 @@ def _torch_file(
             def __init__(self, offset: int, size: tuple[int, ...], stride: tuple[int, ...]):
                 self.args = (offset, size, stride)
 
-            def __reduce__(self) -> tuple:
+            def __reduce__(self) -> tuple[Any, ...]:
                 return rebuild, (STORAGE, *self.args, False, {})
 
         class Pickler(pickle.Pickler):
@@ -196,7 +197,7 @@ def test_a_storage_member_of_another_size_is_not_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize("call", [bytearray, bytes], ids=["bytearray", "bytes"])
 def test_byte_strings_of_a_given_length_are_refused(call: type, tmp_path: Path) -> None:
     class Big:
-        def __reduce__(self) -> tuple:
+        def __reduce__(self) -> tuple[Any, ...]:
             return call, (3 * 10**9,)
 
     path = tmp_path / "big.pkl"
@@ -206,7 +207,7 @@ def test_byte_strings_of_a_given_length_are_refused(call: type, tmp_path: Path) 
 
 
 def test_a_sample_nested_too_deeply_is_a_damaged_file(tmp_path: Path) -> None:
-    deep: dict = {}
+    deep: dict[str, Any] = {}
     for _ in range(5_000):
         deep = {"x": deep}
     path = tmp_path / "0.pt"

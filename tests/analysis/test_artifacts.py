@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
+from analysis.errors import SkipReason
 from analysis.formats.dressage import artifact_helper, artifacts, segments
 from analysis.output.raw_artifacts import write_artifacts
 
@@ -41,12 +43,12 @@ def load(
     helpers: bool,
     slow_here: float = 0.005,
     on_bad_record: Any = "skip",
-) -> Any:
+) -> tuple[pl.DataFrame, analysis.LoadReport]:
     """Load with or without a helper; this process takes ``slow_here`` seconds more per
     session folder, so that the helper, which starts in about 50 ms, gets a share."""
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 2 if helpers else 10**9)
     monkeypatch.setattr(segments, "CHUNK_FILES", 7)  # many chunks, from both processes
-    real_read_session = artifacts.read_session
+    real_read_session = segments.read_session
 
     def read_session(*args: Any) -> None:
         time.sleep(slow_here)
@@ -253,11 +255,11 @@ def test_a_folder_that_cannot_be_listed_is_a_skipped_file_not_silence(
             raise PermissionError(13, "Permission denied")
         return real_scandir(path)
 
-    monkeypatch.setattr(artifacts.os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", scandir)  # the os module artifacts.py uses
     monkeypatch.setattr(artifact_helper, "HELPER_MIN_INSTANCES", 10**9)
     report = analysis.LoadReport()
     analysis.load_logs([folder], on_bad_record="skip", report=report)
-    assert report.skipped["unreadable file"] == 1
+    assert report.skipped[SkipReason.UNREADABLE_FILE] == 1
     assert any("cannot list the folder (Permission denied)" in w for w in report.skipped_where)
     with pytest.raises(analysis.InputNotFoundError, match="cannot list the folder"):
         analysis.load_logs([folder])

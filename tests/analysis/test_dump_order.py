@@ -78,7 +78,7 @@ def test_a_folder_is_read_in_rollout_order_one_dump_at_a_time(
     steps = [12, 3, 0, 10, 2, 1]  # names order: 0, 1, 10, 12, 2, 3
     write_dumps(tmp_path / "dumps", steps, samples_first=frozenset({10}))
     read: list[int] = []
-    real = dump_format.dump_samples
+    real = dumps.dump_samples
 
     def spy(path: Path, *, trust_pickle: bool, **limits: Any) -> tuple[int | None, list[Any]]:
         found = real(path, trust_pickle=trust_pickle, **limits)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis.errors import ConfigError, DamagedFileError, SettingSyntaxError
+from analysis.errors import ConfigError, DamagedFileError, SettingSyntaxError, SkipReason
 from analysis.formats.text.jsonl import jsonl_records
 from analysis.output.raw_logs import write_jsonl
 from analysis.simulation.parameters import SimulationConfig
@@ -103,7 +103,7 @@ def test_limits_are_settings_with_checked_values(tmp_path: Path) -> None:
     assert analysis.load_logs([path], max_record_bytes=longest + 1).height == len(RECORDS)
     skipped = analysis.LoadReport()
     analysis.load_logs([path], max_record_bytes=longest - 1, on_bad_record="skip", report=skipped)
-    assert skipped.skipped["damaged file"] >= 1
+    assert skipped.skipped[SkipReason.DAMAGED_FILE] >= 1
 
 
 def test_the_readme_limits_table_matches_the_code() -> None:

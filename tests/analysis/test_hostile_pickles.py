@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.errors import DamagedFileError, ReplayError, UnsafePickleError
+from analysis.errors import DamagedFileError, ReplayError, SkipReason, UnsafePickleError
 from analysis.formats.pickled import pickles
 from analysis.formats.pickled.pickles import load_pickled
 from analysis.formats.slime_dumps.reader import dump_samples
@@ -121,7 +121,7 @@ def test_storages_no_tensor_uses_are_charged_to_the_file(tmp_path: Path) -> None
 
     path = tmp_path / "storages.pt"
     path.write_bytes(hostile.storages_pt(2, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
-    assert len(load_pickled(path)["samples"]) == 2  # type: ignore[index]
+    assert len(load_pickled(path)["samples"]) == 2
     path.write_bytes(hostile.storages_pt(3, arrays.MAX_ARRAY_VALUES, "ByteStorage"))
     with pytest.raises(DamagedFileError, match="storages hold more than 33,554,432 values"):
         load_pickled(path)
@@ -254,10 +254,10 @@ def shared_values(draw: st.DrawFn) -> object:
     pool: list[object] = []
     leaves = st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=30) | st.none()
     for _ in range(draw(st.integers(1, 12))):
-        parts = [
-            draw(st.sampled_from(pool)) if pool and draw(st.booleans()) else draw(leaves)
-            for _ in range(draw(st.integers(0, 4)))
-        ]
+        parts: list[object] = []
+        for _ in range(draw(st.integers(0, 4))):
+            reuse = bool(pool) and draw(st.booleans())
+            parts.append(draw(st.sampled_from(pool)) if reuse else draw(leaves))
         kind = draw(st.sampled_from(["list", "tuple", "dict"]))
         built: object = (
             parts if kind == "list" else tuple(parts) if kind == "tuple"
@@ -295,4 +295,4 @@ def test_numeric_keys_in_a_sample_are_named_not_an_internal_error(tmp_path: Path
         analysis.load_logs([path])
     report = analysis.LoadReport()
     analysis.load_logs([path], on_bad_record="skip", report=report)
-    assert report.skipped["missing field"] == 1
+    assert report.skipped[SkipReason.MISSING_FIELD] == 1

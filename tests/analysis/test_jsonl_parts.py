@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,9 @@ def log_with_bad_lines(path: Path, bad: bool) -> Path:
     return path
 
 
-def loaded(path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settings: str) -> tuple:  # type: ignore[type-arg]
+def loaded(
+    path: Path, monkeypatch: pytest.MonkeyPatch, *, split: bool, **settings: Any
+) -> tuple[Any, ...]:
     monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0 if split else 1 << 62)
     report = analysis.LoadReport()
     try:
@@ -167,8 +170,9 @@ def test_the_helpers_pieces_are_numbered_as_the_file(
     front = jsonl_parts.PieceQueue.take_front
 
     def after_the_helper(self: jsonl_parts.PieceQueue) -> int | None:
-        """This process waits (up to 20 s) for the helper to take its first piece."""
-        deadline = time.monotonic() + 20
+        """This process waits (up to 120 s: a busy host may be slow to start the helper)
+        for the helper to take its first piece."""
+        deadline = time.monotonic() + 120
         while self.front == 0 and self.back == self.count - 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         return front(self)

@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -30,7 +31,7 @@ CONFIGS = [
 ]
 
 
-def replays(table: pl.DataFrame) -> list[tuple[pl.DataFrame, dict]]:
+def replays(table: pl.DataFrame) -> list[tuple[pl.DataFrame, dict[str, Any]]]:
     return [
         (result.decisions, result.summary.to_dict())
         for result in analysis.replay_many(table, CONFIGS)
@@ -288,7 +289,7 @@ def test_folders_find_logs_by_any_case_and_gzipped_ndjson(
 
 
 def test_a_parquet_file_of_raw_records_gets_advice_that_leads_somewhere(
-    small_records: list[dict], tmp_path: Path
+    small_records: list[dict[str, Any]], tmp_path: Path
 ) -> None:
     """The advice was to `convert` it, which refused it with the same advice."""
     raw = tmp_path / "raw.parquet"
@@ -361,7 +362,9 @@ def _without_completion_times(folder: Path) -> list[Path]:
     return files
 
 
-def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Path) -> None:
+def test_artifact_mtime_ties_are_warned(
+    small_records: list[dict[str, Any]], tmp_path: Path
+) -> None:
     from analysis.output.raw_artifacts import write_artifacts
 
     write_artifacts(small_records[:6], tmp_path / "art")
@@ -385,7 +388,7 @@ def test_artifact_mtime_ties_are_warned(small_records: list[dict], tmp_path: Pat
 
 
 def test_artifacts_arrive_in_completion_order_whatever_their_file_times(
-    small_records: list[dict], tmp_path: Path
+    small_records: list[dict[str, Any]], tmp_path: Path
 ) -> None:
     """Dressage writes each trajectory's completion time into its artifacts; a copy or a
     checkout changes file times (issue: a fresh clone's sample artifacts kept 0 groups at
@@ -418,7 +421,7 @@ class _RunsCommand:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (os.system, (f"touch {self.marker}",))
 
 
@@ -475,7 +478,7 @@ def test_torch_reads_our_dumps_and_we_read_torch_save(tmp_path: Path) -> None:
     ],
 )
 def test_labels_of_the_wrong_type_are_bad_records(
-    tmp_path: Path, metadata: dict, message: str
+    tmp_path: Path, metadata: dict[str, Any], message: str
 ) -> None:
     path = tmp_path / "labels.jsonl"
     path.write_text(json.dumps({"group_index": 0, "tokens": [1, 2], "metadata": metadata}) + "\n")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import analysis
-from analysis.errors import ConfigError, LogFormatError, MissingFieldError, ReplayError
+from analysis.errors import ConfigError, LogFormatError, MissingFieldError, ReplayError, SkipReason
 from analysis.formats.discover import detect_sources
 from analysis.formats.peers import PeerFormat
 from analysis.formats.registry import BY_NAME
@@ -206,7 +206,7 @@ def test_bad_records_are_skipped_and_counted_when_asked(name: str, tmp_path: Pat
     report = analysis.LoadReport()
     table = analysis.load_logs([log], report=report, on_bad_record="skip", log_format=name)
     assert table.height == 2
-    assert report.skipped["bad record"] == 2
+    assert report.skipped[SkipReason.BAD_RECORD] == 2
     assert any(
         ":2: " in where and "must be a JSON object" in where for where in report.skipped_where
     )
@@ -259,7 +259,7 @@ def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 def _with(record: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(record))
+    out: dict[str, Any] = json.loads(json.dumps(record))
     node = out
     for step in path[:-1]:
         node = node[step]

@@ -14,6 +14,7 @@ import pytest
 
 import analysis
 from analysis.views import plots
+from tests.figures import bars, offsets, xdata, ydata
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data" / "rollouts.jsonl"
@@ -85,7 +86,9 @@ def test_importing_plots_leaves_matplotlib_out() -> None:
 
 def trend_lines(ax: Any) -> dict[str, Any]:
     """The sweep's lines over K >= 1, by legend label (K=0 markers have "_K off" labels)."""
-    return {line.get_label(): line for line in ax.get_lines() if line.get_label().startswith("M")}
+    return {
+        line.get_label(): line for line in ax.get_lines() if str(line.get_label()).startswith("M")
+    }
 
 
 def k_off_markers(ax: Any) -> list[Any]:
@@ -109,24 +112,24 @@ def test_sweep_has_one_kept_line_and_two_gap_lines_per_max_preempts(
     assert legend_texts(kept_ax)[:2] == ["M off (none)", "M=1"]
     for line, m in zip(lines.values(), [None, 1], strict=True):
         rows = result.rows.filter(pl.col("max_preempts").eq_missing(m)).sort("keep_versions")
-        assert list(line.get_xdata()) == [1, 2, 3]
-        assert same(list(line.get_ydata()), rows["tokens_kept_pct"].to_list()[1:])
+        assert list(xdata(line)) == [1, 2, 3]
+        assert same(list(ydata(line)), rows["tokens_kept_pct"].to_list()[1:])
     # K=0 is one unjoined marker per M, at the K=0 row's value.
     off = k_off_markers(kept_ax)
-    assert len(off) == 2 and all(list(marker.get_xdata()) == [0] for marker in off)
+    assert len(off) == 2 and all(list(xdata(marker)) == [0] for marker in off)
     k_off_rows = result.rows.filter(pl.col("keep_versions") == 0)
-    assert same([marker.get_ydata()[0] for marker in off], k_off_rows["tokens_kept_pct"].to_list())
+    assert same([ydata(marker)[0] for marker in off], k_off_rows["tokens_kept_pct"].to_list())
 
-    gap_lines = [line for line in gap_ax.get_lines() if line.get_label().startswith("M")]
+    gap_lines = [line for line in gap_ax.get_lines() if str(line.get_label()).startswith("M")]
     assert len(gap_lines) == 4 and len(k_off_markers(gap_ax)) == 4
     mean_line, max_line = gap_lines[:2]
     assert mean_line.get_linestyle() == "-" and max_line.get_linestyle() == "--"
     none_rows = result.rows.filter(pl.col("max_preempts").is_null()).sort("keep_versions")
-    assert same(list(max_line.get_ydata()), none_rows["version_gap_max"].to_list()[1:])
+    assert same(list(ydata(max_line)), none_rows["version_gap_max"].to_list()[1:])
 
     # Pareto-efficient settings are ringed, one marker per efficient row.
     (rings,) = kept_ax.collections
-    assert len(rings.get_offsets()) == result.rows["pareto"].sum()
+    assert len(offsets(rings)) == result.rows["pareto"].sum()
 
 
 def test_sweep_draws_k_off_apart_from_the_k_trend(prepared: analysis.PreparedLog) -> None:
@@ -136,7 +139,7 @@ def test_sweep_draws_k_off_apart_from_the_k_trend(prepared: analysis.PreparedLog
     for ax in (kept_ax, gap_ax):
         for line in ax.get_lines():
             joined = line.get_linestyle() not in ("None", "", " ")
-            assert not (joined and {0, 1} <= set(line.get_xdata())), line.get_label()
+            assert not (joined and {0, 1} <= set(xdata(line))), line.get_label()
         assert len(k_off_markers(ax)) >= 3
     assert any("K off" in text for text in legend_texts(kept_ax))
     assert [t.get_text() for t in kept_ax.get_xticklabels()] == ["off", "1", "2", "3"]
@@ -163,7 +166,7 @@ def test_sweep_m_off_stays_visible_where_it_coincides(prepared: analysis.Prepare
 def test_sweep_with_a_single_setting(prepared: analysis.PreparedLog) -> None:
     figure = plots.plot_sweep(analysis.sweep(prepared, keep_versions=[2], max_preempts=[None]))
     kept_ax, gap_ax = figure.axes
-    assert [len(line.get_xdata()) for line in kept_ax.get_lines()] == [1]
+    assert [len(xdata(line)) for line in kept_ax.get_lines()] == [1]
     assert len(gap_ax.get_lines()) == 2
     assert not k_off_markers(kept_ax)
 
@@ -177,7 +180,7 @@ def test_sweep_falls_back_to_samples_when_tokens_are_unknown(table: pl.DataFrame
     kept_ax = plots.plot_sweep(result).axes[0]
     assert "% of samples" in kept_ax.get_ylabel()
     (off,) = k_off_markers(kept_ax)
-    shown = [off.get_ydata()[0], *trend_lines(kept_ax)["M off (none)"].get_ydata()]
+    shown = [ydata(off)[0], *ydata(trend_lines(kept_ax)["M off (none)"])]
     assert same(shown, result.rows["samples_kept_pct"].to_list())
 
 
@@ -197,14 +200,14 @@ def test_spans_bars_match_trajectory_outcomes(
     labels_have_text(ax)
     assert "versions" in ax.get_xlabel() and ax.get_ylabel().startswith("trajectories")
     assert len(ax.patches) == 2 * len(spans)
-    heights = [bar.get_height() for bar in ax.patches]
+    heights = [bar.get_height() for bar in bars(ax.patches)]
     assert heights == [everything[s] for s in spans] + [kept[s] for s in spans]
     if max_preempts is None:
         assert len(ax.get_lines()) == 0
     else:
         (limit,) = ax.get_lines()
-        assert f"M+1 = {max_preempts + 1}" in limit.get_label()
-        assert limit.get_xdata()[0] == pytest.approx(max_preempts + 1.5)
+        assert f"M+1 = {max_preempts + 1}" in str(limit.get_label())
+        assert xdata(limit)[0] == pytest.approx(max_preempts + 1.5)
 
 
 def test_gaps_has_one_bar_series_per_keep_versions(prepared: analysis.PreparedLog) -> None:
@@ -224,9 +227,9 @@ def test_gaps_has_one_bar_series_per_keep_versions(prepared: analysis.PreparedLo
     # K=0 reads "off", as on the sweep plot's axis
     assert [text.split(" ")[0] for text in legend_texts(ax)] == ["K=off", "K=1", "K=2"]
     for position, series in enumerate(gaps):
-        bars = ax.patches[position * len(values) : (position + 1) * len(values)]
+        drawn = bars(ax.patches[position * len(values) : (position + 1) * len(values)])
         counts = Counter(series)
-        assert [b.get_height() for b in bars] == pytest.approx(
+        assert [b.get_height() for b in drawn] == pytest.approx(
             [100 * counts[v] / len(series) for v in values]
         )
 
@@ -246,15 +249,13 @@ def test_timeline_panels_follow_the_batches(
     assert "groups" in drop_ax.get_ylabel() and "batch" in index_ax.get_xlabel()
 
     mean_line, max_line = gap_ax.get_lines()
-    assert same(list(mean_line.get_ydata()), batches["version_gap_mean"].to_list())
-    assert same(list(max_line.get_ydata()), batches["version_gap_max"].to_list())
+    assert same(list(ydata(mean_line)), batches["version_gap_mean"].to_list())
+    assert same(list(ydata(max_line)), batches["version_gap_max"].to_list())
     assert len(drop_ax.patches) == 2 * batches.height
-    heights = [bar.get_height() for bar in drop_ax.patches]
+    heights = [bar.get_height() for bar in bars(drop_ax.patches)]
     assert heights == batches["dropped_arrival"].to_list() + batches["dropped_pending"].to_list()
     assert len(index_ax.get_lines()) == index_lines
-    assert same(
-        list(index_ax.get_lines()[0].get_ydata()), batches["current_version_index"].to_list()
-    )
+    assert same(list(ydata(index_ax.get_lines()[0])), batches["current_version_index"].to_list())
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +272,7 @@ def legends_clear_of_data(figure: Any) -> None:
     """Every legend lies outside every axes' data area."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    FigureCanvasAgg(figure).draw()
+    FigureCanvasAgg(figure).draw()  # type: ignore[no-untyped-call]  # matplotlib leaves it untyped
     legends = [ax.get_legend() for ax in figure.axes if ax.get_legend() is not None]
     assert legends
     for legend in legends:
@@ -294,19 +295,23 @@ def test_timeline_of_a_long_run_is_binned_not_a_zigzag(
     gap_ax, drop_ax, index_ax = figure.axes
     for ax in figure.axes:
         for line in ax.get_lines():
-            assert len(line.get_xdata()) <= plots.TIMELINE_BINS, line.get_label()
+            assert len(xdata(line)) <= plots.TIMELINE_BINS, line.get_label()
     assert gap_ax.collections, "the spread within each bin is shown as a band"
     assert "batches" in gap_ax.get_title() and "batches" in drop_ax.get_ylabel()
     # Binning keeps the totals and the extremes.
     mean_line, max_line = gap_ax.get_lines()
-    assert max(max_line.get_ydata()) == batches["version_gap_max"].max()
-    assert min(mean_line.get_ydata()) >= batches["version_gap_mean"].min()
-    assert max(mean_line.get_ydata()) <= batches["version_gap_mean"].max()
+    assert max(ydata(max_line)) == batches["version_gap_max"].max()
+    lowest, highest = batches["version_gap_mean"].min(), batches["version_gap_mean"].max()
+    assert isinstance(lowest, int | float) and isinstance(highest, int | float)
+    assert min(ydata(mean_line)) >= lowest
+    assert max(ydata(mean_line)) <= highest
     assert len(drop_ax.patches) <= 2 * plots.TIMELINE_BINS
-    dropped = batches["dropped_arrival"].sum() + batches["dropped_pending"].sum()
-    assert sum(bar.get_height() for bar in drop_ax.patches) == dropped
+    arrival, pending = batches["dropped_arrival"].sum(), batches["dropped_pending"].sum()
+    assert isinstance(arrival, int) and isinstance(pending, int)
+    dropped = arrival + pending
+    assert sum(bar.get_height() for bar in bars(drop_ax.patches)) == dropped
     current = index_ax.get_lines()[0]
-    assert current.get_ydata()[-1] == batches["current_version_index"].max()
+    assert ydata(current)[-1] == batches["current_version_index"].max()
     legends_clear_of_data(figure)
 
 
@@ -317,7 +322,7 @@ def test_spans_of_a_long_run_use_a_log_count_axis(
     prepared, result = long_run
     (ax,) = plots.plot_spans(prepared, result).axes
     assert ax.get_yscale() == "log" and "log" in ax.get_ylabel()
-    smallest = min(bar.get_height() for bar in ax.patches if bar.get_height() > 0)
+    smallest = min(bar.get_height() for bar in bars(ax.patches) if bar.get_height() > 0)
     assert ax.get_ylim()[0] < smallest
 
 
@@ -336,7 +341,8 @@ def test_heatmap_grid_and_annotations_match_the_sweep(prepared: analysis.Prepare
     labels_have_text(ax)
     assert "versions" in ax.get_xlabel() and "% of response tokens" in colorbar.get_ylabel()
     (image,) = ax.images
-    assert image.get_array().shape == (len(preempts), len(keep))
+    array = image.get_array()
+    assert array is not None and array.shape == (len(preempts), len(keep))
     assert [t.get_text() for t in ax.get_xticklabels()] == ["off", "1", "2", "3"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["none", "0", "1"]
     expected = [

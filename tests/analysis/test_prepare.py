@@ -8,6 +8,7 @@ general path on generated inputs, and checked to be taken where it should be.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ LONG_LABEL = "weights-0123456789"  # 18 bytes: not inline in a view
 label_lists = st.lists(st.lists(st.sampled_from(SHORT_LABELS), max_size=8) | st.none(), max_size=40)
 
 
-def spans_column(records: list[list[str] | None]) -> pl.Series:
+def spans_column(records: Sequence[list[str] | None]) -> pl.Series:
     """A version_spans column with one span per label (positions do not matter here)."""
     rows = [
         None
@@ -68,7 +69,7 @@ def test_views_give_each_records_span(
 ) -> None:
     # A slice of a longer column (Arrow offsets that do not start at 0), in two chunks,
     # read in slices of a few records or in one.
-    spans = spans_column([["9", "8"]] * cut + records)
+    spans = spans_column([*([["9", "8"]] * cut), *records])
     spans = pl.concat([spans.slice(cut, len(records) // 2), spans.slice(cut + len(records) // 2)])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(views_module, "_SLICE_SPANS", slice_spans)

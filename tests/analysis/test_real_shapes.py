@@ -51,7 +51,7 @@ def test_a_run_folder_reads_both_trees_in_completion_order(
         for session in [*attempt["rejected_sessions"], *attempt["failed_sessions"]]
     }
     assert aborted == expected
-    first = {}
+    first: dict[str, str] = {}
     for row in table.iter_rows(named=True):
         first.setdefault(row["trajectory_id"], row["group_id"])
     # Attempts drained when the run ended were put on the queue after the worker stopped,

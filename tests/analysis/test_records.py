@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.formats.fields import canonical_row
-from analysis.formats.pickled.pickles import SKIPPED
-from analysis.table.fieldmap import FieldMap, Found
+from analysis.table.fieldmap import SKIPPED, FieldMap, Found
 
 KEYS = ["a", "b", "metadata", "index", "x.y"]
 

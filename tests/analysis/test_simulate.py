@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -124,9 +125,9 @@ def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> Non
     free = analysis.replay(table, analysis.ReplayConfig()).summary
     assert free.version_span["all"]["max"] > 1
     strict = analysis.replay(table, analysis.ReplayConfig(max_preempts=0)).summary
-    assert strict.counts["groups"]["rejected_span"] > 0
+    assert (strict.counts["groups"]["rejected_span"] or 0) > 0
     stale = analysis.replay(table, analysis.ReplayConfig(keep_versions=1)).summary
-    assert stale.counts["groups"]["dropped_stale"] > 0
+    assert (stale.counts["groups"]["dropped_stale"] or 0) > 0
 
 
 @pytest.mark.parametrize(
@@ -144,12 +145,14 @@ def test_replay_of_simulated_log_shows_spans_rejections_and_stale_drops() -> Non
         {"response_lengths": (10, 2.5)},
     ],
 )
-def test_invalid_parameters_are_refused(change: dict) -> None:
+def test_invalid_parameters_are_refused(change: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="require"):
         dataclasses.replace(BASE, **change)
 
 
-def decisions_by_trajectories(table: pl.DataFrame, config: analysis.ReplayConfig) -> set[tuple]:
+def decisions_by_trajectories(
+    table: pl.DataFrame, config: analysis.ReplayConfig
+) -> set[tuple[Any, ...]]:
     """A replay's decisions keyed by each group's set of trajectory ids, not its group id
     (artifacts carry no group id: their groups are attempts, docs/semantics.md §1.3)."""
     prepared = analysis.prepare(table)
@@ -185,7 +188,7 @@ def test_simulate_command_writes_each_format(tmp_path: Path, log_format: str) ->
 def _sample_config() -> SimulationConfig:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_data"))
     try:
-        from generate import CONFIG  # type: ignore[import-not-found]
+        from generate import CONFIG
     finally:
         sys.path.pop(0)
     assert isinstance(CONFIG, SimulationConfig)
@@ -266,7 +269,7 @@ def test_simulated_jsonl_is_one_object_per_line(tmp_path: Path) -> None:
 DRIFT = dataclasses.replace(BASE, log_prob_drift=0.05)
 
 
-def _without_log_probs(record: dict) -> dict:
+def _without_log_probs(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in ("rollout_log_probs", "log_probs")}
 
 
@@ -329,7 +332,7 @@ def test_loaded_drift_is_the_mean_over_trainable_tokens() -> None:
 
 
 @pytest.mark.parametrize("change", [{"log_prob_drift": -0.1}, {"log_prob_noise": float("nan")}])
-def test_invalid_drift_parameters_are_refused(change: dict) -> None:
+def test_invalid_drift_parameters_are_refused(change: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"require log_prob_\w+ >= 0 and finite"):
         dataclasses.replace(BASE, **change)
 

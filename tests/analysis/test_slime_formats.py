@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -29,7 +30,7 @@ def formats(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def inspected(
-    paths: list[Path], **settings: object
+    paths: list[Path], **settings: Any
 ) -> tuple[analysis.LogInspection, analysis.LoadReport]:
     report = analysis.LoadReport()
     table = analysis.load_logs(paths, report=report, **settings)
@@ -131,7 +132,7 @@ def test_weight_versions_give_end_versions_and_spans_over_calls(formats: Path) -
         {"start": 1, "end": 2, "version": "2"},
     ]
     result = analysis.replay(table, analysis.ReplayConfig(max_preempts=0))
-    assert result.summary.counts["groups"]["rejected_span"] > 0
+    assert (result.summary.counts["groups"]["rejected_span"] or 0) > 0
 
 
 def test_weight_versions_yield_to_token_versions_and_text_is_no_error() -> None:

@@ -10,7 +10,9 @@ import analysis
 from analysis.table.labels import derive_end_version, real_label, run_length_spans
 
 
-def record(group: Any, trajectory: str | None, version: Any = None, **metadata: Any) -> dict:
+def record(
+    group: Any, trajectory: str | None, version: Any = None, **metadata: Any
+) -> dict[str, Any]:
     meta: dict[str, Any] = dict(metadata)
     if trajectory is not None:
         meta["parent_traj_id"] = trajectory
@@ -20,12 +22,12 @@ def record(group: Any, trajectory: str | None, version: Any = None, **metadata: 
     return {"group_index": group, "metadata": meta}
 
 
-def run(records: list[dict], **config: Any) -> analysis.ReplayResult:
+def run(records: list[dict[str, Any]], **config: Any) -> analysis.ReplayResult:
     table = analysis.records_to_table(records)
     return analysis.replay(table, analysis.ReplayConfig(**config))
 
 
-def decisions(result: analysis.ReplayResult) -> list[tuple]:
+def decisions(result: analysis.ReplayResult) -> list[tuple[Any, ...]]:
     return result.decisions.select("group_id", "decision", "stage", "batch").rows()
 
 
@@ -135,7 +137,7 @@ def test_trajectory_version_comes_from_end_version_not_tokens() -> None:
     assert run(records, batch_groups=1).summary.versions == ("new",)
 
 
-def spans_record(group: int, trajectory: str, labels: list[Any]) -> dict:
+def spans_record(group: int, trajectory: str, labels: list[Any]) -> dict[str, Any]:
     return {
         "group_index": group,
         "tokens": list(range(len(labels))),

@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 import analysis
 from analysis.engine import grid
 from analysis.engine.prepare import real_token_labels
+from analysis.engine.results import replay as replay_of_grid  # the replay grid.py calls
 from analysis.views import plots
 from analysis.views._figures import MAX_BARS, capped_bars
 from analysis.views.bias import arrival_delays
 from tests.strategies import raw_logs
 
 ROOT = Path(__file__).resolve().parents[2]
-GRID = {"keep_versions": [0, 1, 2, 3, 4], "max_preempts": [None, 0, 1, 2, 3]}
+GRID: dict[str, Any] = {"keep_versions": [0, 1, 2, 3, 4], "max_preempts": [None, 0, 1, 2, 3]}
 
 
 def flood(groups: int) -> analysis.PreparedLog:
@@ -75,7 +76,7 @@ def test_each_full_result_is_released_once_its_row_is_taken(
 ) -> None:
     prepared = flood(500)
     alive: list[weakref.ref[analysis.ReplayResult]] = []
-    real = grid.replay
+    real = replay_of_grid
 
     def spy(*args: Any, **kwargs: Any) -> analysis.ReplayResult:
         for earlier in alive:

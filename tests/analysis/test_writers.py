@@ -7,6 +7,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from analysis.simulation.parameters import SimulationConfig
 from analysis.simulation.simulator import simulate
 
 
-def failing_records(after: int) -> Iterator[dict]:
+def failing_records(after: int) -> Iterator[dict[str, Any]]:
     for index in range(after):
         yield {"group_index": index}
     raise RuntimeError("the producer broke")
@@ -44,7 +45,7 @@ def test_jsonl_round_trip_and_gzip_header(tmp_path: Path) -> None:
 def test_pt_folder_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     target = tmp_path / "dumps"
 
-    def records() -> Iterator[dict]:
+    def records() -> Iterator[dict[str, Any]]:
         yield {"group_index": 0, "metadata": {"dressage_return_rollout_id": 0}}
         raise RuntimeError("stop")
 
@@ -76,7 +77,7 @@ def test_format_mismatch_is_refused(name: str, given: str | None) -> None:
 # --------------------------------------------------------------------------- Dressage's shapes
 
 
-def _simulated_run(tmp_path: Path) -> tuple[list[dict], Path]:
+def _simulated_run(tmp_path: Path) -> tuple[list[dict[str, Any]], Path]:
     config = SimulationConfig(n_groups=30, n_prompts=4, max_active_groups=3, batch_groups=2,
                               train_step_time=0.3, median_response_tokens=40,
                               multi_turn_fraction=0.6, multi_segment_fraction=0.6,

@@ -1,22 +1,31 @@
 """Inputs built to exhaust memory or time, run as the command line runs them (issue 18).
 
 Each ends with an exit code of the README's table and a one-line error naming the limit
-and the option that raises it, in under 10 s (plus the interpreter's start), with a peak
-resident memory under 1 GB measured by ``os.wait4`` (see :mod:`tests.hostile`).
+and the option that raises it, in under 10 s of CPU time (plus the interpreter's start),
+with a peak resident memory under 1 GB, both measured by ``os.wait4`` (see
+:mod:`tests.hostile`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests import hostile
 
 PEAK_MB = 1024
-SECONDS = 10 + 5  # the bound, and the start of an interpreter that imports polars
+CPU_SECONDS = 10 + 5
+"""The bound on a command's CPU time: 10 s, and the start of an interpreter that imports
+polars. The inputs here take 0.4-3 s of it, on a quiet host or a busy one; the
+regressions they guard against took 17-60 s. (Time on the clock grows with the host's
+load: only a hang is caught by it, at :data:`tests.hostile.HANG_SECONDS`.)"""
 
 
 def _refused(run: hostile.Run, code: int, *words: str) -> None:
@@ -25,7 +34,7 @@ def _refused(run: hostile.Run, code: int, *words: str) -> None:
     for word in words:
         assert word in run.stderr, run.stderr
     assert run.peak_mb < PEAK_MB, run.peak_mb
-    assert run.seconds < SECONDS, run.seconds
+    assert run.cpu_seconds < CPU_SECONDS, run
 
 
 def test_the_peak_measured_is_the_commands_own_not_its_parents() -> None:
@@ -44,7 +53,13 @@ def test_the_peak_measured_is_the_commands_own_not_its_parents() -> None:
     failing = hostile.run_measured([*python, "import sys; sys.exit('no')"])
     assert failing.code == 1 and failing.stderr == "no\n", failing
     slept = hostile.run_measured([*python, "import time; time.sleep(60)"], timeout=1)
-    assert slept.code == -9 and slept.seconds < 10, slept
+    assert slept.code == -9 and slept.seconds < 30, slept  # killed at 1 s, not after 60
+    assert slept.cpu_seconds < 0.5, slept  # waiting is not CPU time
+    # CPU time counts the time of the command's helper processes too.
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+    helped = f"import subprocess, sys; subprocess.run([sys.executable, '-S', '-c', {spin!r}])"
+    busy = hostile.run_measured([*python, helped])
+    assert busy.code == 0 and busy.cpu_seconds >= 0.5, busy
     assert ballast[4096] == 1
 
 
@@ -140,9 +155,9 @@ def test_a_gzip_file_of_millions_of_members_is_read_in_bounded_time(tmp_path: Pa
 
     path = tmp_path / "log.jsonl.gz"
     path.write_bytes(gzip.compress(RECORD, mtime=0) + gzip.compress(b"\n", mtime=0) * 2_000_000)
-    run = hostile.run_bounded("inspect", str(path), timeout=2 * SECONDS)
+    run = hostile.run_bounded("inspect", str(path))
     assert run.code == 0, run.stderr
-    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+    assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, run
 
 
 @pytest.mark.slow
@@ -177,7 +192,7 @@ def test_a_label_of_millions_of_digits(tmp_path: Path) -> None:
     for args in (["inspect"], ["replay", "-k", "1", "-m", "1", "-b", "1"], ["sweep", "-b", "1"]):
         run = hostile.run_bounded(*args, str(path))
         assert run.code == 0, (args, run.stderr)
-        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (args, run)
+        assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, (args, run)
 
 
 def test_a_file_of_newlines_is_read_in_bounded_time(tmp_path: Path) -> None:
@@ -317,7 +332,7 @@ def test_a_run_log_line_of_hundreds_of_megabytes_is_refused_unread(tmp_path: Pat
         done = hostile.run_bounded(command, str(run))
         assert done.code == 5, (command, done.stderr)
         assert "max_record_bytes" in done.stderr and len(done.stderr.splitlines()) == 1
-        assert done.peak_mb < PEAK_MB and done.seconds < SECONDS, (command, done)
+        assert done.peak_mb < PEAK_MB and done.cpu_seconds < CPU_SECONDS, (command, done)
 
 
 @pytest.mark.parametrize("helpers", ["0", "1"], ids=["one-process", "with-helper"])
@@ -422,15 +437,14 @@ def test_an_arrow_file_of_many_one_row_batches_is_read_in_bounded_time(tmp_path:
     assert CliRunner().invoke(app, ["convert", str(log), "-o", str(parquet)]).exit_code == 0
     path = tmp_path / "batches.arrow"
     hostile.one_row_batches_ipc(path, parquet, 20_000)
-    run = hostile.run_bounded("inspect", str(path), timeout=2 * SECONDS)
+    run = hostile.run_bounded("inspect", str(path))
     assert run.code == 0, run.stderr
-    assert run.peak_mb < 400 and run.seconds < 10, run
+    assert run.peak_mb < 400 and run.cpu_seconds < 10, run
 
 
 def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> None:
     """simulate --format artifacts: a folder removed (and made again by a mkdir(parents=True)
     of the writer) must not be published as a whole run."""
-    import shutil
 
     from analysis.errors import OutputError
     from analysis.output.raw_artifacts import write_artifacts
@@ -439,7 +453,7 @@ def test_an_output_folder_removed_while_written_is_a_failure(tmp_path: Path) -> 
 
     output = tmp_path / "run"
 
-    def records():  # type: ignore[no-untyped-def]
+    def records() -> Iterator[dict[str, Any]]:
         for number, record in enumerate(simulate(SimulationConfig(n_groups=6, seed=2))):
             if number == 5:
                 (temp,) = tmp_path.glob(".run.*.tmp")
@@ -540,7 +554,18 @@ def test_a_token_list_of_a_hundred_million_labels(tmp_path: Path) -> None:
     )
     assert raised.code == 0, raised.stderr
     assert "--limit max_record_bytes=" in raised.stderr
-    assert raised.peak_mb < PEAK_MB and raised.seconds < 30
+    assert raised.peak_mb < PEAK_MB and raised.cpu_seconds < 30, raised
+
+
+def _holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    try:
+        folder = f"/proc/{pid}/fd"
+        return any(
+            os.readlink(f"{folder}/{fd}") == os.path.realpath(path) for fd in os.listdir(folder)
+        )
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
@@ -557,7 +582,13 @@ def test_a_fifo_without_a_writer_waits_and_ctrl_c_ends_the_wait(tmp_path: Path) 
         [sys.executable, "-m", "cli", "inspect", str(fifo)], cwd=hostile.ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
-    time.sleep(4)  # imported, and waiting in open()
+    # Imported, and waiting for a writer: once the FIFO is open (without blocking; then
+    # waited on). A fixed 4 s was not enough on a busy host: the imports took longer.
+    deadline = time.monotonic() + 120
+    while not _holds_open(child.pid, fifo):
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # in its wait
     assert child.poll() is None
     child.send_signal(signal.SIGINT)
     assert child.wait(timeout=10) == 130
@@ -571,7 +602,6 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
     """The clean-up of an interrupted folder write is itself interrupted by Ctrl-C: the
     signal arrives as the temporary folder is being removed."""
     import os
-    import shutil
     import signal
 
     from analysis.output import atomic
@@ -582,7 +612,7 @@ def test_a_second_ctrl_c_during_the_clean_up_leaves_nothing(
         os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, handled at once
         remove(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(atomic.shutil, "rmtree", interrupted_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)  # the shutil atomic.py uses
     with pytest.raises(KeyboardInterrupt), atomic.atomic_folder(tmp_path / "run") as temp:
         (temp / "a").mkdir()
         (temp / "a" / "b.json").write_text("{}")

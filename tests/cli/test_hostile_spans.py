@@ -1,7 +1,7 @@
 """Token lists with a span per token (alternating versions; issue 18), run as the command
 line runs them: a record of more spans than ``max_spans`` is refused before its spans are
-built, and below the limit such lists are read in bulk, in bounded time and memory (as
-:mod:`tests.cli.test_hostile` measures them)."""
+built, and below the limit such lists are read in bulk, in bounded CPU time and memory
+(as :mod:`tests.cli.test_hostile` measures them)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import analysis
 import analysis.errors
 from analysis.formats.text import lean
 from tests import hostile
+from tests.cli.test_hostile import CPU_SECONDS, PEAK_MB
 
-PEAK_MB = 1024
-SECONDS = 10 + 5  # the bound, and the start of an interpreter that imports polars
 GOOD = b'{"group_index": 0, "rollout_id": 1, "metadata": {"parent_traj_id": "t", "full_versions": ["3"]}}\n'
 
 
@@ -53,12 +52,12 @@ def test_sixteen_million_spans_in_one_line_are_refused_unbuilt(tmp_path: Path) -
     assert run.code == 5, run.stderr
     assert run.stderr.startswith("Error: ") and run.stderr.count("\n") == 1, run.stderr
     assert f"{path}:2: " in run.stderr and "--limit max_spans=" in run.stderr
-    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+    assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, run
     skipped = hostile.run_bounded(
         "replay", str(path), "-k", "1", "-b", "1", "--on-bad-record", "skip"
     )
     assert skipped.code == 0, skipped.stderr
-    assert skipped.peak_mb < PEAK_MB and skipped.seconds < SECONDS, skipped
+    assert skipped.peak_mb < PEAK_MB and skipped.cpu_seconds < CPU_SECONDS, skipped
 
 
 @pytest.mark.slow
@@ -77,7 +76,7 @@ def test_millions_of_spans_below_the_limit_are_read_in_bulk(tmp_path: Path) -> N
             "replay", str(path), "-k", "1", "-b", "1", "--limit", limit, "--json"
         )
         assert run.code == 0, run.stderr
-        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (path.name, run)
+        assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, (path.name, run)
 
 
 @pytest.mark.slow
@@ -96,7 +95,7 @@ def test_millions_of_distinct_labels_are_judged_in_bulk(tmp_path: Path) -> None:
     for args in (["inspect"], ["replay", "-k", "1", "-b", "1"], ["sweep", "-b", "1"]):
         run = hostile.run_bounded(*args, str(path))
         assert run.code == 0, (args, run.stderr)
-        assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, (args, run)
+        assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, (args, run)
 
 
 @pytest.mark.slow
@@ -113,7 +112,7 @@ def test_a_dump_of_sixteen_million_spans_is_refused_at_the_limit(tmp_path: Path)
     run = hostile.run_bounded("replay", str(path), "-k", "1", "-b", "1")
     assert run.code == 5, run.stderr
     assert "sample 1: " in run.stderr and "--limit max_spans=" in run.stderr
-    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+    assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, run
 
 
 def test_a_canonical_row_past_max_spans_is_refused(tmp_path: Path) -> None:
@@ -163,4 +162,4 @@ def test_a_parquet_row_of_thirty_million_spans_is_refused_unread(tmp_path: Path)
     run = hostile.run_bounded("replay", str(path), "-k", "1", "-b", "1")
     assert run.code == 5, run.stderr
     assert "--limit max_spans=" in run.stderr and run.stderr.count("\n") == 1
-    assert run.peak_mb < PEAK_MB and run.seconds < SECONDS, run
+    assert run.peak_mb < PEAK_MB and run.cpu_seconds < CPU_SECONDS, run

@@ -31,13 +31,15 @@ from analysis.simulation.parameters import SimulationConfig
 from analysis.simulation.simulator import simulate
 
 ROOT = Path(__file__).parents[2]
-SECONDS = 10
+HANG = 120
+"""A ceiling on the time on the clock that only a hang passes: each test here takes 1-3 s
+on a quiet host, and several times that on a busy one."""
 NAMED = {**os.environ, atomic.NO_TMPFILE_ENV: "1"}
 
 
 def _has_tmpfile(folder: Path) -> bool:
     try:
-        os.close(os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600))  # type: ignore[attr-defined]
+        os.close(os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o600))
     except (AttributeError, OSError):
         return False
     return True
@@ -63,14 +65,14 @@ def _named_in(folder: Path, name: str) -> list[Path]:
 
 def _kill_when(process: subprocess.Popen[str], writing: Callable[[], bool]) -> None:
     """SIGKILL ``process`` once ``writing()`` (a little after: well inside the write)."""
-    deadline = time.monotonic() + SECONDS
+    deadline = time.monotonic() + HANG
     while not writing():
         assert process.poll() is None, process.communicate()[1]
         assert time.monotonic() < deadline, "the write did not begin in time"
         time.sleep(0.01)
     time.sleep(0.2)
     process.kill()
-    process.communicate(timeout=SECONDS)
+    process.communicate(timeout=HANG)
     assert process.returncode == -signal.SIGKILL
 
 
@@ -108,9 +110,10 @@ def test_a_write_killed_leaves_no_file_at_all(tmp_path: Path) -> None:
     assert child.stdout is not None and child.stdout.readline() == "writing\n"
     assert _anonymous_in(child.pid, tmp_path)  # the file it writes has no name
     child.kill()
-    child.communicate(timeout=SECONDS)
+    child.communicate(timeout=HANG)
+    assert child.returncode == -signal.SIGKILL  # killed in its write, not ended by itself
     assert list(tmp_path.iterdir()) == []
-    assert time.monotonic() - started < SECONDS
+    assert time.monotonic() - started < HANG
 
 
 @needs_tmpfile
@@ -120,7 +123,7 @@ def test_simulate_killed_mid_write_leaves_nothing(tmp_path: Path, name: str) -> 
     process = _simulate(tmp_path / name)
     _kill_when(process, lambda: _anonymous_in(process.pid, tmp_path))
     assert list(tmp_path.iterdir()) == []
-    assert time.monotonic() - started < SECONDS + 5  # and an interpreter's start
+    assert time.monotonic() - started < HANG
 
 
 @pytest.mark.parametrize(
@@ -143,13 +146,13 @@ def test_a_killed_write_leaves_a_pid_named_temporary_the_next_write_removes(
     again = subprocess.run(
         [sys.executable, "-m", "cli", "simulate", "-o", str(tmp_path / name), "--groups", "4",
          "--quiet", *extra],
-        cwd=ROOT, capture_output=True, text=True, env=NAMED, timeout=SECONDS,
+        cwd=ROOT, capture_output=True, text=True, env=NAMED, timeout=HANG,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     warned = [line for line in again.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warned) == 1 and left.name in warned[0] and "killed" in warned[0], again.stderr
     assert sorted(tmp_path.iterdir()) == [tmp_path / name]
-    assert time.monotonic() - started < 2 * SECONDS
+    assert time.monotonic() - started < 2 * HANG
 
 
 def _dead_pid() -> int:
@@ -199,7 +202,7 @@ def test_the_tag_is_of_this_pid_namespace(tmp_path: Path) -> None:
     code = "import sys; sys.path.insert(0, sys.argv[1]); from analysis.output.atomic import _here; print(_here())"
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, str(ROOT)],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     if done.returncode:
         pytest.skip(f"cannot make a pid namespace here: {done.stderr.strip()[:100]}")
@@ -282,7 +285,7 @@ def test_every_writer_writes_through_the_anonymous_file(
         assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
     if writer.startswith("frame"):  # and reads back whole
         (path,) = written
-        readers = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json,
+        readers: dict[str, Callable[[Path], pl.DataFrame]] = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json,
                    ".jsonl": pl.read_ndjson, ".ndjson": pl.read_ndjson}  # fmt: skip
         assert readers.get(path.suffix, pl.read_ipc)(path).equals(TABLE)
     elif writer.startswith("log-") or writer == "canonical.arrow":

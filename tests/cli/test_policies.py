@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 import analysis
 from analysis.rules.policies import parse_policy, replay_policy
 from cli.app import app
+from tests.figures import bars
 
 runner = CliRunner()
 
@@ -172,11 +173,13 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
     result = sweep_policies(prepared, [parse_policy(s) for s in SPECS])
     scatter_ax, loss_ax = plot_policies(result).axes
-    legend = [text.get_text().split("  [")[0] for text in scatter_ax.get_legend().get_texts()]
+    drawn = scatter_ax.get_legend()
+    assert drawn is not None
+    legend = [text.get_text().split("  [")[0] for text in drawn.get_texts()]
     assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
     # One bar per policy and outcome, of the outcome's share.
     assert len(loss_ax.patches) == 4 * len(SPECS)
-    widths = [bar.get_width() for bar in loss_ax.patches[: len(SPECS)]]
+    widths = [bar.get_width() for bar in bars(loss_ax.patches[: len(SPECS)])]
     assert widths == pytest.approx(result.rows["dropped_arrival_pct"].to_list())
     out = tmp_path / "policies.png"
     args = ["plot", "sweep", SAMPLES[0], "-o", str(out)]
@@ -209,6 +212,7 @@ def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_th
     figure = plot_policies(result)
     scatter_ax, loss_ax = figure.axes
     legend = scatter_ax.get_legend()
+    assert legend is not None
     labels = [text.get_text() for text in legend.get_texts()]
     tag = labels[1].split("  ")[-1]
     assert tag.startswith("[") and all(labels[i].endswith(tag) for i in (1, 2, 3, 4))
@@ -219,7 +223,7 @@ def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_th
     kept = [v for v in result.rows["tokens_kept_pct"].to_list() if v is not None]
     low, high = scatter_ax.get_ylim()
     assert low < min(kept) and max(kept) < high  # every point in view, shifted ones too
-    figure.canvas.draw()  # type: ignore[no-untyped-call]
+    figure.canvas.draw()
     box, axes = legend.get_window_extent(), scatter_ax.get_window_extent()
     assert box.y1 <= axes.y0  # under the axes, not over the points
     policy_colours = {to_rgba(f"C{n}") for n in range(10)}

@@ -81,7 +81,7 @@ def mutated_records(draw: st.DrawFn) -> list[dict[str, Any]]:
     for _ in range(draw(st.integers(1, 4))):
         record = records[draw(st.integers(0, len(records) - 1))]
         path = draw(st.sampled_from(FIELDS))
-        parent = record
+        parent: Any = record
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
         if not isinstance(parent, dict):
@@ -125,7 +125,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(H
 @SETTINGS
 @given(records=mutated_records(), duplicate_key=st.booleans())
 def test_mutated_jsonl_records(
-    tmp_path_factory: pytest.TempPathFactory, records: list, duplicate_key: bool
+    tmp_path_factory: pytest.TempPathFactory, records: list[Any], duplicate_key: bool
 ) -> None:
     folder = tmp_path_factory.mktemp("mutated")
     lines = [dumps_line(r) for r in records]
@@ -213,7 +213,8 @@ def replay_json(tmp_path: Path, records: list[dict[str, Any]], *args: str) -> di
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     result = runner.invoke(app, ["replay", str(log), "--json", *args])
     assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)
+    summary: dict[str, Any] = json.loads(result.stdout)
+    return summary
 
 
 def test_empty_file(tmp_path: Path) -> None:
@@ -299,14 +300,14 @@ def test_interrupted_convert_leaves_nothing(
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "DRESSAGE_REPLAY_NO_TMPFILE": "1"},
     )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a ceiling for a hang (it starts in about a second)
     while not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
         assert process.poll() is None, "convert finished before it could be interrupted"
         assert time.monotonic() < deadline
         time.sleep(0.01)
     time.sleep(0.2)  # well inside the write
     process.send_signal(sent)  # SIGTERM: what kill, timeout and job schedulers send
-    _, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=120)
     assert process.returncode == code, stderr
     assert "Traceback" not in stderr and f"{said}; no partial output was left" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.jsonl"]

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,10 +86,10 @@ def test_prepare_stays_the_function() -> None:
     assert callable(prepare)
 
 
-def version_run(**streams: object) -> subprocess.CompletedProcess[str]:
+def version_run(**streams: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cli", "--version"], cwd=ROOT, text=True, stderr=subprocess.PIPE,
-        timeout=60, **streams,  # type: ignore[call-overload]
+        timeout=60, **streams,
     )  # fmt: skip
 
 

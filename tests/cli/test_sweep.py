@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -67,7 +68,12 @@ def test_sweep_output_file(small_logs: dict[str, Path], tmp_path: Path, suffix: 
     )
     assert result.exit_code == 0, result.stderr
     assert "Pareto-efficient" in result.stdout
-    read = {".csv": pl.read_csv, ".parquet": pl.read_parquet, ".json": pl.read_json}[suffix]
+    readers: dict[str, Callable[[Path], pl.DataFrame]] = {
+        ".csv": pl.read_csv,
+        ".parquet": pl.read_parquet,
+        ".json": pl.read_json,
+    }
+    read = readers[suffix]
     frame = read(target)
     prepared = analysis.prepare(analysis.load_logs([small_logs["pt"]]))
     expected = analysis.sweep(prepared, keep_versions=[0, 2], max_preempts=[None, 1]).rows
@@ -204,12 +210,12 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     print_bias(report, Console(file=out, width=width))
     assert "…" not in out.getvalue()
     # Every part has the outcome column and a row per outcome.
-    parts = out.getvalue().split("Who gets dropped")[1:]
-    assert len(parts) == 1 if width >= 120 else parts
+    bias_parts = out.getvalue().split("Who gets dropped")[1:]
+    assert len(bias_parts) == 1 if width >= 120 else bias_parts
     from analysis.views.bias import OUTCOME_WORDS  # the rows say the summary's words
 
     outcomes = [OUTCOME_WORDS[outcome] for outcome in report.table["outcome"].to_list()]
-    for part in parts:
+    for part in bias_parts:
         lines = [line.strip() for line in part.splitlines()]
         assert all(
             sum(line.startswith(f"{outcome} ") for line in lines) == 1 for outcome in outcomes

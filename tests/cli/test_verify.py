@@ -175,7 +175,7 @@ def _log_line(message: str) -> Callable[[Path], None]:
     return change
 
 
-DAMAGED: dict[str, tuple[Callable[[Path], None], str, str]] = {
+DAMAGED: dict[str, tuple[Callable[[Path], object], str, str]] = {
     # name: (damage, the file the error names, what it says)
     "segment not an object": (
         lambda run: _edit_json(
