@@ -13,77 +13,228 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # imported when first used (a command line's start stays fast)
+if TYPE_CHECKING:  # imported when first used (a command line's start stays fast); each
+    # name `as` itself: mypy's view of the re-exports (a test keeps these and _HOME in step)
+    from analysis.api import (
+        Engine as Engine,
+    )
+    from analysis.api import (
+        NotUsedError as NotUsedError,
+    )
+    from analysis.api import (
+        Replayed as Replayed,
+    )
+    from analysis.api import (
+        picks_run_loop as picks_run_loop,
+    )
+    from analysis.api import (
+        replay as replay,
+    )
+    from analysis.api import (
+        replay_log as replay_log,
+    )
     from analysis.engine import (
-        LOOP_DECISIONS,
-        REPLAY_COLUMNS,
-        TRAJECTORY_TABLE_COLUMNS,
-        LoopReplay,
-        PreparedLog,
-        ReplayConfig,
-        ReplayResult,
-        ReplaySummary,
-        SweepResult,
-        keep_versions_reproducing,
-        parse_keep_versions,
-        parse_max_preempts,
-        prepare,
-        replay,
-        replay_many,
-        replay_run,
-        sweep,
-        trajectory_outcomes,
+        LOOP_DECISIONS as LOOP_DECISIONS,
     )
-    from analysis.engine.batch_size import BatchSize, batch_groups_for
+    from analysis.engine import (
+        REPLAY_COLUMNS as REPLAY_COLUMNS,
+    )
+    from analysis.engine import (
+        TRAJECTORY_TABLE_COLUMNS as TRAJECTORY_TABLE_COLUMNS,
+    )
+    from analysis.engine import (
+        LoopReplay as LoopReplay,
+    )
+    from analysis.engine import (
+        PreparedLog as PreparedLog,
+    )
+    from analysis.engine import (
+        ReplayConfig as ReplayConfig,
+    )
+    from analysis.engine import (
+        ReplayResult as ReplayResult,
+    )
+    from analysis.engine import (
+        ReplaySummary as ReplaySummary,
+    )
+    from analysis.engine import (
+        SweepResult as SweepResult,
+    )
+    from analysis.engine import (
+        keep_versions_reproducing as keep_versions_reproducing,
+    )
+    from analysis.engine import (
+        parse_keep_versions as parse_keep_versions,
+    )
+    from analysis.engine import (
+        parse_max_preempts as parse_max_preempts,
+    )
+    from analysis.engine import (
+        prepare as prepare,
+    )
+    from analysis.engine import (
+        replay_many as replay_many,
+    )
+    from analysis.engine import (
+        replay_run as replay_run,
+    )
+    from analysis.engine import (
+        sweep as sweep,
+    )
+    from analysis.engine import (
+        trajectory_outcomes as trajectory_outcomes,
+    )
+    from analysis.engine.batch_size import (
+        BatchSize as BatchSize,
+    )
+    from analysis.engine.batch_size import (
+        batch_groups_for as batch_groups_for,
+    )
     from analysis.errors import (
-        ConfigError,
-        ExitCode,
-        InputNotFoundError,
-        LogFormatError,
-        Message,
-        MissingFieldError,
-        OutputError,
-        ReplayError,
-        SettingSyntaxError,
-        UnknownFormatError,
-        UnsafePickleError,
+        ConfigError as ConfigError,
     )
-    from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
-    from analysis.formats.fields import FieldMap
+    from analysis.errors import (
+        ExitCode as ExitCode,
+    )
+    from analysis.errors import (
+        InputNotFoundError as InputNotFoundError,
+    )
+    from analysis.errors import (
+        LogFormatError as LogFormatError,
+    )
+    from analysis.errors import (
+        Message as Message,
+    )
+    from analysis.errors import (
+        MissingFieldError as MissingFieldError,
+    )
+    from analysis.errors import (
+        OutputError as OutputError,
+    )
+    from analysis.errors import (
+        ReplayError as ReplayError,
+    )
+    from analysis.errors import (
+        SettingSyntaxError as SettingSyntaxError,
+    )
+    from analysis.errors import (
+        UnknownFormatError as UnknownFormatError,
+    )
+    from analysis.errors import (
+        UnsafePickleError as UnsafePickleError,
+    )
+    from analysis.formats.dressage.run import (
+        RunLog as RunLog,
+    )
+    from analysis.formats.dressage.run import (
+        is_run_folder as is_run_folder,
+    )
+    from analysis.formats.dressage.run import (
+        read_run as read_run,
+    )
+    from analysis.formats.fields import FieldMap as FieldMap
     from analysis.formats.load import (
-        LoadReport,
-        iter_log_chunks,
-        load_logs,
-        records_to_table,
+        LoadReport as LoadReport,
     )
-    from analysis.formats.slime_dumps.train_dumps import TrainDumps, read_train_dumps
-    from analysis.output.raw_logs import log_format_for, write_log
+    from analysis.formats.load import (
+        iter_log_chunks as iter_log_chunks,
+    )
+    from analysis.formats.load import (
+        load_logs as load_logs,
+    )
+    from analysis.formats.load import (
+        records_to_table as records_to_table,
+    )
+    from analysis.formats.slime_dumps.train_dumps import (
+        TrainDumps as TrainDumps,
+    )
+    from analysis.formats.slime_dumps.train_dumps import (
+        read_train_dumps as read_train_dumps,
+    )
+    from analysis.output.raw_logs import log_format_for as log_format_for
+    from analysis.output.raw_logs import write_log as write_log
     from analysis.output.tables import (
-        FRAME_FORMATS,
-        check_output,
-        convert_logs,
-        refuse_overwriting_inputs,
-        write_canonical,
-        write_decisions,
-        write_frame,
-        write_frame_to,
-        write_run_tables,
-        write_trajectories,
+        FRAME_FORMATS as FRAME_FORMATS,
+    )
+    from analysis.output.tables import (
+        check_output as check_output,
+    )
+    from analysis.output.tables import (
+        convert_logs as convert_logs,
+    )
+    from analysis.output.tables import (
+        refuse_overwriting_inputs as refuse_overwriting_inputs,
+    )
+    from analysis.output.tables import (
+        write_canonical as write_canonical,
+    )
+    from analysis.output.tables import (
+        write_decisions as write_decisions,
+    )
+    from analysis.output.tables import (
+        write_frame as write_frame,
+    )
+    from analysis.output.tables import (
+        write_frame_to as write_frame_to,
+    )
+    from analysis.output.tables import (
+        write_run_tables as write_run_tables,
+    )
+    from analysis.output.tables import (
+        write_trajectories as write_trajectories,
     )
     from analysis.rules.admission import (
-        AdmissionReport,
-        AdmissionRule,
-        admission_violations,
-        parse_admission,
+        AdmissionReport as AdmissionReport,
     )
-    from analysis.simulation.simulator import SimulationConfig, simulate
-    from analysis.table.labels import derive_end_version, real_label, run_length_spans
-    from analysis.table.limits import Limits
-    from analysis.table.options import ReadOptions
-    from analysis.table.schema import CANONICAL_SCHEMA
-    from analysis.views.bias import BiasReport, who_gets_dropped
-    from analysis.views.comparison import CompareResult, compare_logs
-    from analysis.views.inspection import LogInspection, inspect_log
+    from analysis.rules.admission import (
+        AdmissionRule as AdmissionRule,
+    )
+    from analysis.rules.admission import (
+        admission_violations as admission_violations,
+    )
+    from analysis.rules.admission import (
+        parse_admission as parse_admission,
+    )
+    from analysis.rules.policies import (
+        DressagePolicy as DressagePolicy,
+    )
+    from analysis.rules.policies import (
+        Policy as Policy,
+    )
+    from analysis.rules.policies import (
+        PolicyResult as PolicyResult,
+    )
+    from analysis.rules.policies import (
+        parse_policy as parse_policy,
+    )
+    from analysis.simulation.simulator import (
+        SimulationConfig as SimulationConfig,
+    )
+    from analysis.simulation.simulator import (
+        simulate as simulate,
+    )
+    from analysis.table.labels import (
+        derive_end_version as derive_end_version,
+    )
+    from analysis.table.labels import (
+        real_label as real_label,
+    )
+    from analysis.table.labels import (
+        run_length_spans as run_length_spans,
+    )
+    from analysis.table.limits import Limits as Limits
+    from analysis.table.options import ReadOptions as ReadOptions
+    from analysis.table.schema import CANONICAL_SCHEMA as CANONICAL_SCHEMA
+    from analysis.views.bias import BiasReport as BiasReport
+    from analysis.views.bias import who_gets_dropped as who_gets_dropped
+    from analysis.views.comparison import (
+        CompareResult as CompareResult,
+    )
+    from analysis.views.comparison import (
+        compare_logs as compare_logs,
+    )
+    from analysis.views.inspection import LogInspection as LogInspection
+    from analysis.views.inspection import inspect_log as inspect_log
 
 _HOME: dict[str, str] = {
     "AdmissionReport": "analysis.rules.admission",
@@ -142,7 +293,16 @@ _HOME: dict[str, str] = {
     "real_label": "analysis.table.labels",
     "records_to_table": "analysis.formats.load",
     "refuse_overwriting_inputs": "analysis.output.tables",
-    "replay": "analysis.engine",
+    "replay": "analysis.api",
+    "replay_log": "analysis.api",
+    "Engine": "analysis.api",
+    "NotUsedError": "analysis.api",
+    "Replayed": "analysis.api",
+    "picks_run_loop": "analysis.api",
+    "DressagePolicy": "analysis.rules.policies",
+    "Policy": "analysis.rules.policies",
+    "PolicyResult": "analysis.rules.policies",
+    "parse_policy": "analysis.rules.policies",
     "replay_many": "analysis.engine",
     "replay_run": "analysis.engine",
     "run_length_spans": "analysis.table.labels",
@@ -160,79 +320,7 @@ _HOME: dict[str, str] = {
 }
 """The module each exported name lives in, imported on first use of the name."""
 
-__all__ = [
-    "CANONICAL_SCHEMA",
-    "FRAME_FORMATS",
-    "LOOP_DECISIONS",
-    "REPLAY_COLUMNS",
-    "TRAJECTORY_TABLE_COLUMNS",
-    "AdmissionReport",
-    "AdmissionRule",
-    "BatchSize",
-    "BiasReport",
-    "CompareResult",
-    "ConfigError",
-    "ExitCode",
-    "FieldMap",
-    "InputNotFoundError",
-    "Limits",
-    "LoadReport",
-    "LogFormatError",
-    "LogInspection",
-    "LoopReplay",
-    "Message",
-    "MissingFieldError",
-    "OutputError",
-    "PreparedLog",
-    "ReadOptions",
-    "ReplayConfig",
-    "ReplayError",
-    "ReplayResult",
-    "ReplaySummary",
-    "RunLog",
-    "SettingSyntaxError",
-    "SimulationConfig",
-    "SweepResult",
-    "TrainDumps",
-    "UnknownFormatError",
-    "UnsafePickleError",
-    "admission_violations",
-    "batch_groups_for",
-    "check_output",
-    "compare_logs",
-    "convert_logs",
-    "derive_end_version",
-    "inspect_log",
-    "is_run_folder",
-    "iter_log_chunks",
-    "keep_versions_reproducing",
-    "load_logs",
-    "log_format_for",
-    "parse_admission",
-    "parse_keep_versions",
-    "parse_max_preempts",
-    "prepare",
-    "read_run",
-    "read_train_dumps",
-    "real_label",
-    "records_to_table",
-    "refuse_overwriting_inputs",
-    "replay",
-    "replay_many",
-    "replay_run",
-    "run_length_spans",
-    "simulate",
-    "sweep",
-    "trajectory_outcomes",
-    "who_gets_dropped",
-    "write_canonical",
-    "write_decisions",
-    "write_frame",
-    "write_frame_to",
-    "write_log",
-    "write_run_tables",
-    "write_trajectories",
-]
+__all__ = sorted(_HOME)
 
 
 def __getattr__(name: str) -> Any:

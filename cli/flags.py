@@ -24,6 +24,7 @@ FLAGS = {
     "log_format": "--format",
     "admission": "--admission",
     "policy": "--policy",  # docs/semantics.md §13
+    "bias": "--bias",
     # the limits that protect memory (analysis.table.limits): --limit NAME=VALUE
     "limits": "--limit",
     "max_record_bytes": "--limit max_record_bytes=",
