@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -141,22 +143,19 @@ PolicyOption = Annotated[
 ]
 
 
-def one_policy(
-    text: str, *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.rules.policies.Policy:
+def one_policy(text: str, *, beside: Sequence[str] = ()) -> analysis.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
     one line with the known policies and knobs. A bound left at its default is said in a
     note (``prime-rl`` alone is ``max_off_policy_steps=8``)."""
-    from analysis.rules.policies import parse_policy
     from analysis.rules.spec import defaults_applied
 
-    if keep_versions != 0 or max_preempts.strip().lower() not in ("none", "off"):
+    if beside:  # the names of -k and -m when given (the parser says so)
         raise typer.BadParameter(
             "give K and M inside the policy (dressage:k=K,m=M), not beside it",
             param_hint="--policy",
         )
-    policy = parse_policy(text)
+    policy = analysis.parse_policy(text)
     for knob, value in defaults_applied(policy, text).items():
         typer.echo(
             f"note: --policy {text.strip()}: {knob}={value}, {policy.name}'s default "
@@ -166,9 +165,7 @@ def one_policy(
     return policy
 
 
-def the_policy(
-    texts: list[str], *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.rules.policies.Policy:
+def the_policy(texts: list[str], *, beside: Sequence[str] = ()) -> analysis.Policy:
     """``replay --policy``: exactly one policy (replay replays one; sweep compares several)."""
     if len(texts) > 1:
         raise typer.BadParameter(
@@ -176,13 +173,13 @@ def the_policy(
             "give them to sweep (or plot sweep, report)",
             param_hint="--policy",
         )
-    return one_policy(texts[0], keep_versions=keep_versions, max_preempts=max_preempts)
+    return one_policy(texts[0], beside=beside)
 
 
-def some_policies(texts: list[str]) -> list[analysis.rules.policies.Policy]:
+def some_policies(texts: list[str]) -> list[analysis.Policy]:
     """``--policy`` of sweep, plot and report: each policy once, in the order first given;
     one given twice (under any spelling) is said in a note and gets one row."""
-    policies: list[analysis.rules.policies.Policy] = []
+    policies: list[analysis.Policy] = []
     for text in texts:
         policy = one_policy(text)
         if policy in policies:
@@ -424,3 +421,103 @@ def reading(
         limit=limit,
     )  # fmt: skip
     return Reading(inputs, options, order_by, quiet)
+
+
+# --------------------------------------------------------------------------- the shared group
+
+
+@dataclass(frozen=True)
+class ReadFlags:
+    """The options every command that reads logs shares, declared once (see
+    :func:`reads_logs`) and given to the command as this one value, built once."""
+
+    field: list[str] | None = None
+    on_bad_record: BadRecordPolicy = BadRecordPolicy.fail
+    trust_pickle: bool = False
+    limit: list[str] | None = None
+    include_eval: bool = False
+    log_format: InputFormat | None = None
+    quiet: bool = False
+    traceback_: bool = False
+    given: frozenset[str] = frozenset()
+    """Every option of the command that was given on its command line (the parser says
+    so: an option given as its default value is given)."""
+
+    def reading(self, inputs: Sequence[Path], *, order_by: str | None = None) -> Reading:
+        """The inputs, to be read as these options say."""
+        return reading(
+            inputs, field=self.field, on_bad_record=self.on_bad_record,
+            trust_pickle=self.trust_pickle, order_by=order_by, quiet=self.quiet,
+            include_eval=self.include_eval, log_format=self.log_format, limit=self.limit,
+        )  # fmt: skip
+
+    def options(self, *, order_by: str | None = None) -> analysis.ReadOptions:
+        """The library's read options these give; a --field or --limit that does not
+        parse is a usage error."""
+        return self.reading((), order_by=order_by).options
+
+
+_READ_FLAGS: dict[str, tuple[Any, Any]] = {
+    "field": (FieldOption, None),
+    "on_bad_record": (OnBadRecord, BadRecordPolicy.fail),
+    "trust_pickle": (TrustPickle, False),
+    "limit": (LimitOption, None),
+    "include_eval": (IncludeEval, False),
+    "log_format": (LogFormatOption, None),
+    "quiet": (Quiet, False),
+    "traceback_": (Traceback, False),
+}
+"""The shared options, as typer declares them (type with its ``typer.Option``, default), in
+the order ``--help`` lists them."""
+
+Command = Callable[..., None]
+
+
+def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """A command's ``read: ReadFlags`` parameter becomes the shared options, declared here
+    once: typer sees them in its place (``placed`` puts a command's own option after one
+    of them, ``{"admission": "log_format"}``, so that --help keeps its order), and the
+    command receives one :class:`ReadFlags`, which also knows what was given (from the
+    parser: ``ctx.get_parameter_source``, never by comparing with defaults)."""
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "read"]
+        moved = placed or {}
+        shared = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default
+            )
+            for name, (kind, default) in _READ_FLAGS.items()
+        ]
+        for name, after in moved.items():
+            at = next(i for i, p in enumerate(shared) if p.name == after)
+            shared.insert(at + 1, next(p for p in own if p.name == name))
+        kept = [p for p in own if p.name not in moved]
+        before = list(signature.parameters)[: list(signature.parameters).index("read")]
+        at = sum(1 for name in before if name not in moved)
+        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        parameters = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in [*kept[:at], *shared, *kept[at:]]
+        ]
+
+        @functools.wraps(command)
+        def run(ctx: typer.Context, **values: Any) -> None:
+            given = frozenset(
+                name for name in ctx.params
+                if (source := ctx.get_parameter_source(name)) is not None
+                and source.name != "DEFAULT"
+            )  # fmt: skip
+            flags = ReadFlags(**{name: values.pop(name) for name in _READ_FLAGS}, given=given)
+            command(**values, read=flags)
+
+        run.__signature__ = signature.replace(parameters=[context, *parameters])  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in [context, *parameters]}
+        return run
+
+    return decorate
+
+
+READ = ReadFlags()
+"""The default of a command's ``read`` parameter (:func:`reads_logs` replaces it)."""

@@ -11,30 +11,24 @@ import analysis
 from cli.flags import FLAGS, flagged
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
+    READ,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
     OrderBy,
     PolicyOption,
-    Quiet,
-    Traceback,
-    TrustPickle,
+    ReadFlags,
     one_keep_versions,
     one_max_preempts,
-    reading,
+    reads_logs,
     the_policy,
-)  # fmt: skip
+)
 from cli.output import print_json, progress_bar, results_out, stdout_console, warn
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
+@reads_logs()
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
@@ -83,14 +77,7 @@ def replay(
         ),
     ] = False,
     policy: PolicyOption = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do.
 
@@ -105,25 +92,20 @@ its records are replayed on the simple loop, as sweep --policy does."""
         raise analysis.OutputError(
             f"{trajectories}: --decisions and --trajectories name the same file; give each its own"
         )
-    chosen = (
-        None
-        if policy is None
-        else the_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
-    )
+    chosen = None
+    if policy is not None:
+        beside = [name for name in ("keep_versions", "max_preempts") if name in read.given]
+        chosen = the_policy(policy, beside=beside)
     config = analysis.ReplayConfig(
         keep_versions=keep_versions,
         max_preempts=None if chosen is not None else one_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
-    read = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
-    )  # fmt: skip
     try:
         replayed = analysis.replay(
-            inputs, config, policy=chosen, options=read.options, order_by=order_by, bias=bias,
-            progress=lambda doing: progress_bar(doing, quiet=quiet),
+            inputs, config, policy=chosen, options=read.options(order_by=order_by),
+            order_by=order_by, bias=bias,
+            progress=lambda doing: progress_bar(doing, quiet=read.quiet),
             note=lambda text: typer.echo(f"note: {flagged(text)}", err=True),
         )  # fmt: skip
     except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
