@@ -143,6 +143,11 @@ PolicyOption = Annotated[
 ]
 
 
+def policies_option(help: str) -> Any:
+    """``--policy`` of sweep, plot and report (repeatable): each its own help."""
+    return typer.Option("--policy", help=help, metavar="SPEC", show_default=False)
+
+
 def one_policy(text: str, *, beside: Sequence[str] = ()) -> analysis.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in

@@ -11,20 +11,13 @@ import analysis
 from cli.options import (
     FLAG,
     INT,
-    BadRecordPolicy,
+    READ,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
+    ReadFlags,
     one_keep_versions,
     one_max_preempts,
     own_batch_groups,
-    reading,
+    reads_logs,
 )  # fmt: skip
 from cli.output import print_json, results_out, stdout_console, warn
 
@@ -57,6 +50,7 @@ def train_sides(
     return (read[0] if read else None), (read[1] if len(read) > 1 else None)
 
 
+@reads_logs()
 def compare(
     first: Annotated[
         Path,
@@ -99,14 +93,7 @@ def compare(
             show_default=False,
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Two logs side by side: versions, gap and span distributions, losses, \
 log-prob drift by gap."""
@@ -119,11 +106,7 @@ log-prob drift by gap."""
         from analysis.views.plots import FIGURE_FORMATS
 
         analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
-    readings = [
-        reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet, include_eval=include_eval, limit=limit, log_format=log_format)
-        for path in (first, second)
-    ]  # fmt: skip
+    readings = [read.reading([path]) for path in (first, second)]
     limits = readings[0].options.limits  # the train dumps are read within the same limits
     loaded = [logs.load() for logs in readings]
     (table_a, _), (table_b, _) = loaded
@@ -133,7 +116,7 @@ log-prob drift by gap."""
     )
     result = analysis.compare_logs(
         table_a, table_b, config_a=config_a, config_b=config_b, names=named,
-        train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle, limits=limits),
+        train_dumps=train_sides(train_dumps or [], trust_pickle=read.trust_pickle, limits=limits),
     )  # fmt: skip
     if plot_file is not None:
         from analysis.views.comparison import plot_compare

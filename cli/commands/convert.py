@@ -9,22 +9,16 @@ import typer
 
 import analysis
 from cli.options import (
-    BadRecordPolicy,
-    FieldOption,
-    IncludeEval,
+    READ,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    reading,
+    ReadFlags,
+    reads_logs,
     whole_option,
 )  # fmt: skip
 from cli.output import progress_bar, warn
 
 
+@reads_logs(placed={"workers": "include_eval", "ray": "workers"})
 def convert(
     inputs: Inputs,
     output: Annotated[
@@ -44,11 +38,7 @@ def convert(
             "group arrival by it (--order-by); rows stay in input order."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
+    read: ReadFlags = READ,
     workers: Annotated[
         int | None,
         whole_option(
@@ -67,19 +57,14 @@ def convert(
             show_default=False,
         ),
     ] = None,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time.
 
     With an output path without an extension, the table is written as a folder of Parquet
     parts that every command reads as one log, by the local cores or, with --ray, a Ray
     cluster (README: Performance)."""
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format, limit=limit,
-    )  # fmt: skip
+    logs = read.reading(inputs, order_by=order_by)
+    quiet = read.quiet
     if not output.suffix:
         _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)
         return

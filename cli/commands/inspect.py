@@ -10,32 +10,21 @@ import typer
 import analysis
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
-    FieldOption,
-    IncludeEval,
+    READ,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    reading,
+    ReadFlags,
+    reads_logs,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
 
 
+@reads_logs(placed={"admission": "log_format"})
 def inspect(
     inputs: Inputs,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the findings as one JSON object.", metavar=FLAG)
     ] = False,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
+    read: ReadFlags = READ,
     admission: Annotated[
         list[str] | None,
         typer.Option(
@@ -49,15 +38,10 @@ def inspect(
             show_default=False,
         ),
     ] = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
 ) -> None:
     """Show what a log holds: format, counts, versions in observation order, data quality;
     for another system's log (prime-rl, AReaL, verl, NeMo-RL), what it can and cannot tell."""
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval, log_format=log_format, limit=limit,
-    )  # fmt: skip
+    logs = read.reading(inputs)
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
@@ -66,7 +50,7 @@ def inspect(
     said = set(peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
-    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    run_folder = read.log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
         from analysis.formats.dressage.run import run_target_groups
 

@@ -11,25 +11,19 @@ import typer
 import analysis
 from cli.flags import flagged
 from cli.options import (
-    BadRecordPolicy,
+    READ,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
     KeepVersionsList,
-    LimitOption,
-    LogFormatOption,
     MaxPreemptsList,
-    OnBadRecord,
     OrderBy,
-    Quiet,
+    ReadFlags,
     Reading,
-    Traceback,
-    TrustPickle,
     one_of,
     own_batch_groups,
     parse_grid,
-    reading,
+    policies_option,
+    reads_logs,
     some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, warn
@@ -46,6 +40,7 @@ class PlotKind(StrEnum):
     heatmap = "heatmap"
 
 
+@reads_logs()
 def plot(
     kind: Annotated[
         PlotKind,
@@ -64,22 +59,12 @@ def plot(
     order_by: OrderBy = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option(
-            "--policy",
-            help="Draw these policies (repeat it; kind sweep only): tokens kept against "
-            "version gap, and what each loses (docs/semantics.md §13).",
-            metavar="SPEC",
-            show_default=False,
+        policies_option(
+            "Draw these policies (repeat it; kind sweep only): tokens kept against "
+            "version gap, and what each loses (docs/semantics.md §13)."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
@@ -88,25 +73,18 @@ def plot(
     if policy:
         _plot_policies(
             kind, some_policies(policy), inputs, output, batch_groups=batch_groups,
-            quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
-                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-                log_format=log_format,
-            ),
+            quiet=read.quiet, grid_given=bool({"keep_versions", "max_preempts"} & read.given),
+            reading_=read.reading(inputs, order_by=order_by),
         )  # fmt: skip
         return
     ks, ms = parse_grid(keep_versions, max_preempts)
     analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
-    )  # fmt: skip
+    logs = read.reading(inputs, order_by=order_by)  # fmt: skip
     _, prepared, report = logs.prepare()
     batch_groups = own_batch_groups(
         inputs, batch_groups, prepared, report, limits=logs.options.limits
     )
-    with progress_bar("replaying settings", quiet=quiet) as update:
+    with progress_bar("replaying settings", quiet=read.quiet) as update:
         figure = make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
             batch_groups=batch_groups, progress=update,
@@ -126,7 +104,7 @@ def _plot_policies(
     *,
     batch_groups: int | None,
     quiet: bool,
-    grid: tuple[str, str],
+    grid_given: bool,
     reading_: Reading,
 ) -> None:
     """``plot sweep --policy A --policy B``: every policy on the same axes."""
@@ -134,7 +112,7 @@ def _plot_policies(
     from analysis.views.plots import FIGURE_FORMATS, save_figure
     from analysis.views.policy_plots import plot_policies
 
-    if kind is not PlotKind.sweep or grid != ("0..4", "none,0..3"):
+    if kind is not PlotKind.sweep or grid_given:
         raise typer.BadParameter(
             "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
             param_hint="--policy",

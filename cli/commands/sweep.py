@@ -11,28 +11,23 @@ import typer
 import analysis
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
+    READ,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
     KeepVersionsList,
-    LimitOption,
-    LogFormatOption,
     MaxPreemptsList,
-    OnBadRecord,
     OrderBy,
-    Quiet,
-    Traceback,
-    TrustPickle,
+    ReadFlags,
     own_batch_groups,
     parse_grid,
-    reading,
+    policies_option,
+    reads_logs,
     some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, results_out, stdout_console, warn
 
 
+@reads_logs()
 def sweep(
     inputs: Inputs,
     keep_versions: KeepVersionsList = "0..4",
@@ -52,23 +47,13 @@ def sweep(
     order_by: OrderBy = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option(
-            "--policy",
-            help="Sweep these policies instead of K and M (repeat it): dressage:k=2,m=1, "
+        policies_option(
+            "Sweep these policies instead of K and M (repeat it): dressage:k=2,m=1, "
             "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
-            "nemo-windowed:max_staleness_versions=1 (docs/semantics.md §13); one row each.",
-            metavar="SPEC",
-            show_default=False,
+            "nemo-windowed:max_staleness_versions=1 (docs/semantics.md §13); one row each."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Replay every combination of K and M from one load of the log; mark the Pareto front.
 
@@ -76,7 +61,7 @@ def sweep(
     if policy:
         from cli.commands.policies import sweep_with_policies
 
-        if (keep_versions, max_preempts) != ("0..4", "none,0..3"):
+        if {"keep_versions", "max_preempts"} & read.given:
             raise typer.BadParameter(
                 "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
                 param_hint="--policy",
@@ -86,26 +71,18 @@ def sweep(
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
         sweep_with_policies(
             inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
-            quiet=quiet, reading_=reading(
-                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-                log_format=log_format,
-            ),
+            quiet=read.quiet, reading_=read.reading(inputs, order_by=order_by),
         )  # fmt: skip
         return
     ks, ms = parse_grid(keep_versions, max_preempts)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
-    )  # fmt: skip
+    logs = read.reading(inputs, order_by=order_by)  # fmt: skip
     _, prepared, report = logs.prepare()
     batch_groups = own_batch_groups(
         inputs, batch_groups, prepared, report, limits=logs.options.limits
     )
-    with progress_bar("replaying settings", quiet=quiet) as update:
+    with progress_bar("replaying settings", quiet=read.quiet) as update:
         result = analysis.sweep(
             prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
         )
