@@ -213,6 +213,18 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.simulation.simulator import (
         simulate as simulate,
     )
+    from analysis.studies import (
+        build_report as build_report,
+    )
+    from analysis.studies import (
+        focus_setting as focus_setting,
+    )
+    from analysis.studies import (
+        make_plot as make_plot,
+    )
+    from analysis.studies import (
+        report_content as report_content,
+    )
     from analysis.table.labels import (
         derive_end_version as derive_end_version,
     )
@@ -301,6 +313,10 @@ _HOME: dict[str, str] = {
     "picks_run_loop": "analysis.api",
     "DressagePolicy": "analysis.rules.policies",
     "Policy": "analysis.rules.policies",
+    "build_report": "analysis.studies",
+    "focus_setting": "analysis.studies",
+    "make_plot": "analysis.studies",
+    "report_content": "analysis.studies",
     "PolicyResult": "analysis.rules.policies",
     "parse_policy": "analysis.rules.policies",
     "replay_many": "analysis.engine",

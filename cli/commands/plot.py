@@ -68,7 +68,7 @@ def plot(
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
-    from analysis.views.plots import FIGURE_FORMATS, make_plot, save_figure, settings_note
+    from analysis.views.plots import FIGURE_FORMATS, save_figure, settings_note
 
     if policy:
         _plot_policies(
@@ -85,7 +85,7 @@ def plot(
         inputs, batch_groups, prepared, report, limits=logs.options.limits
     )
     with progress_bar("replaying settings", quiet=read.quiet) as update:
-        figure = make_plot(
+        figure = analysis.make_plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
             batch_groups=batch_groups, progress=update,
         )  # fmt: skip

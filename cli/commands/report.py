@@ -48,7 +48,7 @@ def report(
     read: ReadFlags = READ,
 ) -> None:
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
-    from analysis.views.report import REPORT_FORMATS, build_report, write_report
+    from analysis.views.report import REPORT_FORMATS, write_report
 
     ks, ms = parse_grid(keep_versions, max_preempts)
     policies = some_policies(policy or [])
@@ -69,7 +69,7 @@ def report(
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     with progress_bar("replaying settings", quiet=read.quiet) as update:
-        document = build_report(
+        document = analysis.build_report(
             prepared, table, inspection,
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies,
