@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.api import (
         replay_log as replay_log,
     )
+    from analysis.compare import compare_logs as compare_logs
     from analysis.engine import (
         LOOP_DECISIONS as LOOP_DECISIONS,
     )
@@ -242,9 +243,6 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.views.comparison import (
         CompareResult as CompareResult,
     )
-    from analysis.views.comparison import (
-        compare_logs as compare_logs,
-    )
     from analysis.views.inspection import LogInspection as LogInspection
     from analysis.views.inspection import inspect_log as inspect_log
 
@@ -288,7 +286,7 @@ _HOME: dict[str, str] = {
     "batch_groups_for": "analysis.engine.batch_size",
     "BatchSize": "analysis.engine.batch_size",
     "check_output": "analysis.output.tables",
-    "compare_logs": "analysis.views.comparison",
+    "compare_logs": "analysis.compare",
     "convert_logs": "analysis.output.tables",
     "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",

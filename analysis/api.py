@@ -345,12 +345,12 @@ def replay(
     Examples
     --------
     >>> import analysis
-    >>> table = analysis.records_to_table([
-    ...     {"group_index": 0, "metadata": {"parent_traj_id": "a", "dressage_end_token_version": "old"}},
-    ...     {"group_index": 1, "metadata": {"parent_traj_id": "b", "dressage_end_token_version": "new"}},
-    ... ])
-    >>> analysis.replay(table, analysis.ReplayConfig(keep_versions=1, batch_groups=1)).summary.counts["groups"]["kept"]
-    1
+    >>> table = analysis.records_to_table(list(analysis.simulate(analysis.SimulationConfig(n_groups=8))))
+    >>> setting = analysis.ReplayConfig(keep_versions=1)
+    >>> type(analysis.replay(table, setting)).__name__
+    'ReplayResult'
+    >>> analysis.replay_log(table, setting).engine
+    <Engine.SIMPLE_LOOP: 'simple-loop'>
     """
     if _is_loaded(source) and config is not None and not settings.keys() - {"order_by"}:
         return replay_table(source, config, **settings)  # type: ignore[arg-type]

@@ -11,13 +11,13 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
+from analysis.compare import compare_logs
 from analysis.errors import ConfigError
 from analysis.simulation.simulator import SimulationConfig, simulate
 from analysis.views.comparison import (
     DRIFT_SCHEMA,
     METRICS,
     CompareResult,
-    compare_logs,
     plot_compare,
 )
 
