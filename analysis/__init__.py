@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.engine import (
         LOOP_DECISIONS as LOOP_DECISIONS,
     )
+    from analysis.engine import PARETO_NOTE as PARETO_NOTE
     from analysis.engine import (
         REPLAY_COLUMNS as REPLAY_COLUMNS,
     )
@@ -70,6 +71,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.engine import (
         parse_max_preempts as parse_max_preempts,
     )
+    from analysis.engine import parse_one_keep_versions as parse_one_keep_versions
+    from analysis.engine import parse_one_max_preempts as parse_one_max_preempts
+    from analysis.engine import parse_whole as parse_whole
     from analysis.engine import (
         prepare as prepare,
     )
@@ -124,6 +128,8 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.errors import (
         UnsafePickleError as UnsafePickleError,
     )
+    from analysis.errors import counted as counted
+    from analysis.errors import render as render
     from analysis.formats.dressage.run import (
         RunLog as RunLog,
     )
@@ -133,7 +139,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.formats.dressage.run import (
         read_run as read_run,
     )
+    from analysis.formats.dressage.run import run_target_groups as run_target_groups
     from analysis.formats.fields import FieldMap as FieldMap
+    from analysis.formats.load import SKIP_REASON_NOUNS as SKIP_REASON_NOUNS
     from analysis.formats.load import (
         LoadReport as LoadReport,
     )
@@ -146,14 +154,20 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.formats.load import (
         records_to_table as records_to_table,
     )
+    from analysis.formats.peers import converted_warnings as converted_warnings
+    from analysis.formats.peers import peer_warnings as peer_warnings
     from analysis.formats.slime_dumps.train_dumps import (
         TrainDumps as TrainDumps,
     )
     from analysis.formats.slime_dumps.train_dumps import (
         read_train_dumps as read_train_dumps,
     )
+    from analysis.output.partitioned import convert_partitioned as convert_partitioned
+    from analysis.output.partitioned import run_local as run_local
     from analysis.output.raw_logs import log_format_for as log_format_for
     from analysis.output.raw_logs import write_log as write_log
+    from analysis.output.ray_runner import RAY_LOCAL as RAY_LOCAL
+    from analysis.output.ray_runner import run_ray as run_ray
     from analysis.output.tables import (
         FRAME_FORMATS as FRAME_FORMATS,
     )
@@ -205,9 +219,15 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.rules.policies import (
         PolicyResult as PolicyResult,
     )
+    from analysis.rules.policies import PolicySweep as PolicySweep
     from analysis.rules.policies import (
         parse_policy as parse_policy,
     )
+    from analysis.rules.policies import sweep_policies as sweep_policies
+    from analysis.rules.simulated_admission import simulation_rule as simulation_rule
+    from analysis.rules.spec import defaults_applied as defaults_applied
+    from analysis.simulation.fit import Fit as Fit
+    from analysis.simulation.fit import fit_run as fit_run
     from analysis.simulation.simulator import (
         SimulationConfig as SimulationConfig,
     )
@@ -238,15 +258,57 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.table.limits import Limits as Limits
     from analysis.table.options import ReadOptions as ReadOptions
     from analysis.table.schema import CANONICAL_SCHEMA as CANONICAL_SCHEMA
+    from analysis.views.bias import OUTCOME_WORDS as OUTCOME_WORDS
     from analysis.views.bias import BiasReport as BiasReport
     from analysis.views.bias import who_gets_dropped as who_gets_dropped
     from analysis.views.comparison import (
         CompareResult as CompareResult,
     )
+    from analysis.views.comparison import plot_compare as plot_compare
     from analysis.views.inspection import LogInspection as LogInspection
     from analysis.views.inspection import inspect_log as inspect_log
+    from analysis.views.plots import FIGURE_FORMATS as FIGURE_FORMATS
+    from analysis.views.plots import save_figure as save_figure
+    from analysis.views.plots import settings_note as settings_note
+    from analysis.views.policy_plots import plot_policies as plot_policies
+    from analysis.views.report import REPORT_FORMATS as REPORT_FORMATS
+    from analysis.views.report import write_report as write_report
+    from analysis.views.tables import SWEEP_CAPTION as SWEEP_CAPTION
+    from analysis.views.tables import policy_sweep_table as policy_sweep_table
+    from analysis.views.tables import sweep_table as sweep_table
 
 _HOME: dict[str, str] = {
+    "render": "analysis.errors",
+    "counted": "analysis.errors",
+    "PARETO_NOTE": "analysis.engine",
+    "parse_whole": "analysis.engine",
+    "parse_one_keep_versions": "analysis.engine",
+    "parse_one_max_preempts": "analysis.engine",
+    "SWEEP_CAPTION": "analysis.views.tables",
+    "policy_sweep_table": "analysis.views.tables",
+    "sweep_table": "analysis.views.tables",
+    "Fit": "analysis.simulation.fit",
+    "fit_run": "analysis.simulation.fit",
+    "OUTCOME_WORDS": "analysis.views.bias",
+    "SKIP_REASON_NOUNS": "analysis.formats.load",
+    "defaults_applied": "analysis.rules.spec",
+    "REPORT_FORMATS": "analysis.views.report",
+    "write_report": "analysis.views.report",
+    "FIGURE_FORMATS": "analysis.views.plots",
+    "save_figure": "analysis.views.plots",
+    "settings_note": "analysis.views.plots",
+    "plot_compare": "analysis.views.comparison",
+    "sweep_policies": "analysis.rules.policies",
+    "PolicySweep": "analysis.rules.policies",
+    "plot_policies": "analysis.views.policy_plots",
+    "simulation_rule": "analysis.rules.simulated_admission",
+    "peer_warnings": "analysis.formats.peers",
+    "converted_warnings": "analysis.formats.peers",
+    "run_target_groups": "analysis.formats.dressage.run",
+    "convert_partitioned": "analysis.output.partitioned",
+    "run_local": "analysis.output.partitioned",
+    "RAY_LOCAL": "analysis.output.ray_runner",
+    "run_ray": "analysis.output.ray_runner",
     "AdmissionReport": "analysis.rules.admission",
     "AdmissionRule": "analysis.rules.admission",
     "admission_violations": "analysis.rules.admission",

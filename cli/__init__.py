@@ -75,7 +75,7 @@ def version_alone() -> int | None:
     import os
     from importlib.metadata import PackageNotFoundError, version
 
-    from analysis.errors import ExitCode
+    from analysis import ExitCode
 
     if sys.stdout is None:  # started with it closed (`>&-`)
         sys.stderr.write("Error: standard output is closed: nowhere to print the version\n")

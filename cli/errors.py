@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from analysis.errors import ExitCode, ReplayError, SettingSyntaxError
+from analysis import ExitCode, ReplayError, SettingSyntaxError
 from cli.flags import FLAGS, one_line, say_setting
 from cli.output import stdout_to_devnull
 from cli.signals import Terminated, was_terminated

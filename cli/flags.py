@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.errors import render
+from analysis import render
 
 FLAGS = {
     "keep_versions": "--keep-versions",

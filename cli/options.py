@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import analysis
-from analysis.errors import SettingSyntaxError
+from analysis import SettingSyntaxError
 from cli.errors import usage_error
 from cli.output import progress_bar
 
@@ -34,9 +34,7 @@ def _whole(value: str | int) -> int | None:
     if isinstance(value, int):
         return value
     try:
-        from analysis.engine.grid import parse_whole
-
-        return parse_whole(value)
+        return analysis.parse_whole(value)
     except ValueError:
         return None
 
@@ -52,9 +50,7 @@ def whole_number(value: str) -> int:
 def one_keep_versions(value: str) -> int:
     """``-k`` of replay, compare and verify: one K (a whole number, or off)."""
     try:
-        from analysis.engine.grid import parse_one_keep_versions
-
-        return parse_one_keep_versions(value)
+        return analysis.parse_one_keep_versions(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error)) from None
 
@@ -62,9 +58,7 @@ def one_keep_versions(value: str) -> int:
 def one_max_preempts(value: str) -> int | None:
     """``-m`` of replay and compare: one M (a whole number, or none/off)."""
     try:
-        from analysis.engine.grid import parse_one_max_preempts
-
-        return parse_one_max_preempts(value)
+        return analysis.parse_one_max_preempts(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error), param_hint="--max-preempts") from None
 
@@ -153,15 +147,13 @@ def one_policy(text: str, *, beside: Sequence[str] = ()) -> analysis.Policy:
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
     one line with the known policies and knobs. A bound left at its default is said in a
     note (``prime-rl`` alone is ``max_off_policy_steps=8``)."""
-    from analysis.rules.spec import defaults_applied
-
     if beside:  # the names of -k and -m when given (the parser says so)
         raise typer.BadParameter(
             "give K and M inside the policy (dressage:k=K,m=M), not beside it",
             param_hint="--policy",
         )
     policy = analysis.parse_policy(text)
-    for knob, value in defaults_applied(policy, text).items():
+    for knob, value in analysis.defaults_applied(policy, text).items():
         typer.echo(
             f"note: --policy {text.strip()}: {knob}={value}, {policy.name}'s default "
             f"(give {policy.name}:{knob}=N to choose)",

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 import analysis
-from analysis.errors import counted
+from analysis import counted
 from cli.flags import flagged, flagged_dict, one_line
 
 
@@ -93,10 +93,8 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
     skipped = sum(report.skipped.values())
     if skipped:
-        from analysis.formats.load import SKIP_REASON_NOUNS
-
         reasons = ", ".join(
-            counted(count, *SKIP_REASON_NOUNS.get(reason, (reason, reason)))
+            counted(count, *analysis.SKIP_REASON_NOUNS.get(reason, (reason, reason)))
             for reason, count in report.skipped.items()
         )
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)

@@ -103,9 +103,9 @@ log-prob drift by gap."""
     )  # fmt: skip
     named = run_names(names, first, second)
     if plot_file is not None:  # before the logs are read: a typo is told at once
-        from analysis.views.plots import FIGURE_FORMATS
-
-        analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
+        analysis.check_output(
+            plot_file, analysis.FIGURE_FORMATS, what="figure", inputs=[first, second]
+        )
     readings = [read.reading([path]) for path in (first, second)]
     limits = readings[0].options.limits  # the train dumps are read within the same limits
     loaded = [logs.load() for logs in readings]
@@ -119,10 +119,7 @@ log-prob drift by gap."""
         train_dumps=train_sides(train_dumps or [], trust_pickle=read.trust_pickle, limits=limits),
     )  # fmt: skip
     if plot_file is not None:
-        from analysis.views.comparison import plot_compare
-        from analysis.views.plots import save_figure
-
-        save_figure(plot_compare(result), plot_file)
+        analysis.save_figure(analysis.plot_compare(result), plot_file)
         typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
     with results_out():
         if json_output:

@@ -78,9 +78,7 @@ def convert(
     with progress_bar("converting", quiet=quiet) as update:
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
-    from analysis.formats.peers import converted_warnings
-
-    report.warnings = converted_warnings(report.warnings, report.formats)
+    report.warnings = analysis.converted_warnings(report.warnings, report.formats)
     warn(report)
 
 
@@ -88,32 +86,27 @@ def _convert_partitioned(
     inputs: list[Path], output: Path, options: analysis.ReadOptions, *, workers: int | None,
     ray: str | None, quiet: bool,
 ) -> None:  # fmt: skip
-    from analysis.output.partitioned import convert_partitioned, run_local
-
     if ray is not None:
-        from analysis.output.ray_runner import LOCAL, run_ray
-
-        if workers is not None and ray != LOCAL:
+        if workers is not None and ray != analysis.RAY_LOCAL:
             raise typer.BadParameter(
-                f"sets the CPUs of a Ray started here (--ray {LOCAL}); the cluster at "
+                f"sets the CPUs of a Ray started here (--ray {analysis.RAY_LOCAL}); the cluster at "
                 f"{ray} has its own",
                 param_hint="--workers",
             )
 
-        runner = run_ray(ray, num_cpus=workers)
+        runner = analysis.run_ray(ray, num_cpus=workers)
     else:
-        runner = run_local(workers)
+        runner = analysis.run_local(workers)
     with progress_bar("converting (parts)", quiet=quiet) as update:
-        done = convert_partitioned(inputs, output, options, runner=runner, progress=update)
+        done = analysis.convert_partitioned(inputs, output, options, runner=runner, progress=update)
     typer.echo(
         f"wrote {done.rows:,} records to {output}/ ({done.parts:,} "
         f"part{'' if done.parts == 1 else 's'}, {done.workers})",
         err=True,
     )
-    from analysis.formats.peers import converted_warnings
-
     report = analysis.LoadReport(
-        warnings=converted_warnings(done.warnings, done.formats), skipped_where=done.skipped_where
+        warnings=analysis.converted_warnings(done.warnings, done.formats),
+        skipped_where=done.skipped_where,
     )
     report.skipped.update(done.skipped)
     warn(report)

@@ -45,16 +45,12 @@ def inspect(
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
-    from analysis.formats.peers import peer_warnings
-
-    said = set(peer_warnings([*report.formats, *report.converted_from]))
+    said = set(analysis.peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
-    run_folder = read.log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    run_folder = analysis.picks_run_loop(inputs, logs.options)
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
-        from analysis.formats.dressage.run import run_target_groups
-
-        target = run_target_groups(inputs[0], logs.options.limits)
+        target = analysis.run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     bounds = [
         analysis.admission_violations(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -27,9 +27,6 @@ from cli.options import (
     some_policies,
 )  # fmt: skip
 from cli.output import progress_bar, warn
-
-if TYPE_CHECKING:  # the policies import the engine (polars): not at start (--help)
-    from analysis.rules.policies import Policy
 
 
 class PlotKind(StrEnum):
@@ -68,8 +65,6 @@ def plot(
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
-    from analysis.views.plots import FIGURE_FORMATS, save_figure, settings_note
-
     if policy:
         _plot_policies(
             kind, some_policies(policy), inputs, output, batch_groups=batch_groups,
@@ -78,7 +73,7 @@ def plot(
         )  # fmt: skip
         return
     ks, ms = parse_grid(keep_versions, max_preempts)
-    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
+    analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
     logs = read.reading(inputs, order_by=order_by)  # fmt: skip
     _, prepared, report = logs.prepare()
     batch_groups = own_batch_groups(
@@ -89,16 +84,16 @@ def plot(
             kind.value, prepared, keep_versions=ks, max_preempts=ms,
             batch_groups=batch_groups, progress=update,
         )  # fmt: skip
-    save_figure(figure, output)
+    analysis.save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
-    if (note := settings_note(kind.value, ks, ms)) is not None:
+    if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
         typer.echo(f"note: {flagged(note)}", err=True)
     warn(report)
 
 
 def _plot_policies(
     kind: PlotKind,
-    policies: list[Policy],
+    policies: list[analysis.Policy],
     inputs: list[Path],
     output: Path,
     *,
@@ -108,22 +103,20 @@ def _plot_policies(
     reading_: Reading,
 ) -> None:
     """``plot sweep --policy A --policy B``: every policy on the same axes."""
-    from analysis.rules.policies import sweep_policies
-    from analysis.views.plots import FIGURE_FORMATS, save_figure
-    from analysis.views.policy_plots import plot_policies
-
     if kind is not PlotKind.sweep or grid_given:
         raise typer.BadParameter(
             "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
             param_hint="--policy",
         )
-    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
+    analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
     _, prepared, report = reading_.prepare()
     batch_groups = own_batch_groups(
         inputs, batch_groups, prepared, report, limits=reading_.options.limits
     )
     with progress_bar("replaying policies", quiet=quiet) as update:
-        result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
-    save_figure(plot_policies(result), output)
+        result = analysis.sweep_policies(
+            prepared, policies, batch_groups=batch_groups, progress=update
+        )
+    analysis.save_figure(analysis.plot_policies(result), output)
     typer.echo(f"wrote {output}", err=True)
     warn(report)

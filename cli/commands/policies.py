@@ -10,17 +10,13 @@ from typing import Any
 import typer
 
 import analysis
-from analysis.rules.policies import (
-    Policy,
-    sweep_policies,
-)
 from cli.options import Reading, own_batch_groups
 from cli.output import progress_bar, results_out, stdout_console, warn
 
 
 def sweep_with_policies(
     inputs: list[Path],
-    policies: list[Policy],
+    policies: list[analysis.Policy],
     *,
     batch_groups: int | None,
     output: Path | None,
@@ -34,7 +30,9 @@ def sweep_with_policies(
         inputs, batch_groups, prepared, report, limits=reading_.options.limits
     )
     with progress_bar("replaying policies", quiet=quiet) as update:
-        result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
+        result = analysis.sweep_policies(
+            prepared, policies, batch_groups=batch_groups, progress=update
+        )
     if output is not None:
         analysis.write_frame_to(result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)

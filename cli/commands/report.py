@@ -48,11 +48,9 @@ def report(
     read: ReadFlags = READ,
 ) -> None:
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
-    from analysis.views.report import REPORT_FORMATS, write_report
-
     ks, ms = parse_grid(keep_versions, max_preempts)
     policies = some_policies(policy or [])
-    analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
+    analysis.check_output(output, analysis.REPORT_FORMATS, what="report", inputs=inputs)
     logs = read.reading(inputs, order_by=order_by)  # fmt: skip
     table, prepared, loaded = logs.prepare(whole_table=True)
     batch_groups = own_batch_groups(
@@ -63,7 +61,7 @@ def report(
     # Prepared as inspect prepares it (arrival order) unless --order-by: reused.
     same_order = logs.order_by is None
     inspection = analysis.inspect_log(table, loaded, prepared=prepared if same_order else None)
-    if read.log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+    if analysis.picks_run_loop(inputs, logs.options):
         target = analysis.read_run(
             inputs[0], limits=logs.options.limits
         ).target_groups  # its own, whatever -b says
@@ -74,7 +72,7 @@ def report(
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies,
         )  # fmt: skip
-    write_report(document, output, inputs=inputs)
+    analysis.write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
     warn(loaded)
 

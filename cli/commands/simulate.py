@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from analysis.rules.simulated_admission import simulation_rule
 from cli.options import (
     FLAG,
     LimitOption,
@@ -155,7 +154,7 @@ def simulate(
         multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
         abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
         log_prob_noise=log_prob_noise, seed=seed,
-        admission=simulation_rule(admission, batch_groups=batch_groups) if admission else None,
+        admission=analysis.simulation_rule(admission, batch_groups=batch_groups) if admission else None,
     )  # fmt: skip
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
     if limit and like is None:
@@ -173,7 +172,8 @@ def simulate(
         config = _fitted(like, given, run_limits(limit))
         if admission:  # verl's R defaults to the fitted groups per step
             config = dataclasses.replace(
-                config, admission=simulation_rule(admission, batch_groups=config.batch_groups)
+                config,
+                admission=analysis.simulation_rule(admission, batch_groups=config.batch_groups),
             )
         sys.stdout.flush()  # the fit's tables before the progress bar and the line on stderr
     with progress_bar("simulating", quiet=quiet) as update:
@@ -188,11 +188,10 @@ def _fitted(
     like: Path, given: dict[str, object], limits: analysis.Limits
 ) -> analysis.SimulationConfig:
     """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
-    from analysis.simulation.fit import fit_run
     from cli.output import stdout_console
     from cli.render import print_fit
 
-    fit = fit_run(like, given=given, limits=limits)
+    fit = analysis.fit_run(like, given=given, limits=limits)
     print_fit(fit, like, stdout_console())
     return fit.config
 
