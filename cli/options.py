@@ -468,35 +468,44 @@ _READ_FLAGS: dict[str, tuple[Any, Any]] = {
 the order ``--help`` lists them."""
 
 Command = Callable[..., None]
+Declared = dict[str, tuple[Any, Any]]
+"""Options as typer declares them: name: (type with its ``typer.Option``, default)."""
 
 
-def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
-    """A command's ``read: ReadFlags`` parameter becomes the shared options, declared here
-    once: typer sees them in its place (``placed`` puts a command's own option after one
-    of them, ``{"admission": "log_format"}``, so that --help keeps its order), and the
-    command receives one :class:`ReadFlags`, which also knows what was given (from the
-    parser: ``ctx.get_parameter_source``, never by comparing with defaults)."""
+def takes_group(
+    parameter: str, group: Callable[..., Any], declared: Declared, *,
+    placed: dict[str, str] | None = None,
+) -> Callable[[Command], Command]:  # fmt: skip
+    """A command's ``parameter`` (annotated with the group's class) becomes the ``declared``
+    options, declared once: typer sees them in its place (``placed`` puts a command's own
+    option after one of them, ``{"admission": "log_format"}``, so that --help keeps its
+    order), and the command receives one ``group(**values, given=...)``, which also knows
+    which of the command's options were given (from the parser:
+    ``ctx.get_parameter_source``, never by comparing with defaults)."""
 
     def decorate(command: Command) -> Command:
         signature = inspect.signature(command, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "read"]
+        names = list(signature.parameters)
+        own = [p for p in signature.parameters.values() if p.name != parameter]
         moved = placed or {}
         shared = [
             inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default
             )
-            for name, (kind, default) in _READ_FLAGS.items()
+            for name, (kind, default) in declared.items()
         ]
         for name, after in moved.items():
             at = next(i for i, p in enumerate(shared) if p.name == after)
             shared.insert(at + 1, next(p for p in own if p.name == name))
         kept = [p for p in own if p.name not in moved]
-        before = list(signature.parameters)[: list(signature.parameters).index("read")]
-        at = sum(1 for name in before if name not in moved)
-        context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        at = sum(1 for name in names[: names.index(parameter)] if name not in moved)
+        own_context = "ctx" in names  # the command asks for the context itself
+        context = [] if own_context else [
+            inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        ]  # fmt: skip
         parameters = [
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for p in [*kept[:at], *shared, *kept[at:]]
+            for p in [*context, *kept[:at], *shared, *kept[at:]]
         ]
 
         @functools.wraps(command)
@@ -506,14 +515,20 @@ def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], C
                 if (source := ctx.get_parameter_source(name)) is not None
                 and source.name != "DEFAULT"
             )  # fmt: skip
-            flags = ReadFlags(**{name: values.pop(name) for name in _READ_FLAGS}, given=given)
-            command(**values, read=flags)
+            values[parameter] = group(**{name: values.pop(name) for name in declared}, given=given)
+            command(**values, **({"ctx": ctx} if own_context else {}))
 
-        run.__signature__ = signature.replace(parameters=[context, *parameters])  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in [context, *parameters]}
+        run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
         return run
 
     return decorate
+
+
+def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """A command's ``read: ReadFlags`` parameter becomes the shared read options
+    (:func:`takes_group`)."""
+    return takes_group("read", ReadFlags, _READ_FLAGS, placed=placed)
 
 
 READ = ReadFlags()
