@@ -19,10 +19,19 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         Engine as Engine,
     )
     from analysis.api import (
+        LoadedLog as LoadedLog,
+    )
+    from analysis.api import (
         NotUsedError as NotUsedError,
     )
     from analysis.api import (
         Replayed as Replayed,
+    )
+    from analysis.api import (
+        Swept as Swept,
+    )
+    from analysis.api import (
+        load_log as load_log,
     )
     from analysis.api import (
         picks_run_loop as picks_run_loop,
@@ -32,6 +41,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.api import (
         replay_log as replay_log,
+    )
+    from analysis.api import (
+        sweep_log as sweep_log,
     )
     from analysis.compare import compare_logs as compare_logs
     from analysis.engine import (
@@ -368,6 +380,10 @@ _HOME: dict[str, str] = {
     "replay": "analysis.api",
     "replay_log": "analysis.api",
     "Engine": "analysis.api",
+    "LoadedLog": "analysis.api",
+    "Swept": "analysis.api",
+    "load_log": "analysis.api",
+    "sweep_log": "analysis.api",
     "NotUsedError": "analysis.api",
     "Replayed": "analysis.api",
     "picks_run_loop": "analysis.api",

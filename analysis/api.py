@@ -24,7 +24,7 @@ from typing import Any, overload
 
 import polars as pl
 
-from analysis.engine import REPLAY_COLUMNS, PreparedLog, prepare
+from analysis.engine import REPLAY_COLUMNS, PreparedLog, SweepResult, prepare, sweep
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.loop import LoopReplay, replay_run
@@ -40,7 +40,13 @@ from analysis.output.tables import (
     write_run_tables,
     write_trajectories,
 )
-from analysis.rules.policies import Policy, PolicyResult, replay_policy
+from analysis.rules.policies import (
+    Policy,
+    PolicyResult,
+    PolicySweep,
+    replay_policy,
+    sweep_policies,
+)
 from analysis.rules.spec import parse_policy
 from analysis.table.options import ReadOptions
 from analysis.views.bias import BiasReport, who_gets_dropped
@@ -230,13 +236,16 @@ def replay_log(
         inputs = _paths(source)
         if policy is None and picks_run_loop(inputs, options):
             return _replay_run_folder(inputs[0], config, options, order_by, bias, said, notes)
-        table, prepared, report = _read(inputs, options, order_by, whole_table=bias, bars=bars)
-        found = batch_groups_for(
-            inputs, config.batch_groups, prepared, report, limits=options.limits
+        log = load_log(
+            inputs, options=options, order_by=order_by, batch_groups=config.batch_groups,
+            whole_table=bias, progress=bars, note=said,
+        )  # fmt: skip
+        table, prepared, report, batch_groups = (
+            log.table,
+            log.prepared,
+            log.report,
+            log.batch_groups,
         )
-        if found.note is not None:
-            said(found.note)
-        batch_groups = found.batch_groups
     if policy is not None:
         result: ReplayResult | PolicyResult = replay_policy(
             prepared, policy, batch_groups=batch_groups
@@ -258,15 +267,37 @@ def _who_gets_dropped(
     return who_gets_dropped(prepared, engine_result, table=table)
 
 
-def _read(
-    inputs: Sequence[Path],
-    options: ReadOptions,
-    order_by: str | None,
+@dataclass(frozen=True)
+class LoadedLog:
+    """Logs read and prepared once for the simple loop, with the batch size they replay at."""
+
+    inputs: tuple[Path, ...]
+    table: pl.DataFrame
+    """The canonical table (only the replay's columns unless the whole was asked for)."""
+    prepared: PreparedLog
+    report: LoadReport
+    batch_groups: int | None
+    """B as given; else a run folder's own; None when the log's trainer steps tell it."""
+
+
+def load_log(
+    source: Source,
     *,
-    whole_table: bool,
-    bars: Progress,
-) -> tuple[pl.DataFrame, PreparedLog, LoadReport]:
-    """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
+    options: ReadOptions | None = None,
+    order_by: str | None = None,
+    batch_groups: int | None = None,
+    whole_table: bool = False,
+    progress: Progress | None = None,
+    note: Callable[[str], None] | None = None,
+) -> LoadedLog:
+    """Read and prepare logs once for any number of replays on the simple loop, and
+    choose their batch size (:func:`analysis.batch_groups_for`; where it came from is said
+    to ``note``)."""
+    inputs = _paths(source)
+    options = options if options is not None else ReadOptions()
+    if order_by and order_by not in options.extra_fields:
+        options = ReadOptions.of(options, extra_fields=(*options.extra_fields, order_by))
+    bars: Progress = progress or (lambda _: nullcontext(None))
     report = LoadReport()
     with bars("reading") as update:
         table = load_logs(
@@ -278,7 +309,63 @@ def _read(
         )
     prepared = prepare(table, order_by=order_by)
     report.warnings += prepared.warnings
-    return table, prepared, report
+    found = batch_groups_for(inputs, batch_groups, prepared, report, limits=options.limits)
+    if found.note is not None and note is not None:
+        note(found.note)
+    return LoadedLog(inputs, table, prepared, report, found.batch_groups)
+
+
+@dataclass(frozen=True)
+class Swept:
+    """Every setting of a grid, or every policy, over one load of a log."""
+
+    engine: Engine
+    """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M, :attr:`Engine.POLICY` for policies."""
+    result: SweepResult | PolicySweep
+    log: LoadedLog
+
+
+def sweep_log(
+    source: Source,
+    *,
+    keep_versions: Sequence[int] = (),
+    max_preempts: Sequence[int | None] = (),
+    policies: Sequence[Policy | str] = (),
+    batch_groups: int | None = None,
+    options: ReadOptions | None = None,
+    order_by: str | None = None,
+    progress: Progress | None = None,
+    note: Callable[[str], None] | None = None,
+) -> Swept:
+    """Sweep a log: every policy when ``policies`` are given (one row each), else every
+    (K, M) of the grid; read and prepared once (:func:`load_log`). ``progress`` makes a
+    bar for ``"reading"``, then ``"replaying settings"`` or ``"replaying policies"``."""
+    if policies and (keep_versions or max_preempts):
+        raise ConfigError(
+            "give K and M inside each policy (dressage:k=K,m=M), not in "
+            f"{setting('keep_versions')} and {setting('max_preempts')}"
+        )
+    bars: Progress = progress or (lambda _: nullcontext(None))
+    log = load_log(
+        source, options=options, order_by=order_by, batch_groups=batch_groups,
+        progress=bars, note=note,
+    )  # fmt: skip
+    if policies:
+        chosen = [parse_policy(p) if isinstance(p, str) else p for p in policies]
+        with bars("replaying policies") as update:
+            swept: SweepResult | PolicySweep = sweep_policies(
+                log.prepared, chosen, batch_groups=log.batch_groups, progress=update
+            )
+        return Swept(Engine.POLICY, swept, log)
+    with bars("replaying settings") as update:
+        swept = sweep(
+            log.prepared,
+            keep_versions=keep_versions,
+            max_preempts=max_preempts,
+            batch_groups=log.batch_groups,
+            progress=update,
+        )
+    return Swept(Engine.SIMPLE_LOOP, swept, log)
 
 
 def _replay_run_folder(

@@ -381,15 +381,6 @@ class Reading:
             )
         return table, report
 
-    def prepare(
-        self, *, whole_table: bool = False
-    ) -> tuple[pl.DataFrame, analysis.PreparedLog, analysis.LoadReport]:
-        """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
-        table, report = self.load(None if whole_table else analysis.REPLAY_COLUMNS)
-        prepared = analysis.prepare(table, order_by=self.order_by)
-        report.warnings += prepared.warnings
-        return table, prepared, report
-
 
 def own_batch_groups(
     inputs: Sequence[Path], given: int | None, prepared: analysis.PreparedLog,

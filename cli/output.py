@@ -80,6 +80,11 @@ def print_json(result: dict[str, Any]) -> None:
     typer.echo(json.dumps(flagged_dict(result)))
 
 
+def say_note(text: str) -> None:
+    """A library note on stderr, its settings said as flags."""
+    typer.echo(f"note: {flagged(text)}", err=True)
+
+
 def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     """The load report's skips as extra JSON keys (only when something was skipped)."""
     if not report.skipped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,6 @@ from typing import Annotated
 import typer
 
 import analysis
-from cli.flags import flagged
 from cli.options import (
     READ,
     BatchGroups,
@@ -18,15 +18,13 @@ from cli.options import (
     MaxPreemptsList,
     OrderBy,
     ReadFlags,
-    Reading,
     one_of,
-    own_batch_groups,
     parse_grid,
     policies_option,
     reads_logs,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, warn
+from cli.output import progress_bar, say_note, warn
 
 
 class PlotKind(StrEnum):
@@ -65,58 +63,38 @@ def plot(
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
+    bars = functools.partial(progress_bar, quiet=read.quiet)
+    options = read.options(order_by=order_by)
     if policy:
-        _plot_policies(
-            kind, some_policies(policy), inputs, output, batch_groups=batch_groups,
-            quiet=read.quiet, grid_given=bool({"keep_versions", "max_preempts"} & read.given),
-            reading_=read.reading(inputs, order_by=order_by),
+        policies = some_policies(policy)
+        if kind is not PlotKind.sweep or {"keep_versions", "max_preempts"} & read.given:
+            raise typer.BadParameter(
+                "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
+                param_hint="--policy",
+            )
+        analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+        swept = analysis.sweep_log(
+            inputs, policies=policies, batch_groups=batch_groups, options=options,
+            order_by=order_by, progress=bars, note=say_note,
         )  # fmt: skip
+        assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
+        analysis.save_figure(analysis.plot_policies(swept.result), output)
+        typer.echo(f"wrote {output}", err=True)
+        warn(swept.log.report)
         return
     ks, ms = parse_grid(keep_versions, max_preempts)
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
-    logs = read.reading(inputs, order_by=order_by)  # fmt: skip
-    _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=logs.options.limits
-    )
-    with progress_bar("replaying settings", quiet=read.quiet) as update:
+    log = analysis.load_log(
+        inputs, options=options, order_by=order_by, batch_groups=batch_groups, progress=bars,
+        note=say_note,
+    )  # fmt: skip
+    with bars("replaying settings") as update:
         figure = analysis.make_plot(
-            kind.value, prepared, keep_versions=ks, max_preempts=ms,
-            batch_groups=batch_groups, progress=update,
+            kind.value, log.prepared, keep_versions=ks, max_preempts=ms,
+            batch_groups=log.batch_groups, progress=update,
         )  # fmt: skip
     analysis.save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
     if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
-        typer.echo(f"note: {flagged(note)}", err=True)
-    warn(report)
-
-
-def _plot_policies(
-    kind: PlotKind,
-    policies: list[analysis.Policy],
-    inputs: list[Path],
-    output: Path,
-    *,
-    batch_groups: int | None,
-    quiet: bool,
-    grid_given: bool,
-    reading_: Reading,
-) -> None:
-    """``plot sweep --policy A --policy B``: every policy on the same axes."""
-    if kind is not PlotKind.sweep or grid_given:
-        raise typer.BadParameter(
-            "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
-            param_hint="--policy",
-        )
-    analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
-    _, prepared, report = reading_.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=reading_.options.limits
-    )
-    with progress_bar("replaying policies", quiet=quiet) as update:
-        result = analysis.sweep_policies(
-            prepared, policies, batch_groups=batch_groups, progress=update
-        )
-    analysis.save_figure(analysis.plot_policies(result), output)
-    typer.echo(f"wrote {output}", err=True)
-    warn(report)
+        say_note(note)
+    warn(log.report)

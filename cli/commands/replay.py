@@ -22,7 +22,7 @@ from cli.options import (
     reads_logs,
     the_policy,
 )
-from cli.output import print_json, progress_bar, results_out, stdout_console, warn
+from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,7 +106,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
             inputs, config, policy=chosen, options=read.options(order_by=order_by),
             order_by=order_by, bias=bias,
             progress=lambda doing: progress_bar(doing, quiet=read.quiet),
-            note=lambda text: typer.echo(f"note: {flagged(text)}", err=True),
+            note=say_note,
         )  # fmt: skip
     except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
         raise typer.BadParameter(

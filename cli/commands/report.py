@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,13 +22,12 @@ from cli.options import (
     MaxPreemptsList,
     OrderBy,
     ReadFlags,
-    own_batch_groups,
     parse_grid,
     policies_option,
     reads_logs,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, warn
+from cli.output import progress_bar, say_note, warn
 
 
 @reads_logs()
@@ -51,19 +51,20 @@ def report(
     ks, ms = parse_grid(keep_versions, max_preempts)
     policies = some_policies(policy or [])
     analysis.check_output(output, analysis.REPORT_FORMATS, what="report", inputs=inputs)
-    logs = read.reading(inputs, order_by=order_by)  # fmt: skip
-    table, prepared, loaded = logs.prepare(whole_table=True)
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, loaded, limits=logs.options.limits
-    )
+    options = read.options(order_by=order_by)
+    log = analysis.load_log(
+        inputs, options=options, order_by=order_by, batch_groups=batch_groups, whole_table=True,
+        progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
+    )  # fmt: skip
+    table, prepared, loaded, batch_groups = log.table, log.prepared, log.report, log.batch_groups
     command = _reproduce(inputs, output, keep_versions, max_preempts, batch_groups, order_by, read)
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     # Prepared as inspect prepares it (arrival order) unless --order-by: reused.
-    same_order = logs.order_by is None
+    same_order = order_by is None
     inspection = analysis.inspect_log(table, loaded, prepared=prepared if same_order else None)
-    if analysis.picks_run_loop(inputs, logs.options):
+    if analysis.picks_run_loop(inputs, options):
         target = analysis.read_run(
-            inputs[0], limits=logs.options.limits
+            inputs[0], limits=options.limits
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     with progress_bar("replaying settings", quiet=read.quiet) as update:

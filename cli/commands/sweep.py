@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,13 +18,12 @@ from cli.options import (
     MaxPreemptsList,
     OrderBy,
     ReadFlags,
-    own_batch_groups,
     parse_grid,
     policies_option,
     reads_logs,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, results_out, stdout_console, warn
+from cli.output import progress_bar, results_out, say_note, stdout_console, warn
 
 
 @reads_logs()
@@ -58,42 +57,41 @@ def sweep(
     """Replay every combination of K and M from one load of the log; mark the Pareto front.
 
     With --policy (repeated), one row per policy instead (docs/semantics.md §13)."""
-    if policy:
-        from cli.commands.policies import sweep_with_policies
-
-        if {"keep_versions", "max_preempts"} & read.given:
-            raise typer.BadParameter(
-                "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
-                param_hint="--policy",
-            )
-        policies = some_policies(policy)
-        if output is not None:
-            analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-        sweep_with_policies(
-            inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
-            quiet=read.quiet, reading_=read.reading(inputs, order_by=order_by),
-        )  # fmt: skip
-        return
-    ks, ms = parse_grid(keep_versions, max_preempts)
+    if policy and {"keep_versions", "max_preempts"} & read.given:
+        raise typer.BadParameter(
+            "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
+            param_hint="--policy",
+        )
+    policies = some_policies(policy or [])
+    ks, ms = ([], []) if policies else parse_grid(keep_versions, max_preempts)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    logs = read.reading(inputs, order_by=order_by)  # fmt: skip
-    _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=logs.options.limits
-    )
-    with progress_bar("replaying settings", quiet=read.quiet) as update:
-        result = analysis.sweep(
-            prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
-        )
+    swept = analysis.sweep_log(
+        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=batch_groups,
+        options=read.options(order_by=order_by), order_by=order_by,
+        progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
+    )  # fmt: skip
     if output is not None:
-        analysis.write_frame_to(result.rows, output, inputs=inputs)
+        analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
         if json_output:
-            typer.echo(json.dumps(result.rows.to_dicts()))
+            typer.echo(json.dumps(_json_rows(swept.result)))
+        elif isinstance(swept.result, analysis.PolicySweep):
+            from cli.render import print_policy_sweep
+
+            print_policy_sweep(swept.result.rows, stdout_console())
         else:
             from cli.render import print_sweep
 
-            print_sweep(result, stdout_console())
-    warn(report)
+            print_sweep(swept.result, stdout_console())
+    warn(swept.log.report)
+
+
+def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:
+    """The rows as JSON objects; a policy's with its knobs."""
+    rows: list[dict[str, Any]] = result.rows.to_dicts()
+    if isinstance(result, analysis.PolicySweep):
+        for row, replayed in zip(rows, result.results, strict=True):
+            row["knobs"] = replayed.policy.to_dict()["knobs"]
+    return rows
