@@ -524,3 +524,52 @@ def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], C
 
 READ = ReadFlags()
 """The default of a command's ``read`` parameter (:func:`reads_logs` replaces it)."""
+
+
+@dataclass(frozen=True)
+class GridFlags:
+    """The settings grid of sweep, plot and report (K and M lists, B, the arrival order),
+    declared once (:data:`_GRID`) and given to the command as this one value."""
+
+    keep_versions: str = "0..4"
+    max_preempts: str = "none,0..3"
+    batch_groups: int | None = None
+    order_by: str | None = None
+    given: frozenset[str] = frozenset()
+
+    def parse(self) -> tuple[list[int], list[int | None]]:
+        """The K and M lists (:func:`parse_grid`)."""
+        return parse_grid(self.keep_versions, self.max_preempts)
+
+    @property
+    def grid_given(self) -> bool:
+        """Whether -k or -m was given (the parser says so)."""
+        return bool({"keep_versions", "max_preempts"} & self.given)
+
+
+_GRID: Declared = {
+    "keep_versions": (KeepVersionsList, "0..4"),
+    "max_preempts": (MaxPreemptsList, "none,0..3"),
+    "batch_groups": (BatchGroups, None),
+    "order_by": (OrderBy, None),
+}
+"""The grid options, in the order --help lists them."""
+
+GRID = GridFlags()
+"""The default of a command's ``grid`` parameter (:func:`takes_grid` replaces it)."""
+
+
+def takes_grid(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """A command's ``grid: GridFlags`` parameter becomes the grid options
+    (:func:`takes_group`)."""
+    return takes_group("grid", GridFlags, _GRID, placed=placed)
+
+
+def sweeps_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """sweep, plot and report: the grid (``grid: GridFlags``) and the read options
+    (``read: ReadFlags``), each declared once."""
+
+    def decorate(command: Command) -> Command:
+        return reads_logs()(takes_grid(placed=placed)(command))
+
+    return decorate

@@ -11,18 +11,15 @@ import typer
 
 import analysis
 from cli.options import (
+    GRID,
     READ,
-    BatchGroups,
+    GridFlags,
     Inputs,
-    KeepVersionsList,
-    MaxPreemptsList,
-    OrderBy,
     ReadFlags,
     one_of,
-    parse_grid,
     policies_option,
-    reads_logs,
     some_policies,
+    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, say_note, warn
 
@@ -35,7 +32,7 @@ class PlotKind(StrEnum):
     heatmap = "heatmap"
 
 
-@reads_logs()
+@sweeps_logs()
 def plot(
     kind: Annotated[
         PlotKind,
@@ -48,10 +45,7 @@ def plot(
     ],
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
-    order_by: OrderBy = None,
+    grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
         policies_option(
@@ -64,28 +58,29 @@ def plot(
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
     bars = functools.partial(progress_bar, quiet=read.quiet)
-    options = read.options(order_by=order_by)
+    options = read.options(order_by=grid.order_by)
     if policy:
         policies = some_policies(policy)
-        if kind is not PlotKind.sweep or {"keep_versions", "max_preempts"} & read.given:
+        if kind is not PlotKind.sweep or grid.grid_given:
             raise typer.BadParameter(
                 "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
                 param_hint="--policy",
             )
         analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
         swept = analysis.sweep_log(
-            inputs, policies=policies, batch_groups=batch_groups, options=options,
-            order_by=order_by, progress=bars, note=say_note,
+            inputs, policies=policies, batch_groups=grid.batch_groups, options=options,
+            order_by=grid.order_by, progress=bars, note=say_note,
         )  # fmt: skip
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
         analysis.save_figure(analysis.plot_policies(swept.result), output)
         typer.echo(f"wrote {output}", err=True)
         warn(swept.log.report)
         return
-    ks, ms = parse_grid(keep_versions, max_preempts)
+    ks, ms = grid.parse()
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
     log = analysis.load_log(
-        inputs, options=options, order_by=order_by, batch_groups=batch_groups, progress=bars,
+        inputs, options=options, order_by=grid.order_by, batch_groups=grid.batch_groups,
+        progress=bars,
         note=say_note,
     )  # fmt: skip
     with bars("replaying settings") as update:

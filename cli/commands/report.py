@@ -14,30 +14,24 @@ import typer
 import analysis
 from cli.flags import say_setting
 from cli.options import (
+    GRID,
     READ,
     BadRecordPolicy,
-    BatchGroups,
+    GridFlags,
     Inputs,
-    KeepVersionsList,
-    MaxPreemptsList,
-    OrderBy,
     ReadFlags,
-    parse_grid,
     policies_option,
-    reads_logs,
     some_policies,
+    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, say_note, warn
 
 
-@reads_logs()
+@sweeps_logs()
 def report(
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="The .html file to write.")],
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
-    order_by: OrderBy = None,
+    grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
         policies_option(
@@ -48,16 +42,17 @@ def report(
     read: ReadFlags = READ,
 ) -> None:
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
-    ks, ms = parse_grid(keep_versions, max_preempts)
+    ks, ms = grid.parse()
+    order_by = grid.order_by
     policies = some_policies(policy or [])
     analysis.check_output(output, analysis.REPORT_FORMATS, what="report", inputs=inputs)
     options = read.options(order_by=order_by)
     log = analysis.load_log(
-        inputs, options=options, order_by=order_by, batch_groups=batch_groups, whole_table=True,
+        inputs, options=options, order_by=order_by, batch_groups=grid.batch_groups, whole_table=True,
         progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
     )  # fmt: skip
     table, prepared, loaded, batch_groups = log.table, log.prepared, log.report, log.batch_groups
-    command = _reproduce(inputs, output, keep_versions, max_preempts, batch_groups, order_by, read)
+    command = _reproduce(inputs, output, grid, batch_groups, read)
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     # Prepared as inspect prepares it (arrival order) unless --order-by: reused.
     same_order = order_by is None
@@ -81,19 +76,17 @@ def report(
 def _reproduce(
     inputs: Sequence[Path],
     output: Path,
-    keep_versions: str,
-    max_preempts: str,
+    grid: GridFlags,
     batch_groups: int | None,
-    order_by: str | None,
     read: ReadFlags,
 ) -> str:
     """The command line that writes this report again: the grid always (a later default
     may differ), other options only when given; --quiet and --traceback change no figure."""
     words = [
         "dressage-replay", "report", *map(str, inputs), "-o", str(output),
-        "-k", keep_versions, "-m", max_preempts,
+        "-k", grid.keep_versions, "-m", grid.max_preempts,
         *(["-b", str(batch_groups)] if batch_groups is not None else []),
-        *(["--order-by", order_by] if order_by is not None else []),
+        *(["--order-by", grid.order_by] if grid.order_by is not None else []),
         *(word for field in read.field or () for word in ("--field", field)),
         *(["--on-bad-record", read.on_bad_record.value]
           if read.on_bad_record is not BadRecordPolicy.fail else []),

@@ -11,27 +11,22 @@ import typer
 import analysis
 from cli.options import (
     FLAG,
+    GRID,
     READ,
-    BatchGroups,
+    GridFlags,
     Inputs,
-    KeepVersionsList,
-    MaxPreemptsList,
-    OrderBy,
     ReadFlags,
-    parse_grid,
     policies_option,
-    reads_logs,
     some_policies,
+    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, results_out, say_note, stdout_console, warn
 
 
-@reads_logs()
+@sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
 def sweep(
     inputs: Inputs,
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
+    grid: GridFlags = GRID,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -43,7 +38,6 @@ def sweep(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
     ] = False,
-    order_by: OrderBy = None,
     policy: Annotated[
         list[str] | None,
         policies_option(
@@ -57,18 +51,18 @@ def sweep(
     """Replay every combination of K and M from one load of the log; mark the Pareto front.
 
     With --policy (repeated), one row per policy instead (docs/semantics.md §13)."""
-    if policy and {"keep_versions", "max_preempts"} & read.given:
+    if policy and grid.grid_given:
         raise typer.BadParameter(
             "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
             param_hint="--policy",
         )
     policies = some_policies(policy or [])
-    ks, ms = ([], []) if policies else parse_grid(keep_versions, max_preempts)
+    ks, ms = ([], []) if policies else grid.parse()
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     swept = analysis.sweep_log(
-        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=batch_groups,
-        options=read.options(order_by=order_by), order_by=order_by,
+        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
+        options=read.options(order_by=grid.order_by), order_by=grid.order_by,
         progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
     )  # fmt: skip
     if output is not None:
