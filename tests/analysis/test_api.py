@@ -141,3 +141,28 @@ def test_a_table_gives_the_engine_result_as_before() -> None:
     on_paths = analysis.replay(SAMPLES / "rollouts.jsonl", config)
     assert isinstance(on_paths.result, analysis.ReplayResult)
     assert on_paths.result.summary.to_dict() == result.summary.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("args", "policies", "engine"),
+    [
+        (["-k", "0,2", "-m", "none,1"], (), analysis.Engine.SIMPLE_LOOP),
+        (
+            ["--policy", "prime-rl:max_off_policy_steps=1", "--policy", "dressage:k=2,m=1"],
+            ("prime-rl:max_off_policy_steps=1", "dressage:k=2,m=1"),
+            analysis.Engine.POLICY,
+        ),
+    ],
+)
+def test_a_sweep_picks_its_engine_as_the_command_does(
+    args: list[str], policies: tuple[str, ...], engine: analysis.Engine
+) -> None:
+    grid: dict[str, Any] = {} if policies else {"keep_versions": [0, 2], "max_preempts": [None, 1]}
+    swept = analysis.sweep_log(SAMPLES / "rollouts.jsonl", policies=policies, **grid)
+    assert swept.engine is engine
+    result = runner.invoke(app, ["sweep", str(SAMPLES / "rollouts.jsonl"), *args, "--json"])
+    assert result.exit_code == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert [{k: v for k, v in row.items() if k != "knobs"} for row in printed] == json.loads(
+        json.dumps(swept.result.rows.to_dicts())
+    )
