@@ -45,7 +45,15 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.api import (
         sweep_log as sweep_log,
     )
-    from analysis.compare import compare_logs as compare_logs
+    from analysis.compare import (
+        ComparedLogs as ComparedLogs,
+    )
+    from analysis.compare import (
+        compare_inputs as compare_inputs,
+    )
+    from analysis.compare import (
+        compare_logs as compare_logs,
+    )
     from analysis.engine import (
         LOOP_DECISIONS as LOOP_DECISIONS,
     )
@@ -361,6 +369,8 @@ _HOME: dict[str, str] = {
     "BatchSize": "analysis.engine.batch_size",
     "check_output": "analysis.output.tables",
     "compare_logs": "analysis.compare",
+    "compare_inputs": "analysis.compare",
+    "ComparedLogs": "analysis.compare",
     "convert_logs": "analysis.output.tables",
     "derive_end_version": "analysis.table.labels",
     "inspect_log": "analysis.views.inspection",

@@ -1,9 +1,16 @@
 """Two logs (or two settings) compared: each replayed under its own setting, the results
 lined up as a :class:`~analysis.views.comparison.CompareResult`, which
-:func:`analysis.views.comparison.plot_compare` draws."""
+:func:`analysis.views.comparison.plot_compare` draws. :func:`compare_inputs` starts from
+paths, as ``dressage-replay compare`` does: each side's batch size is chosen here."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -16,8 +23,15 @@ from analysis.engine import (
     replay,
     trajectory_outcomes,
 )
+from analysis.engine.batch_size import batch_groups_for
 from analysis.errors import ConfigError
-from analysis.formats.slime_dumps.train_dumps import TrainDumps, join_train_log_probs
+from analysis.formats.load import LoadReport, load_logs
+from analysis.formats.slime_dumps.train_dumps import (
+    TrainDumps,
+    join_train_log_probs,
+    read_train_dumps,
+)
+from analysis.table.options import ReadOptions
 from analysis.views.comparison import (
     DRIFT_SCHEMA,
     GAP_SCHEMA,
@@ -229,3 +243,59 @@ def _drift_by_gap(
         .select(pl.lit(name).alias("run"), pl.all())
         .cast(DRIFT_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+@dataclass(frozen=True)
+class ComparedLogs:
+    """Two logs read and compared: the comparison, and what reading each skipped or warned."""
+
+    result: CompareResult
+    reports: tuple[LoadReport, LoadReport]
+
+
+Progress = Callable[[str], AbstractContextManager[Callable[[int, int], None] | None]]
+
+
+def compare_inputs(
+    first: str | PathLike[str],
+    second: str | PathLike[str],
+    config: ReplayConfig,
+    *,
+    names: tuple[str, str] = ("A", "B"),
+    train_dumps: Sequence[str | PathLike[str]] = (),
+    options: ReadOptions | None = None,
+    progress: Progress | None = None,
+    note: Callable[[str], None] | None = None,
+) -> ComparedLogs:
+    """Read two logs and compare them under ``config``: each side's B as given, else its
+    own (its trainer steps', or its run folder's: :func:`analysis.batch_groups_for`, where
+    it came from said to ``note``); ``train_dumps`` are the first log's, then the second's
+    (:func:`analysis.read_train_dumps`), read within the same options."""
+    options = options if options is not None else ReadOptions()
+    bars: Progress = progress or (lambda _: nullcontext(None))
+    if len(train_dumps) > 2:
+        raise ConfigError("give train dumps at most twice, once per log")
+    paths = (Path(first), Path(second))
+    loaded: list[tuple[pl.DataFrame, LoadReport]] = []
+    for path in paths:
+        report = LoadReport()
+        with bars("reading") as update:
+            loaded.append((load_logs([path], options, report=report, progress=update), report))
+    configs = []
+    for path, (table, report) in zip(paths, loaded, strict=True):
+        if config.batch_groups is not None:
+            configs.append(config)
+            continue
+        found = batch_groups_for([path], None, prepare(table), report, limits=options.limits)
+        if found.note is not None and note is not None:
+            note(found.note)
+        configs.append(dataclasses.replace(config, batch_groups=found.batch_groups))
+    read = [
+        read_train_dumps([Path(path)], trust_pickle=options.trust_pickle, limits=options.limits)
+        for path in train_dumps
+    ]
+    result = compare_logs(
+        loaded[0][0], loaded[1][0], config_a=configs[0], config_b=configs[1], names=names,
+        train_dumps=(read[0] if read else None, read[1] if len(read) > 1 else None),
+    )  # fmt: skip
+    return ComparedLogs(result, (loaded[0][1], loaded[1][1]))

@@ -382,20 +382,6 @@ class Reading:
         return table, report
 
 
-def own_batch_groups(
-    inputs: Sequence[Path], given: int | None, prepared: analysis.PreparedLog,
-    report: analysis.LoadReport, *, limits: analysis.Limits | None = None,
-) -> int | None:  # fmt: skip
-    """B for the simple loop when -b is not given (:func:`analysis.batch_groups_for`),
-    saying on standard error where it came from."""
-    found = analysis.batch_groups_for(
-        inputs, given, prepared, report, limits=limits or analysis.Limits()
-    )
-    if found.note is not None:
-        typer.echo(f"note: {found.note}", err=True)
-    return found.batch_groups
-
-
 def reading(
     inputs: Sequence[Path], *, field: list[str] | None, on_bad_record: BadRecordPolicy,
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,

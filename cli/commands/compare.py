@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -16,13 +17,9 @@ from cli.options import (
     ReadFlags,
     one_keep_versions,
     one_max_preempts,
-    own_batch_groups,
     reads_logs,
 )  # fmt: skip
-from cli.output import print_json, results_out, stdout_console, warn
-
-if TYPE_CHECKING:
-    import polars as pl
+from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
 
 
 def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
@@ -35,19 +32,6 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
             "expected two different names, e.g. baseline,controlled", param_hint="--names"
         )
     return given[0], given[1]
-
-
-def train_sides(
-    paths: list[Path], *, trust_pickle: bool, limits: analysis.Limits
-) -> tuple[analysis.TrainDumps | None, analysis.TrainDumps | None]:
-    """The train dumps of each log: the first --train-dumps is the first log's."""
-    if len(paths) > 2:
-        raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
-    read = [
-        analysis.read_train_dumps([path], trust_pickle=trust_pickle, limits=limits)
-        for path in paths
-    ]
-    return (read[0] if read else None), (read[1] if len(read) > 1 else None)
 
 
 @reads_logs()
@@ -106,18 +90,13 @@ log-prob drift by gap."""
         analysis.check_output(
             plot_file, analysis.FIGURE_FORMATS, what="figure", inputs=[first, second]
         )
-    readings = [read.reading([path]) for path in (first, second)]
-    limits = readings[0].options.limits  # the train dumps are read within the same limits
-    loaded = [logs.load() for logs in readings]
-    (table_a, _), (table_b, _) = loaded
-    config_a, config_b = (
-        _own_config(config, path, table, report, limits)
-        for path, (table, report) in zip((first, second), loaded, strict=True)
-    )
-    result = analysis.compare_logs(
-        table_a, table_b, config_a=config_a, config_b=config_b, names=named,
-        train_dumps=train_sides(train_dumps or [], trust_pickle=read.trust_pickle, limits=limits),
+    if len(train_dumps or []) > 2:
+        raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
+    compared = analysis.compare_inputs(
+        first, second, config, names=named, train_dumps=train_dumps or [], options=read.options(),
+        progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
     )  # fmt: skip
+    result = compared.result
     if plot_file is not None:
         analysis.save_figure(analysis.plot_compare(result), plot_file)
         typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
@@ -128,18 +107,5 @@ log-prob drift by gap."""
             from cli.render import print_compare
 
             print_compare(result, stdout_console())
-    for _, report in loaded:  # skipped records and warnings were dropped unsaid before
+    for report in compared.reports:  # skipped records and warnings were dropped unsaid before
         warn(report)
-
-
-def _own_config(
-    config: analysis.ReplayConfig, path: Path, table: pl.DataFrame, report: analysis.LoadReport,
-    limits: analysis.Limits,
-) -> analysis.ReplayConfig:  # fmt: skip
-    """One side's setting: B as given, else its trainer steps' or its run folder's own."""
-    if config.batch_groups is not None:
-        return config
-    given = own_batch_groups([path], None, analysis.prepare(table), report, limits=limits)
-    return analysis.ReplayConfig(
-        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
-    )
