@@ -9,15 +9,13 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
     INT,
-    READ,
     BatchGroups,
-    ReadFlags,
     one_keep_versions,
     one_max_preempts,
-    reads_logs,
 )  # fmt: skip
 from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
 

@@ -8,11 +8,9 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
-    READ,
     Inputs,
-    ReadFlags,
-    reads_logs,
     whole_option,
 )  # fmt: skip
 from cli.output import progress_bar, warn

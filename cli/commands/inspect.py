@@ -8,12 +8,10 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    READ,
     Inputs,
-    ReadFlags,
-    reads_logs,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
 

@@ -10,16 +10,12 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
-    GRID,
-    READ,
-    GridFlags,
     Inputs,
-    ReadFlags,
     one_of,
     policies_option,
     some_policies,
-    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, say_note, warn
 

@@ -9,17 +9,15 @@ import typer
 
 import analysis
 from cli.flags import FLAGS, flagged
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    READ,
     BatchGroups,
     Inputs,
     OrderBy,
     PolicyOption,
-    ReadFlags,
     one_keep_versions,
     one_max_preempts,
-    reads_logs,
     the_policy,
 )
 from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn

@@ -13,16 +13,12 @@ import typer
 
 import analysis
 from cli.flags import say_setting
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
-    GRID,
-    READ,
     BadRecordPolicy,
-    GridFlags,
     Inputs,
-    ReadFlags,
     policies_option,
     some_policies,
-    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, say_note, warn
 

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from cli.groups import Declared, takes_group
 from cli.options import (
     FLAG,
-    Declared,
     LimitOption,
     Quiet,
     Traceback,
@@ -23,7 +23,6 @@ from cli.options import (
     number_option,
     one_of,
     run_limits,
-    takes_group,
     whole_option,
 )
 from cli.output import progress_bar

@@ -9,16 +9,12 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
-    GRID,
-    READ,
-    GridFlags,
     Inputs,
-    ReadFlags,
     policies_option,
     some_policies,
-    sweeps_logs,
 )  # fmt: skip
 from cli.output import progress_bar, results_out, say_note, stdout_console, warn
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import analysis
 from cli.app import app
 from cli.commands.replay import replay
-from cli.options import READ, ReadFlags, reads_logs
+from cli.groups import READ, ReadFlags, reads_logs
 
 CLI = Path(__file__).resolve().parents[2] / "cli"
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "rollouts.jsonl"
