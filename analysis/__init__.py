@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         Swept as Swept,
     )
     from analysis.api import (
+        Verification as Verification,
+    )
+    from analysis.api import (
         load_log as load_log,
     )
     from analysis.api import (
@@ -44,6 +47,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.api import (
         sweep_log as sweep_log,
+    )
+    from analysis.api import (
+        verify_run as verify_run,
     )
     from analysis.compare import (
         ComparedLogs as ComparedLogs,
@@ -392,6 +398,8 @@ _HOME: dict[str, str] = {
     "Engine": "analysis.api",
     "LoadedLog": "analysis.api",
     "Swept": "analysis.api",
+    "Verification": "analysis.api",
+    "verify_run": "analysis.api",
     "load_log": "analysis.api",
     "sweep_log": "analysis.api",
     "NotUsedError": "analysis.api",

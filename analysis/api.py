@@ -28,6 +28,7 @@ from analysis.engine import REPLAY_COLUMNS, PreparedLog, SweepResult, prepare, s
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.loop import LoopReplay, replay_run
+from analysis.engine.loop_inference import keep_versions_reproducing
 from analysis.engine.results import ReplayResult
 from analysis.engine.results import replay as replay_table
 from analysis.errors import ConfigError, setting
@@ -48,6 +49,7 @@ from analysis.rules.policies import (
     sweep_policies,
 )
 from analysis.rules.spec import parse_policy
+from analysis.table.limits import Limits
 from analysis.table.options import ReadOptions
 from analysis.views.bias import BiasReport, who_gets_dropped
 
@@ -447,3 +449,45 @@ def replay(
 def _is_loaded(source: object) -> bool:
     """A table or a prepared log, not paths."""
     return isinstance(source, PreparedLog | pl.DataFrame)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A run folder replayed as Dressage's loop at the K it was made with: as given, else
+    the first that reproduces it (0 when none does); its checks say where it agrees."""
+
+    result: LoopReplay
+    found: tuple[int, ...]
+    """Every K that reproduces the run (when none was given)."""
+    given: bool
+
+    @property
+    def consistent(self) -> bool:
+        return bool(self.result.consistent)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The checks and the total, as ``verify --json`` prints them."""
+        return {
+            "keep_versions": self.result.keep_versions,
+            "keep_versions_given": self.given,
+            "keep_versions_reproducing": list(self.found) if not self.given else None,
+            "agree": int(self.result.checks["agrees"].sum()),
+            "total": self.result.checks.height,
+            "checks": self.result.checks.to_dicts(),
+        }
+
+
+def verify_run(
+    folder: str | PathLike[str],
+    *,
+    keep_versions: int | None = None,
+    limits: Limits | None = None,
+) -> Verification:
+    """Check, step by step, that the replay reproduces what a run folder's own files say;
+    without ``keep_versions``, at the first K that reproduces it."""
+    run = read_run(Path(folder), limits=limits if limits is not None else Limits())
+    found = keep_versions_reproducing(run) if keep_versions is None else []
+    chosen = keep_versions if keep_versions is not None else (found or [0])[0]
+    return Verification(
+        replay_run(run, keep_versions=chosen), tuple(found), given=keep_versions is not None
+    )

@@ -166,3 +166,13 @@ def test_a_sweep_picks_its_engine_as_the_command_does(
     assert [{k: v for k, v in row.items() if k != "knobs"} for row in printed] == json.loads(
         json.dumps(swept.result.rows.to_dicts())
     )
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_verify_is_the_library_call(name: str, run_folders: dict[str, Path]) -> None:
+    """The K the run was made with is found by the library, as verify finds it."""
+    verified = analysis.verify_run(run_folders[name])
+    result = runner.invoke(app, ["verify", str(run_folders[name]), "--json"])
+    assert result.exit_code == (0 if verified.consistent else 9), result.stderr
+    assert json.loads(result.stdout) == json.loads(json.dumps(verified.to_dict()))
+    assert not verified.given and verified.result.keep_versions == verified.found[0]
