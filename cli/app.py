@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from cli import on_sigterm_unwind
 from cli.commands.compare import compare
 from cli.commands.convert import convert
 from cli.commands.inspect import inspect
@@ -22,6 +21,7 @@ from cli.commands.sweep import sweep
 from cli.commands.verify import verify
 from cli.errors import ReportingCommand, ended, ended_outside_command
 from cli.output import reader_gone
+from cli.signals import on_sigterm_unwind
 
 
 def _no_breaks_at_hyphens() -> None:

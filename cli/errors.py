@@ -16,10 +16,10 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from analysis.errors import ExitCode, ReplayError, SettingSyntaxError
-from cli import Terminated, was_terminated
+from analysis import ExitCode, ReplayError, SettingSyntaxError
 from cli.flags import FLAGS, one_line, say_setting
 from cli.output import stdout_to_devnull
+from cli.signals import Terminated, was_terminated
 
 
 def usage_error(error: SettingSyntaxError) -> typer.BadParameter:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.errors import render
+from analysis import render
 
 FLAGS = {
     "keep_versions": "--keep-versions",
@@ -24,6 +24,7 @@ FLAGS = {
     "log_format": "--format",
     "admission": "--admission",
     "policy": "--policy",  # docs/semantics.md §13
+    "bias": "--bias",
     # the limits that protect memory (analysis.table.limits): --limit NAME=VALUE
     "limits": "--limit",
     "max_record_bytes": "--limit max_record_bytes=",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import analysis
-from analysis.errors import SettingSyntaxError
+from analysis import SettingSyntaxError
 from cli.errors import usage_error
 from cli.output import progress_bar
 
@@ -32,9 +32,7 @@ def _whole(value: str | int) -> int | None:
     if isinstance(value, int):
         return value
     try:
-        from analysis.engine.grid import parse_whole
-
-        return parse_whole(value)
+        return analysis.parse_whole(value)
     except ValueError:
         return None
 
@@ -50,9 +48,7 @@ def whole_number(value: str) -> int:
 def one_keep_versions(value: str) -> int:
     """``-k`` of replay, compare and verify: one K (a whole number, or off)."""
     try:
-        from analysis.engine.grid import parse_one_keep_versions
-
-        return parse_one_keep_versions(value)
+        return analysis.parse_one_keep_versions(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error)) from None
 
@@ -60,9 +56,7 @@ def one_keep_versions(value: str) -> int:
 def one_max_preempts(value: str) -> int | None:
     """``-m`` of replay and compare: one M (a whole number, or none/off)."""
     try:
-        from analysis.engine.grid import parse_one_max_preempts
-
-        return parse_one_max_preempts(value)
+        return analysis.parse_one_max_preempts(value)
     except SettingSyntaxError as error:
         raise typer.BadParameter(_after_name(error), param_hint="--max-preempts") from None
 
@@ -141,23 +135,23 @@ PolicyOption = Annotated[
 ]
 
 
-def one_policy(
-    text: str, *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.rules.policies.Policy:
+def policies_option(help: str) -> Any:
+    """``--policy`` of sweep, plot and report (repeatable): each its own help."""
+    return typer.Option("--policy", help=help, metavar="SPEC", show_default=False)
+
+
+def one_policy(text: str, *, beside: Sequence[str] = ()) -> analysis.Policy:
     """``--policy``'s policy; -k or -m beside it is a usage error (the spec holds K and M).
     A spec that does not parse or is out of range is an invalid setting (exit 7), said in
     one line with the known policies and knobs. A bound left at its default is said in a
     note (``prime-rl`` alone is ``max_off_policy_steps=8``)."""
-    from analysis.rules.policies import parse_policy
-    from analysis.rules.spec import defaults_applied
-
-    if keep_versions != 0 or max_preempts.strip().lower() not in ("none", "off"):
+    if beside:  # the names of -k and -m when given (the parser says so)
         raise typer.BadParameter(
             "give K and M inside the policy (dressage:k=K,m=M), not beside it",
             param_hint="--policy",
         )
-    policy = parse_policy(text)
-    for knob, value in defaults_applied(policy, text).items():
+    policy = analysis.parse_policy(text)
+    for knob, value in analysis.defaults_applied(policy, text).items():
         typer.echo(
             f"note: --policy {text.strip()}: {knob}={value}, {policy.name}'s default "
             f"(give {policy.name}:{knob}=N to choose)",
@@ -166,9 +160,7 @@ def one_policy(
     return policy
 
 
-def the_policy(
-    texts: list[str], *, keep_versions: int = 0, max_preempts: str = "none"
-) -> analysis.rules.policies.Policy:
+def the_policy(texts: list[str], *, beside: Sequence[str] = ()) -> analysis.Policy:
     """``replay --policy``: exactly one policy (replay replays one; sweep compares several)."""
     if len(texts) > 1:
         raise typer.BadParameter(
@@ -176,13 +168,13 @@ def the_policy(
             "give them to sweep (or plot sweep, report)",
             param_hint="--policy",
         )
-    return one_policy(texts[0], keep_versions=keep_versions, max_preempts=max_preempts)
+    return one_policy(texts[0], beside=beside)
 
 
-def some_policies(texts: list[str]) -> list[analysis.rules.policies.Policy]:
+def some_policies(texts: list[str]) -> list[analysis.Policy]:
     """``--policy`` of sweep, plot and report: each policy once, in the order first given;
     one given twice (under any spelling) is said in a note and gets one row."""
-    policies: list[analysis.rules.policies.Policy] = []
+    policies: list[analysis.Policy] = []
     for text in texts:
         policy = one_policy(text)
         if policy in policies:
@@ -386,29 +378,6 @@ class Reading:
                 self.inputs, self.options, report=report, progress=update, columns=columns
             )
         return table, report
-
-    def prepare(
-        self, *, whole_table: bool = False
-    ) -> tuple[pl.DataFrame, analysis.PreparedLog, analysis.LoadReport]:
-        """Load and prepare; the table has only the replay's columns unless ``whole_table``."""
-        table, report = self.load(None if whole_table else analysis.REPLAY_COLUMNS)
-        prepared = analysis.prepare(table, order_by=self.order_by)
-        report.warnings += prepared.warnings
-        return table, prepared, report
-
-
-def own_batch_groups(
-    inputs: Sequence[Path], given: int | None, prepared: analysis.PreparedLog,
-    report: analysis.LoadReport, *, limits: analysis.Limits | None = None,
-) -> int | None:  # fmt: skip
-    """B for the simple loop when -b is not given (:func:`analysis.batch_groups_for`),
-    saying on standard error where it came from."""
-    found = analysis.batch_groups_for(
-        inputs, given, prepared, report, limits=limits or analysis.Limits()
-    )
-    if found.note is not None:
-        typer.echo(f"note: {found.note}", err=True)
-    return found.batch_groups
 
 
 def reading(

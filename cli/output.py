@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 import analysis
-from analysis.errors import counted
+from analysis import counted
 from cli.flags import flagged, flagged_dict, one_line
 
 
@@ -78,6 +78,11 @@ def stdout_console() -> Any:
 def print_json(result: dict[str, Any]) -> None:
     """One JSON value on standard output, its notes and warnings said as flags."""
     typer.echo(json.dumps(flagged_dict(result)))
+
+
+def say_note(text: str) -> None:
+    """A library note on stderr, its settings said as flags."""
+    typer.echo(f"note: {flagged(text)}", err=True)
 
 
 def report_dict(report: analysis.LoadReport) -> dict[str, Any]:

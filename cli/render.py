@@ -13,10 +13,16 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from analysis.engine.config import k_label, m_label
-from analysis.engine.decisions import Decision, Outcome
-from analysis.engine.grid import PARETO_NOTE
-from analysis.views.tables import SWEEP_CAPTION, policy_sweep_table, sweep_table
+from analysis import (
+    PARETO_NOTE,
+    SWEEP_CAPTION,
+    Decision,
+    Outcome,
+    k_label,
+    m_label,
+    policy_sweep_table,
+    sweep_table,
+)
 from cli.flags import flagged
 
 if TYPE_CHECKING:  # only named in annotations: a replay need not import the run readers
@@ -24,12 +30,12 @@ if TYPE_CHECKING:  # only named in annotations: a replay need not import the run
         AdmissionReport,
         BiasReport,
         CompareResult,
+        Fit,
         LogInspection,
         LoopReplay,
         ReplaySummary,
         SweepResult,
     )
-    from analysis.simulation.fit import Fit
 
 _COLUMNS = tuple((outcome.key, outcome.words) for outcome in Outcome)
 
@@ -384,7 +390,7 @@ def _measured_parts(
 
 def print_bias(report: BiasReport, console: Console) -> None:
     """Who gets dropped: groups by outcome compared on length, segments, reward, delay."""
-    from analysis.views.bias import OUTCOME_WORDS
+    from analysis import OUTCOME_WORDS
 
     headers = (
         "outcome", "groups", "trajectories", "tokens per\ntraj. mean", "tokens per\ntraj. median",

@@ -17,6 +17,8 @@ from analysis.output.partitioned import Runner, Unit, UnitResult, convert_unit
 from analysis.table.options import ReadOptions
 
 LOCAL = "local"
+RAY_LOCAL = LOCAL
+"""``--ray local``: a Ray started here (the API's name for :data:`LOCAL`)."""
 """The address that starts a Ray of this machine's own (``num_cpus`` CPUs) for the run."""
 
 

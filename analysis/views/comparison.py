@@ -1,13 +1,13 @@
 """Two runs (or two settings) side by side: staleness figures, gap and span shares, drift by gap.
 
-:func:`compare_logs` replays each log under its own setting and lines the results up;
-:func:`plot_compare` draws them. Example::
+``analysis.compare_logs`` replays each log under its own setting and lines the results up
+(a :class:`CompareResult`); :func:`plot_compare` draws them. Example::
 
     import analysis
-    from analysis.views.comparison import compare_logs, plot_compare
+    from analysis.views.comparison import plot_compare
 
     fast, slow = (analysis.load_logs([path]) for path in ("runs/fast/", "runs/slow/"))
-    result = compare_logs(fast, slow, config_a=analysis.ReplayConfig(keep_versions=2),
+    result = analysis.compare_logs(fast, slow, config_a=analysis.ReplayConfig(keep_versions=2),
                           config_b=analysis.ReplayConfig(keep_versions=2), names=("fast", "slow"))
     result.table  # one row per metric, one column per run
     plot_compare(result).savefig("compare.png")
@@ -21,17 +21,10 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from analysis.engine import (
-    PreparedLog,
     ReplayConfig,
     ReplayResult,
     ReplaySummary,
-    prepare,
-    replay,
-    trajectory_outcomes,
 )
-from analysis.engine.decisions import DECISIONS, Decision
-from analysis.errors import ConfigError
-from analysis.formats.slime_dumps.train_dumps import TrainDumps, join_train_log_probs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -80,7 +73,7 @@ class CompareResult:
 
     ``table`` has columns ``metric`` and one per run name; percentages are 0-100, gaps
     and spans are over kept trajectories (as in the replay summary). ``drift_by_gap``
-    is measured over all data (see :func:`compare_logs`) and is empty when no record
+    is measured over all data (see ``analysis.compare_logs``) and is empty when no record
     of either run carries log-probs.
     """
 
@@ -135,210 +128,6 @@ def _whole(metric: str, value: Any) -> Any:
     """A count as an integer in JSON ("groups total": 300, not 300.0)."""
     counted = metric in _COUNTS and isinstance(value, float) and value.is_integer()
     return int(value) if counted else value
-
-
-def compare_logs(
-    a: PreparedLog | pl.DataFrame,
-    b: PreparedLog | pl.DataFrame,
-    *,
-    config_a: ReplayConfig,
-    config_b: ReplayConfig,
-    names: tuple[str, str] = ("A", "B"),
-    order_by: str | None = None,
-    train_dumps: tuple[TrainDumps | None, TrainDumps | None] = (None, None),
-) -> CompareResult:
-    """Replay log ``a`` under ``config_a`` and ``b`` under ``config_b`` and compare them.
-
-    Each log is a canonical table (from ``load_logs`` / ``records_to_table``) or a
-    :class:`PreparedLog`. Log-prob drift needs the per-record ``log_prob_drift`` column,
-    which only a table has: for a :class:`PreparedLog` that run's drift is left out and
-    a note says so.
-
-    Drift by gap is measured over all data, not only what the setting keeps, because a
-    setting's drops remove exactly the large gaps whose drift is in question: each
-    record's gap is its trajectory's ``version_gap`` in a replay with both controls off
-    (``keep_versions=0``, ``max_preempts=None``, the run's ``batch_groups``). Records
-    of failed groups, of trajectories without a version, or without a trajectory id
-    have no gap and are left out; a gap's figure is the mean of the records'
-    ``log_prob_drift`` weighted by their ``log_prob_tokens``.
-
-    ``train_dumps`` gives each log's train-side dumps (:func:`analysis.read_train_dumps`),
-    when its records carry only the rollout's log-probs (plain slime): a record's drift is
-    then its trained sample's, joined on (trainer step = ``rollout_id``, ``index`` =
-    ``sample_index``); what cannot be joined is said in a note.
-
-    Examples
-    --------
-    >>> import analysis
-    >>> table = analysis.records_to_table(list(analysis.simulate(
-    ...     analysis.SimulationConfig(n_groups=8, log_prob_drift=0.05))))
-    >>> setting = analysis.ReplayConfig(keep_versions=1)
-    >>> result = compare_logs(table, table, config_a=setting, config_b=setting)
-    >>> result.table.columns
-    ['metric', 'A', 'B']
-    """
-    names = _check_names(names)
-    tables, notes = _with_train_log_probs((a, b), train_dumps, names)
-    prepared = tuple(
-        log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by) for log in tables
-    )
-    results = (replay(prepared[0], config_a), replay(prepared[1], config_b))
-    gaps, spans, drifts = [], [], []
-    without: list[str] = []  # runs given as tables whose records carry no log-probs
-    for name, log, ready, result in zip(names, tables, prepared, results, strict=True):
-        outcomes = trajectory_outcomes(ready, result)
-        gaps.append(_distribution(outcomes, "version_gap", name, GAP_SCHEMA))
-        spans.append(_distribution(outcomes, "span", name, SPAN_SCHEMA))
-        if isinstance(log, pl.DataFrame):
-            drifts.append(drift := _drift_by_gap(log, ready, result.config, name))
-            if drift.height == 0:
-                without.append(name)
-        else:
-            notes.append(
-                f"run {name} was given as a PreparedLog, which keeps no per-record log-probs, "
-                "so it has no drift figures; pass the canonical table instead"
-            )
-    if without:
-        # Said, so that a run's missing drift figures are not read as "no drift".
-        shown = [drift["run"][0] for drift in drifts if drift.height]
-        notes.append(
-            f"run {without[0]} has no records with both rollout_log_probs and log_probs: "
-            + (f"drift by gap is shown for run {shown[0]} only" if shown else "no drift by gap")
-            if len(without) == 1
-            else "neither run has records with both rollout_log_probs and log_probs: "
-            "no drift by gap"
-        )
-    figures = [_metrics(result.summary) for result in results]
-    table = pl.DataFrame(
-        {
-            "metric": list(METRICS),
-            **{
-                name: pl.Series([run[metric] for metric in METRICS], dtype=pl.Float64)
-                for name, run in zip(names, figures, strict=True)
-            },
-        }
-    )
-    return CompareResult(
-        names=names,
-        results=results,
-        table=table,
-        gap_distribution=pl.concat(gaps),
-        span_distribution=pl.concat(spans),
-        drift_by_gap=pl.concat(drifts) if drifts else pl.DataFrame(schema=DRIFT_SCHEMA),
-        notes=tuple(notes),
-    )
-
-
-def _with_train_log_probs(
-    logs: tuple[PreparedLog | pl.DataFrame, PreparedLog | pl.DataFrame],
-    train_dumps: tuple[TrainDumps | None, TrainDumps | None],
-    names: tuple[str, str],
-) -> tuple[tuple[PreparedLog | pl.DataFrame, ...], list[str]]:
-    """Each log with its records' drift taken from its train dumps, where given."""
-    joined: list[PreparedLog | pl.DataFrame] = []
-    notes: list[str] = []
-    for name, log, train in zip(names, logs, train_dumps, strict=True):
-        if train is not None and isinstance(log, pl.DataFrame):
-            log, said = join_train_log_probs(log, train, name=f"run {name}")
-            notes += said
-        elif train is not None:
-            raise ConfigError(
-                f"run {name}: train dumps need the canonical table, not a PreparedLog "
-                "(the join is on each record's trainer step and index)"
-            )
-        joined.append(log)
-    return tuple(joined), notes
-
-
-def _check_names(names: tuple[str, str]) -> tuple[str, str]:
-    """Two distinct, non-empty run names that are not the ``metric`` column's."""
-    if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"require two non-empty run names (found {names!r})")
-    if names[0] == names[1] or "metric" in names:
-        raise ConfigError(
-            f"require two distinct run names other than 'metric' (found {names!r}); "
-            "name the runs apart, e.g. ('fast', 'slow')"
-        )
-    return names[0], names[1]
-
-
-def _metrics(summary: ReplaySummary) -> dict[str, float | None]:
-    """The table's figures for one replay, straight from its summary."""
-    figures: dict[str, float | None] = {
-        "versions observed": float(len(summary.versions)),
-        "groups total": _number(summary.counts["groups"]["total"]),
-        "version gap min (versions)": _number(summary.version_gap["min"]),
-        "version gap mean (versions)": _number(summary.version_gap["mean"]),
-        "version gap max (versions)": _number(summary.version_gap["max"]),
-        "version span mean (versions)": _number(summary.version_span["kept"]["mean"]),
-        "version span max (versions)": _number(summary.version_span["kept"]["max"]),
-    }
-    for unit in ("groups", "samples", "tokens"):
-        counts = summary.counts[unit]
-        # A null total (token figures unknown) or an empty log has no percentages.
-        total = counts["total"]
-        lost = sum(counts[key] or 0 for key in DECISIONS if key != Decision.KEPT)
-        figures[f"{unit} kept (%)"] = 100 * (counts[Decision.KEPT] or 0) / total if total else None
-        figures[f"{unit} lost (%)"] = 100 * lost / total if total else None
-    return figures
-
-
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _distribution(
-    outcomes: pl.DataFrame, column: str, name: str, schema: dict[str, pl.DataType]
-) -> pl.DataFrame:
-    """Kept trajectories per value of ``column`` and their share of the run's total."""
-    kept = outcomes.filter((pl.col("decision") == Decision.KEPT) & pl.col(column).is_not_null())
-    return (
-        kept.group_by(column)
-        .agg(trajectories=pl.len())
-        .sort(column)
-        .select(
-            run=pl.lit(name),
-            **{column: pl.col(column)},
-            trajectories=pl.col("trajectories"),
-            share=pl.col("trajectories") / pl.col("trajectories").sum(),
-        )
-        .cast(schema)  # type: ignore[arg-type]
-    )
-
-
-def _drift_by_gap(
-    table: pl.DataFrame, prepared: PreparedLog, config: ReplayConfig, name: str
-) -> pl.DataFrame:
-    """Token-weighted mean |rollout - trainer| log-prob per version gap, over all data."""
-    if "log_prob_drift" not in table.columns or "log_prob_tokens" not in table.columns:
-        return pl.DataFrame(schema=DRIFT_SCHEMA)
-    records = table.filter(
-        pl.col("log_prob_drift").is_not_null()
-        & (pl.col("log_prob_tokens") > 0)
-        & pl.col("trajectory_id").is_not_null()
-    ).select("group_id", "trajectory_id", "log_prob_drift", "log_prob_tokens")
-    if records.height == 0:
-        return pl.DataFrame(schema=DRIFT_SCHEMA)
-    unfiltered = replay(
-        prepared, ReplayConfig(keep_versions=0, max_preempts=None, batch_groups=config.batch_groups)
-    )
-    gaps = (
-        trajectory_outcomes(prepared, unfiltered)
-        .filter(pl.col("version_gap").is_not_null() & pl.col("trajectory_id").is_not_null())
-        .select("group_id", "trajectory_id", "version_gap")
-    )
-    return (
-        records.join(gaps, on=["group_id", "trajectory_id"], how="inner")
-        .group_by("version_gap")
-        .agg(
-            records=pl.len(),
-            mean_abs_log_prob_diff=(pl.col("log_prob_drift") * pl.col("log_prob_tokens")).sum()
-            / pl.col("log_prob_tokens").sum(),
-        )
-        .sort("version_gap")
-        .select(pl.lit(name).alias("run"), pl.all())
-        .cast(DRIFT_SCHEMA)  # type: ignore[arg-type]
-    )
 
 
 def plot_compare(result: CompareResult) -> Figure:

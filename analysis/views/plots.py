@@ -2,20 +2,21 @@
 
 matplotlib is imported inside each function, so ``import analysis`` and ``--help`` stay
 fast; figures are built on ``matplotlib.figure.Figure`` directly (no pyplot, no global
-state), so they work headless and in threads. Save them with :func:`save_figure`::
+state), so they work headless and in threads. They draw results computed beforehand
+(``analysis.make_plot`` runs the replays a kind needs). Save them with :func:`save_figure`::
 
     import analysis
     from analysis.views import plots
 
     prepared = analysis.prepare(analysis.load_logs(["runs/alfworld/"]))
-    figure = plots.make_plot("sweep", prepared, keep_versions=[0, 1, 2, 4], max_preempts=[None, 1])
+    figure = analysis.make_plot("sweep", prepared, keep_versions=[0, 1, 2, 4], max_preempts=[None, 1])
     plots.save_figure(figure, "sweep.png")
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,12 +28,9 @@ from analysis.engine import (
     ReplayConfig,
     ReplayResult,
     SweepResult,
-    replay,
-    sweep,
 )
 from analysis.engine.config import k_label, m_label
-from analysis.engine.grid import SettingReplays
-from analysis.errors import ConfigError, setting
+from analysis.errors import setting
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
 from analysis.views._figures import (
@@ -45,15 +43,18 @@ from analysis.views._figures import (
 )
 
 # Re-exported: plots is where callers find every figure.
-from analysis.views.timeline import TIMELINE_BINS as TIMELINE_BINS
-from analysis.views.timeline import TIMELINE_MAX_BATCHES as TIMELINE_MAX_BATCHES
-from analysis.views.timeline import plot_timeline as plot_timeline
+from analysis.views.timeline import (
+    TIMELINE_BINS as TIMELINE_BINS,
+    TIMELINE_MAX_BATCHES as TIMELINE_MAX_BATCHES,
+    plot_timeline as plot_timeline,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
+"""What ``analysis.make_plot`` draws."""
 
 FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
@@ -470,48 +471,3 @@ def save_figure(figure: Figure, path: str | Path) -> None:
     with atomic_path(path) as temp:
         # The temporary name ends in .tmp, so the format must be given, not guessed.
         figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)
-
-
-def make_plot(
-    kind: str,
-    prepared: PreparedLog,
-    *,
-    keep_versions: Sequence[int],
-    max_preempts: Sequence[int | None],
-    batch_groups: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> Figure:
-    """Run the replays a kind of plot needs and draw it.
-
-    ``sweep`` and ``heatmap`` sweep every (K, M); ``spans`` and ``timeline`` replay the
-    first K and first M; ``gaps`` replays each K with the first M. ``progress(done,
-    total)`` is called after each replay of a sweep.
-    """
-    if kind not in PLOT_KINDS:
-        raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(PLOT_KINDS)}")
-    if not keep_versions:
-        raise ConfigError("give at least one " + setting("keep_versions") + " value to plot")
-    if not max_preempts:
-        raise ConfigError(
-            "give at least one " + setting("max_preempts") + " value (or none) to plot"
-        )
-    if kind in ("sweep", "heatmap"):
-        result = sweep(
-            prepared,
-            keep_versions=keep_versions,
-            max_preempts=max_preempts,
-            batch_groups=batch_groups,
-            progress=progress,
-        )
-        return plot_sweep(result) if kind == "sweep" else plot_heatmap(result)
-    if kind == "gaps":
-        configs = [
-            ReplayConfig(keep_versions=k, max_preempts=max_preempts[0], batch_groups=batch_groups)
-            for k in keep_versions
-        ]
-        return plot_gaps(prepared, SettingReplays(prepared, configs))  # one at a time
-    config = ReplayConfig(
-        keep_versions=keep_versions[0], max_preempts=max_preempts[0], batch_groups=batch_groups
-    )
-    single = replay(prepared, config)
-    return plot_spans(prepared, single) if kind == "spans" else plot_timeline(single)

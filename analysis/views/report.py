@@ -12,19 +12,21 @@ import base64
 import html
 import io
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult, sweep
+from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult
 from analysis.errors import render
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
-from analysis.views.bias import OUTCOME_WORDS, who_gets_dropped
+from analysis.rules.policies import PolicySweep
+from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
-from analysis.views.tables import SWEEP_CAPTION, number, sweep_table
+from analysis.views.tables import SWEEP_CAPTION, number, policy_sweep_table, sweep_table
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
@@ -81,65 +83,40 @@ def tool_version() -> str:
         return "unknown"
 
 
-def focus_setting(result: SweepResult) -> ReplayResult:
-    """The setting the report looks at closely: of the Pareto-efficient settings with a
-    control on, one with both controls on (as Dressage runs) before one with a single
-    control, then the one that keeps the most tokens (samples when tokens are unknown);
-    else the first setting. With K off the per-batch drops would be an empty panel."""
-    rows = result.rows.with_row_index("position")
-    kept = "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
-    controls = (pl.col("keep_versions") > 0).cast(pl.Int8) + pl.col(
-        "max_preempts"
-    ).is_not_null().cast(pl.Int8)
-    candidates = (
-        rows.with_columns(controls.alias("controls"))
-        .filter(pl.col("pareto") & (pl.col("controls") > 0))
-        .sort(["controls", kept], descending=True, maintain_order=True)
-    )
-    position = int(candidates["position"][0]) if candidates.height else 0
-    return result.results[position]
+@dataclass(frozen=True)
+class ReportContent:
+    """What a report shows, computed (:func:`analysis.build_report` runs the replays):
+    the sweep, the setting looked at closely and why, its replays per K, who it drops,
+    and the policies' sweep when asked for."""
+
+    swept: SweepResult
+    focus: ReplayResult
+    chosen: str
+    """Why ``focus`` is the setting looked at closely, in words."""
+    per_k: Sequence[ReplayResult]
+    """Every K under the focus setting's M (replayed as the figure reads them)."""
+    bias: BiasReport
+    policies: PolicySweep | None = None
 
 
-def _is_chosen(result: SweepResult, focus: ReplayResult) -> bool:
-    """Whether the focus setting is Pareto-efficient with a control on (not the fallback)."""
-    config = focus.config
-    row = result.rows.filter(
-        (pl.col("keep_versions") == config.keep_versions)
-        & pl.col("max_preempts").eq_missing(config.max_preempts)
-    )
-    return bool(
-        row.height
-        and row["pareto"][0]
-        and (config.keep_versions > 0 or config.max_preempts is not None)
-    )
-
-
-def _has_control(result: SweepResult) -> bool:
-    """Whether any swept setting has a control on (K > 0 or M given)."""
-    rows = result.rows
-    return bool(((rows["keep_versions"] > 0) | rows["max_preempts"].is_not_null()).any())
-
-
-def build_report(
+def render_report(
     prepared: PreparedLog,
-    table: pl.DataFrame,
     inspection: LogInspection,
+    content: ReportContent,
     *,
     keep_versions: Sequence[int],
     max_preempts: Sequence[int | None],
     batch_groups: int | None = None,
     title: str = "dressage-replay report",
-    progress: Callable[[int, int], None] | None = None,
     say: Callable[[str, str | None], str] | None = None,
     inputs: Sequence[str | Path] = (),
     command: str | None = None,
     version: str | None = None,
     written_at: datetime | None = None,
-    policies: Sequence[Any] = (),
 ) -> str:
-    """Return the report as one HTML document; ``say`` words the settings its notes name
-    (the command line passes its flags; by default the library's keywords). ``policies``
-    (:mod:`analysis.rules.policies`) adds a section comparing them (docs/semantics.md §13).
+    """The report as one HTML document, of results computed beforehand; ``say`` words the
+    settings its notes name (the command line passes its flags; by default the library's
+    keywords).
 
     The header says what the report describes: ``inputs`` (as given), the settings grid,
     ``version`` (default: the installed one), ``written_at`` (default: now; shown in UTC)
@@ -147,26 +124,8 @@ def build_report(
     """
     from analysis.views import plots
 
-    swept = sweep(
-        prepared,
-        keep_versions=keep_versions,
-        max_preempts=max_preempts,
-        batch_groups=batch_groups,
-        progress=progress,
-    )
-    focus = focus_setting(swept)
+    swept, focus, chosen, per_k = content.swept, content.focus, content.chosen, content.per_k
     config = focus.config
-    chosen = (
-        "the Pareto-efficient setting with a control on that keeps the most tokens, "
-        "both controls on before one"
-        if _is_chosen(swept, focus)
-        else "the first setting (no setting with a control on is Pareto-efficient)"
-        if _has_control(swept)
-        else "the first setting (no setting with a control on was swept)"
-    )
-    # Every K under the focus setting's M, each replayed again as the figure reads it
-    # (the sweep keeps its rows only).
-    per_k = swept.results.where(max_preempts=config.max_preempts)
     figures = [
         ("fig-sweep", "Tokens kept and version gap against K", plots.plot_sweep(swept)),
         ("fig-heatmap", "Tokens kept over the K x M grid", plots.plot_heatmap(swept)),
@@ -175,7 +134,7 @@ def build_report(
          plots.plot_gaps(prepared, per_k)),
         ("fig-timeline", "Per emitted batch", plots.plot_timeline(focus)),
     ]  # fmt: skip
-    bias = who_gets_dropped(prepared, focus, table=table)
+    bias = content.bias
     limit = "none" if config.max_preempts is None else config.max_preempts
     setting = f"K={config.keep_versions}, M={limit}, B={config.batch_groups}"
     batch = (
@@ -209,7 +168,7 @@ def build_report(
         *([("notes", f"Notes ({setting})", [
             "".join(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
         ])] if notes else []),
-        *([_policies_section(prepared, policies, batch_groups)] if policies else []),
+        *([_policies_section(content.policies)] if content.policies is not None else []),
     ]  # fmt: skip
     contents = _contents(
         [(anchor, heading) for anchor, heading, _ in sections],
@@ -233,16 +192,11 @@ def build_report(
     )
 
 
-def _policies_section(
-    prepared: PreparedLog, policies: Sequence[Any], batch_groups: int | None
-) -> tuple[str, str, list[str]]:
+def _policies_section(swept: PolicySweep) -> tuple[str, str, list[str]]:
     """Other systems' rules on the same log: the policy sweep as ``sweep --policy`` prints
     it, and its figure (``plot sweep --policy``)."""
-    from analysis.rules.policies import sweep_policies
-    from analysis.views.policy_plots import plot_policies
-    from analysis.views.tables import policy_sweep_table
+    from analysis.views.policy_plots import plot_policies  # matplotlib: when drawn
 
-    swept = sweep_policies(prepared, policies, batch_groups=batch_groups)
     headers, body = policy_sweep_table(swept.rows)
     classes = ["pareto" if efficient else "" for efficient in swept.rows["pareto"].to_list()]
     return (

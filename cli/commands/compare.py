@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
     INT,
-    BadRecordPolicy,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
     one_keep_versions,
     one_max_preempts,
-    own_batch_groups,
-    reading,
 )  # fmt: skip
-from cli.output import print_json, results_out, stdout_console, warn
-
-if TYPE_CHECKING:
-    import polars as pl
+from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
 
 
 def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
@@ -44,19 +32,7 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
     return given[0], given[1]
 
 
-def train_sides(
-    paths: list[Path], *, trust_pickle: bool, limits: analysis.Limits
-) -> tuple[analysis.TrainDumps | None, analysis.TrainDumps | None]:
-    """The train dumps of each log: the first --train-dumps is the first log's."""
-    if len(paths) > 2:
-        raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
-    read = [
-        analysis.read_train_dumps([path], trust_pickle=trust_pickle, limits=limits)
-        for path in paths
-    ]
-    return (read[0] if read else None), (read[1] if len(read) > 1 else None)
-
-
+@reads_logs()
 def compare(
     first: Annotated[
         Path,
@@ -99,14 +75,7 @@ def compare(
             show_default=False,
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Two logs side by side: versions, gap and span distributions, losses, \
 log-prob drift by gap."""
@@ -116,30 +85,18 @@ log-prob drift by gap."""
     )  # fmt: skip
     named = run_names(names, first, second)
     if plot_file is not None:  # before the logs are read: a typo is told at once
-        from analysis.views.plots import FIGURE_FORMATS
-
-        analysis.check_output(plot_file, FIGURE_FORMATS, what="figure", inputs=[first, second])
-    readings = [
-        reading([path], field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                quiet=quiet, include_eval=include_eval, limit=limit, log_format=log_format)
-        for path in (first, second)
-    ]  # fmt: skip
-    limits = readings[0].options.limits  # the train dumps are read within the same limits
-    loaded = [logs.load() for logs in readings]
-    (table_a, _), (table_b, _) = loaded
-    config_a, config_b = (
-        _own_config(config, path, table, report, limits)
-        for path, (table, report) in zip((first, second), loaded, strict=True)
-    )
-    result = analysis.compare_logs(
-        table_a, table_b, config_a=config_a, config_b=config_b, names=named,
-        train_dumps=train_sides(train_dumps or [], trust_pickle=trust_pickle, limits=limits),
+        analysis.check_output(
+            plot_file, analysis.FIGURE_FORMATS, what="figure", inputs=[first, second]
+        )
+    if len(train_dumps or []) > 2:
+        raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
+    compared = analysis.compare_inputs(
+        first, second, config, names=named, train_dumps=train_dumps or [], options=read.options(),
+        progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
     )  # fmt: skip
+    result = compared.result
     if plot_file is not None:
-        from analysis.views.comparison import plot_compare
-        from analysis.views.plots import save_figure
-
-        save_figure(plot_compare(result), plot_file)
+        analysis.save_figure(analysis.plot_compare(result), plot_file)
         typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
     with results_out():
         if json_output:
@@ -148,18 +105,5 @@ log-prob drift by gap."""
             from cli.render import print_compare
 
             print_compare(result, stdout_console())
-    for _, report in loaded:  # skipped records and warnings were dropped unsaid before
+    for report in compared.reports:  # skipped records and warnings were dropped unsaid before
         warn(report)
-
-
-def _own_config(
-    config: analysis.ReplayConfig, path: Path, table: pl.DataFrame, report: analysis.LoadReport,
-    limits: analysis.Limits,
-) -> analysis.ReplayConfig:  # fmt: skip
-    """One side's setting: B as given, else its trainer steps' or its run folder's own."""
-    if config.batch_groups is not None:
-        return config
-    given = own_batch_groups([path], None, analysis.prepare(table), report, limits=limits)
-    return analysis.ReplayConfig(
-        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
-    )

@@ -8,23 +8,15 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
-    BadRecordPolicy,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    reading,
     whole_option,
 )  # fmt: skip
 from cli.output import progress_bar, warn
 
 
+@reads_logs(placed={"workers": "include_eval", "ray": "workers"})
 def convert(
     inputs: Inputs,
     output: Annotated[
@@ -44,11 +36,7 @@ def convert(
             "group arrival by it (--order-by); rows stay in input order."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
+    read: ReadFlags = READ,
     workers: Annotated[
         int | None,
         whole_option(
@@ -67,19 +55,14 @@ def convert(
             show_default=False,
         ),
     ] = None,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
 ) -> None:
     """Write the canonical table (one row per record) so big logs load fast next time.
 
     With an output path without an extension, the table is written as a folder of Parquet
     parts that every command reads as one log, by the local cores or, with --ray, a Ray
     cluster (README: Performance)."""
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, log_format=log_format, limit=limit,
-    )  # fmt: skip
+    logs = read.reading(inputs, order_by=order_by)
+    quiet = read.quiet
     if not output.suffix:
         _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)
         return
@@ -93,9 +76,7 @@ def convert(
     with progress_bar("converting", quiet=quiet) as update:
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
-    from analysis.formats.registry import converted_warnings
-
-    report.warnings = converted_warnings(report.warnings, report.formats)
+    report.warnings = analysis.converted_warnings(report.warnings, report.formats)
     warn(report)
 
 
@@ -103,32 +84,27 @@ def _convert_partitioned(
     inputs: list[Path], output: Path, options: analysis.ReadOptions, *, workers: int | None,
     ray: str | None, quiet: bool,
 ) -> None:  # fmt: skip
-    from analysis.output.partitioned import convert_partitioned, run_local
-
     if ray is not None:
-        from analysis.output.ray_runner import LOCAL, run_ray
-
-        if workers is not None and ray != LOCAL:
+        if workers is not None and ray != analysis.RAY_LOCAL:
             raise typer.BadParameter(
-                f"sets the CPUs of a Ray started here (--ray {LOCAL}); the cluster at "
+                f"sets the CPUs of a Ray started here (--ray {analysis.RAY_LOCAL}); the cluster at "
                 f"{ray} has its own",
                 param_hint="--workers",
             )
 
-        runner = run_ray(ray, num_cpus=workers)
+        runner = analysis.run_ray(ray, num_cpus=workers)
     else:
-        runner = run_local(workers)
+        runner = analysis.run_local(workers)
     with progress_bar("converting (parts)", quiet=quiet) as update:
-        done = convert_partitioned(inputs, output, options, runner=runner, progress=update)
+        done = analysis.convert_partitioned(inputs, output, options, runner=runner, progress=update)
     typer.echo(
         f"wrote {done.rows:,} records to {output}/ ({done.parts:,} "
         f"part{'' if done.parts == 1 else 's'}, {done.workers})",
         err=True,
     )
-    from analysis.formats.registry import converted_warnings
-
     report = analysis.LoadReport(
-        warnings=converted_warnings(done.warnings, done.formats), skipped_where=done.skipped_where
+        warnings=analysis.converted_warnings(done.warnings, done.formats),
+        skipped_where=done.skipped_where,
     )
     report.skipped.update(done.skipped)
     warn(report)

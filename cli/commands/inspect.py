@@ -8,34 +8,21 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    reading,
 )  # fmt: skip
 from cli.output import print_json, report_dict, results_out, stdout_console, warn
 
 
+@reads_logs(placed={"admission": "log_format"})
 def inspect(
     inputs: Inputs,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the findings as one JSON object.", metavar=FLAG)
     ] = False,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
+    read: ReadFlags = READ,
     admission: Annotated[
         list[str] | None,
         typer.Option(
@@ -49,28 +36,19 @@ def inspect(
             show_default=False,
         ),
     ] = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
 ) -> None:
     """Show what a log holds: format, counts, versions in observation order, data quality;
     for another system's log (prime-rl, AReaL, verl, NeMo-RL), what it can and cannot tell."""
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, quiet=quiet,
-        include_eval=include_eval, log_format=log_format, limit=limit,
-    )  # fmt: skip
+    logs = read.reading(inputs)
     rules = _admission_rules(admission or [])
     table, report = logs.load()
     # What another system's log cannot tell is listed by inspect itself, not warned about.
-    from analysis.formats.registry import peer_warnings
-
-    said = set(peer_warnings([*report.formats, *report.converted_from]))
+    said = set(analysis.peer_warnings([*report.formats, *report.converted_from]))
     report.warnings = [warning for warning in report.warnings if warning not in said]
     inspection = analysis.inspect_log(table, report)
-    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
+    run_folder = analysis.picks_run_loop(inputs, logs.options)
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
-        from analysis.formats.dressage.run import run_target_groups
-
-        target = run_target_groups(inputs[0], logs.options.limits)
+        target = analysis.run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
     bounds = [
         analysis.admission_violations(

@@ -2,40 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 import analysis
-from cli.flags import flagged
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
-    BadRecordPolicy,
-    BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    KeepVersionsList,
-    LimitOption,
-    LogFormatOption,
-    MaxPreemptsList,
-    OnBadRecord,
-    OrderBy,
-    Quiet,
-    Reading,
-    Traceback,
-    TrustPickle,
     one_of,
-    own_batch_groups,
-    parse_grid,
-    reading,
+    policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, warn
-
-if TYPE_CHECKING:  # the policies import the engine (polars): not at start (--help)
-    from analysis.rules.policies import Policy
+from cli.output import progress_bar, say_note, warn
 
 
 class PlotKind(StrEnum):
@@ -46,6 +28,7 @@ class PlotKind(StrEnum):
     heatmap = "heatmap"
 
 
+@sweeps_logs()
 def plot(
     kind: Annotated[
         PlotKind,
@@ -58,94 +41,51 @@ def plot(
     ],
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
-    order_by: OrderBy = None,
+    grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
-        typer.Option(
-            "--policy",
-            help="Draw these policies (repeat it; kind sweep only): tokens kept against "
-            "version gap, and what each loses (docs/semantics.md §13).",
-            metavar="SPEC",
-            show_default=False,
+        policies_option(
+            "Draw these policies (repeat it; kind sweep only): tokens kept against "
+            "version gap, and what each loses (docs/semantics.md §13)."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Draw a figure: sweep, spans, gaps, timeline or heatmap \
 (single-setting kinds use the first K and M)."""
-    from analysis.views.plots import FIGURE_FORMATS, make_plot, save_figure, settings_note
-
+    bars = functools.partial(progress_bar, quiet=read.quiet)
+    options = read.options(order_by=grid.order_by)
     if policy:
-        _plot_policies(
-            kind, some_policies(policy), inputs, output, batch_groups=batch_groups,
-            quiet=quiet, grid=(keep_versions, max_preempts), reading_=reading(
-                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-                log_format=log_format,
-            ),
+        policies = some_policies(policy)
+        if kind is not PlotKind.sweep or grid.grid_given:
+            raise typer.BadParameter(
+                "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
+                param_hint="--policy",
+            )
+        analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+        swept = analysis.sweep_log(
+            inputs, policies=policies, batch_groups=grid.batch_groups, options=options,
+            order_by=grid.order_by, progress=bars, note=say_note,
         )  # fmt: skip
+        assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
+        analysis.save_figure(analysis.plot_policies(swept.result), output)
+        typer.echo(f"wrote {output}", err=True)
+        warn(swept.log.report)
         return
-    ks, ms = parse_grid(keep_versions, max_preempts)
-    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
+    ks, ms = grid.parse()
+    analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+    log = analysis.load_log(
+        inputs, options=options, order_by=grid.order_by, batch_groups=grid.batch_groups,
+        progress=bars,
+        note=say_note,
     )  # fmt: skip
-    _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=logs.options.limits
-    )
-    with progress_bar("replaying settings", quiet=quiet) as update:
-        figure = make_plot(
-            kind.value, prepared, keep_versions=ks, max_preempts=ms,
-            batch_groups=batch_groups, progress=update,
+    with bars("replaying settings") as update:
+        figure = analysis.make_plot(
+            kind.value, log.prepared, keep_versions=ks, max_preempts=ms,
+            batch_groups=log.batch_groups, progress=update,
         )  # fmt: skip
-    save_figure(figure, output)
+    analysis.save_figure(figure, output)
     typer.echo(f"wrote {output}", err=True)
-    if (note := settings_note(kind.value, ks, ms)) is not None:
-        typer.echo(f"note: {flagged(note)}", err=True)
-    warn(report)
-
-
-def _plot_policies(
-    kind: PlotKind,
-    policies: list[Policy],
-    inputs: list[Path],
-    output: Path,
-    *,
-    batch_groups: int | None,
-    quiet: bool,
-    grid: tuple[str, str],
-    reading_: Reading,
-) -> None:
-    """``plot sweep --policy A --policy B``: every policy on the same axes."""
-    from analysis.rules.policies import sweep_policies
-    from analysis.views.plots import FIGURE_FORMATS, save_figure
-    from analysis.views.policy_plots import plot_policies
-
-    if kind is not PlotKind.sweep or grid != ("0..4", "none,0..3"):
-        raise typer.BadParameter(
-            "draws only `plot sweep`, with K and M inside each policy (dressage:k=K,m=M)",
-            param_hint="--policy",
-        )
-    analysis.check_output(output, FIGURE_FORMATS, what="figure", inputs=inputs)
-    _, prepared, report = reading_.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=reading_.options.limits
-    )
-    with progress_bar("replaying policies", quiet=quiet) as update:
-        result = sweep_policies(prepared, policies, batch_groups=batch_groups, progress=update)
-    save_figure(plot_policies(result), output)
-    typer.echo(f"wrote {output}", err=True)
-    warn(report)
+    if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
+        say_note(note)
+    warn(log.report)

@@ -3,38 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import analysis
 from cli.flags import FLAGS, flagged
+from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
     BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    LimitOption,
-    LogFormatOption,
-    OnBadRecord,
     OrderBy,
     PolicyOption,
-    Quiet,
-    Reading,
-    Traceback,
-    TrustPickle,
     one_keep_versions,
     one_max_preempts,
-    own_batch_groups,
-    reading,
-    run_limits,
     the_policy,
-)  # fmt: skip
-from cli.output import print_json, report_dict, results_out, stdout_console, warn
+)
+from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
+@reads_logs()
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
@@ -83,14 +75,7 @@ def replay(
         ),
     ] = False,
     policy: PolicyOption = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do.
 
@@ -105,167 +90,52 @@ its records are replayed on the simple loop, as sweep --policy does."""
         raise analysis.OutputError(
             f"{trajectories}: --decisions and --trajectories name the same file; give each its own"
         )
-    chosen = (
-        None
-        if policy is None
-        else the_policy(policy, keep_versions=keep_versions, max_preempts=max_preempts)
-    )
-    # --format reads a folder as that format's log, not as a run folder
-    run_folder = log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0])
-    if chosen is not None:  # every policy on the simple loop, as sweep --policy (§13.7)
-        from cli.commands.policies import replay_with_policy
-
-        replay_with_policy(
-            inputs, chosen,
-            batch_groups=batch_groups, order_by=order_by, json_output=json_output,
-            decisions=decisions, trajectories=trajectories, bias=bias,
-            reading_=reading(
-                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-                log_format=log_format,
-            ),
-        )  # fmt: skip
-        return
-    if run_folder:  # Dressage's own loop (docs/semantics.md §12)
-        refuse_unused(
-            batch_groups=batch_groups, order_by=order_by, fields=field, bias=bias,
-            on_bad_record=on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval,
-        )  # fmt: skip
-        replay_run_folder(
-            inputs[0], keep_versions, one_max_preempts(max_preempts), json_output=json_output,
-            decisions=decisions, trajectories=trajectories, limits=run_limits(limit),
-        )  # fmt: skip
-        return
+    chosen = None
+    if policy is not None:
+        beside = [name for name in ("keep_versions", "max_preempts") if name in read.given]
+        chosen = the_policy(policy, beside=beside)
     config = analysis.ReplayConfig(
         keep_versions=keep_versions,
-        max_preempts=one_max_preempts(max_preempts),
+        max_preempts=None if chosen is not None else one_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
-    )  # fmt: skip
-    replay_logs(logs, config, json_output=json_output, bias=bias, inputs=inputs,
-                decisions=decisions, trajectories=trajectories)  # fmt: skip
-
-
-def replay_logs(
-    logs: Reading,
-    config: analysis.ReplayConfig,
-    *,
-    json_output: bool,
-    bias: bool,
-    inputs: list[Path],
-    decisions: Path | None,
-    trajectories: Path | None,
-) -> None:
-    """Logs replayed group by group (the simple loop, docs/semantics.md §3)."""
-    table, prepared, report = logs.prepare(whole_table=bias)
-    given = own_batch_groups(
-        inputs, config.batch_groups, prepared, report, limits=logs.options.limits
-    )
-    config = analysis.ReplayConfig(
-        keep_versions=config.keep_versions, max_preempts=config.max_preempts, batch_groups=given
-    )
-    result = analysis.replay(prepared, config)
-    if decisions is not None:
-        analysis.write_decisions(result, decisions, inputs=inputs)
-        typer.echo(f"wrote {decisions}", err=True)  # as every command that writes says
-    if trajectories is not None:
-        analysis.write_trajectories(prepared, result, trajectories, inputs=inputs)
-        typer.echo(f"wrote {trajectories}", err=True)
-    dropped = analysis.who_gets_dropped(prepared, result, table=table) if bias else None
+    try:
+        replayed = analysis.replay(
+            inputs, config, policy=chosen, options=read.options(order_by=order_by),
+            order_by=order_by, bias=bias,
+            progress=lambda doing: progress_bar(doing, quiet=read.quiet),
+            note=say_note,
+        )  # fmt: skip
+    except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
+        raise typer.BadParameter(
+            flagged(error.message), param_hint=", ".join(FLAGS[name] for name in error.unused)
+        ) from None
+    for path in replayed.write(decisions=decisions, trajectories=trajectories):
+        typer.echo(f"wrote {path}", err=True)  # as every command that writes says
     with results_out():
         if json_output:
-            extra = {"bias": dropped.to_dict()} if dropped else {}
-            print_json({**result.summary.to_dict(), **extra, **report_dict(report)})
+            print_json(replayed.to_dict())
         else:
-            from cli.render import print_bias, print_summary
-
-            print_summary(result.summary, stdout_console())
-            if dropped is not None:
-                print_bias(dropped, stdout_console())
-    warn(report)
-
-
-_RUN_LOOP_OWN = {
-    "batch_groups": "the batch size is the run's own (its dressage_log.txt's target_groups)",
-    "order_by": "groups arrive in the order the run's trajectories finished",
-    "fields": "the run's own files are read, not records whose fields could be renamed",
-    "bias": "who gets dropped is compared on the simple loop only",
-    "on_bad_record": "a run folder is read whole, a bad file is an error and never skipped",
-    "trust_pickle": "a run folder's dumps are always read by the safe reader",
-    "include_eval": "evaluation dumps (eval_<N>.pt) are no steps of the loop",
-}
-"""Why each option of the simple loop does not apply to a run folder replayed as
-Dressage's loop."""
-_SIMPLE_LOOP_ONLY = ("batch_groups", "order_by", "fields", "bias")
-"""Those that apply when the folder's records are replayed on the simple loop instead."""
-
-
-def refuse_unused(**given: Any) -> None:
-    """Options of the simple loop given for a run folder: a usage error naming each, what
-    it does not apply to and why, and what to do."""
-    unused = [
-        name
-        for name, value in given.items()
-        if value not in (None, False, [], BadRecordPolicy.fail)
-    ]
-    if not unused:
-        return
-    flags = [FLAGS.get(name, f"--{name}") for name in unused]
-    why = "; ".join(
-        f"{flag}: {_RUN_LOOP_OWN[name]}" for name, flag in zip(unused, flags, strict=True)
-    )
-    elsewhere = [
-        flag for name, flag in zip(unused, flags, strict=True) if name in _SIMPLE_LOOP_ONLY
-    ]
-    todo = f"leave {'it' if len(unused) == 1 else 'them'} out"
-    if elsewhere:
-        todo += (
-            f", or add --format artifacts to replay the folder's records on the simple loop, "
-            f"where {', '.join(elsewhere)} {'applies' if len(elsewhere) == 1 else 'apply'}"
-        )
-    raise typer.BadParameter(
-        f"not used when a run folder is replayed as Dressage's loop (docs/semantics.md §12): "
-        f"{why}; {todo}",
-        param_hint=", ".join(flags),
-    )
-
-
-def replay_run_folder(
-    folder: Path,
-    keep_versions: int,
-    max_preempts: int | None,
-    *,
-    json_output: bool,
-    decisions: Path | None,
-    trajectories: Path | None,
-    limits: analysis.Limits,
-) -> None:
-    """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
-    run's own (its span rejections are on disk, its batch size in its log); its files
-    are read within ``limits`` (--limit)."""
-    if max_preempts is not None:
-        typer.echo(
-            f"note: --max-preempts {max_preempts} is not applied: a run folder is replayed with "
-            "the run's own M (its span rejections are on disk, in traj_err/)",
-            err=True,
-        )
-    result = analysis.replay_run(
-        analysis.read_run(folder, limits=limits), keep_versions=keep_versions
-    )
-    for path in analysis.write_run_tables(
-        result, decisions=decisions, trajectories=trajectories, inputs=[folder]
-    ):
-        typer.echo(f"wrote {path}", err=True)
-    with results_out():
-        if json_output:
-            print_json(result.to_dict())
-        else:
-            from cli.render import print_run_summary
-
-            print_run_summary(result, stdout_console())
-    for warning in result.warnings:
+            print_replayed(replayed, stdout_console())
+    if replayed.report is not None:
+        warn(replayed.report)
+    for warning in replayed.warnings if replayed.report is None else ():
         typer.echo(f"warning: {flagged(warning)}", err=True)
+
+
+def print_replayed(replayed: analysis.Replayed, console: Console) -> None:
+    """The rich summary of the engine that ran, and who gets dropped when asked."""
+    from cli.render import print_bias, print_run_summary, print_summary
+
+    result = replayed.result
+    if isinstance(result, analysis.LoopReplay):
+        print_run_summary(result, console)
+        return
+    title = None
+    if isinstance(result, analysis.PolicyResult) and not isinstance(
+        result.policy, analysis.DressagePolicy
+    ):
+        title = result.policy.label()
+    print_summary(result.summary, console, policy=title)
+    if replayed.bias is not None:
+        print_bias(replayed.bias, console)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,91 +13,58 @@ import typer
 
 import analysis
 from cli.flags import say_setting
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     BadRecordPolicy,
-    BatchGroups,
-    FieldOption,
-    IncludeEval,
-    InputFormat,
     Inputs,
-    KeepVersionsList,
-    LimitOption,
-    LogFormatOption,
-    MaxPreemptsList,
-    OnBadRecord,
-    OrderBy,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    own_batch_groups,
-    parse_grid,
-    reading,
+    policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, warn
+from cli.output import progress_bar, say_note, warn
 
 
+@sweeps_logs()
 def report(
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="The .html file to write.")],
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
-    order_by: OrderBy = None,
+    grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
-        typer.Option(
-            "--policy",
-            help="Also compare these policies (repeat it), in a section of their own "
-            "(docs/semantics.md §13).",
-            metavar="SPEC",
-            show_default=False,
+        policies_option(
+            "Also compare these policies (repeat it), in a section of their own "
+            "(docs/semantics.md §13)."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Write one self-contained HTML report: the log, the sweep, the plots, who gets dropped."""
-    from analysis.views.report import REPORT_FORMATS, build_report, write_report
-
-    ks, ms = parse_grid(keep_versions, max_preempts)
+    ks, ms = grid.parse()
+    order_by = grid.order_by
     policies = some_policies(policy or [])
-    analysis.check_output(output, REPORT_FORMATS, what="report", inputs=inputs)
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
+    analysis.check_output(output, analysis.REPORT_FORMATS, what="report", inputs=inputs)
+    options = read.options(order_by=order_by)
+    log = analysis.load_log(
+        inputs, options=options, order_by=order_by, batch_groups=grid.batch_groups, whole_table=True,
+        progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
     )  # fmt: skip
-    table, prepared, loaded = logs.prepare(whole_table=True)
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, loaded, limits=logs.options.limits
-    )
-    command = _reproduce(
-        inputs, output, keep_versions, max_preempts, batch_groups, order_by, field,
-        on_bad_record, trust_pickle=trust_pickle, include_eval=include_eval, log_format=log_format,
-    )  # fmt: skip
+    table, prepared, loaded, batch_groups = log.table, log.prepared, log.report, log.batch_groups
+    command = _reproduce(inputs, output, grid, batch_groups, read)
     command += "".join(f" --policy {shlex.quote(p.label())}" for p in policies)
     # Prepared as inspect prepares it (arrival order) unless --order-by: reused.
-    same_order = logs.order_by is None
+    same_order = order_by is None
     inspection = analysis.inspect_log(table, loaded, prepared=prepared if same_order else None)
-    if log_format is None and len(inputs) == 1 and analysis.is_run_folder(inputs[0]):
+    if analysis.picks_run_loop(inputs, options):
         target = analysis.read_run(
-            inputs[0], limits=logs.options.limits
+            inputs[0], limits=options.limits
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
-    with progress_bar("replaying settings", quiet=quiet) as update:
-        document = build_report(
+    with progress_bar("replaying settings", quiet=read.quiet) as update:
+        document = analysis.build_report(
             prepared, table, inspection,
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies,
         )  # fmt: skip
-    write_report(document, output, inputs=inputs)
+    analysis.write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
     warn(loaded)
 
@@ -104,29 +72,22 @@ def report(
 def _reproduce(
     inputs: Sequence[Path],
     output: Path,
-    keep_versions: str,
-    max_preempts: str,
+    grid: GridFlags,
     batch_groups: int | None,
-    order_by: str | None,
-    fields: Sequence[str] | None,
-    on_bad_record: BadRecordPolicy,
-    *,
-    trust_pickle: bool,
-    include_eval: bool,
-    log_format: InputFormat | None = None,
+    read: ReadFlags,
 ) -> str:
     """The command line that writes this report again: the grid always (a later default
     may differ), other options only when given; --quiet and --traceback change no figure."""
     words = [
         "dressage-replay", "report", *map(str, inputs), "-o", str(output),
-        "-k", keep_versions, "-m", max_preempts,
+        "-k", grid.keep_versions, "-m", grid.max_preempts,
         *(["-b", str(batch_groups)] if batch_groups is not None else []),
-        *(["--order-by", order_by] if order_by is not None else []),
-        *(word for field in fields or () for word in ("--field", field)),
-        *(["--on-bad-record", on_bad_record.value]
-          if on_bad_record is not BadRecordPolicy.fail else []),
-        *(["--trust-pickle"] if trust_pickle else []),
-        *(["--eval"] if include_eval else []),
-        *(["--format", log_format.value] if log_format is not None else []),
+        *(["--order-by", grid.order_by] if grid.order_by is not None else []),
+        *(word for field in read.field or () for word in ("--field", field)),
+        *(["--on-bad-record", read.on_bad_record.value]
+          if read.on_bad_record is not BadRecordPolicy.fail else []),
+        *(["--trust-pickle"] if read.trust_pickle else []),
+        *(["--eval"] if read.include_eval else []),
+        *(["--format", read.log_format.value] if read.log_format is not None else []),
     ]  # fmt: skip
     return shlex.join(words)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from analysis.rules.simulated_admission import simulation_rule
+from cli.groups import Declared, takes_group
 from cli.options import (
     FLAG,
     LimitOption,
@@ -47,8 +48,175 @@ _CONFIG_NAMES = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class PipelineFlags:
+    """simulate's pipeline options (SimulationConfig's fields as flags), declared once in
+    :data:`_PIPELINE` and given to the command as this one value."""
+
+    seed: int = 0
+    groups: int = 64
+    samples_per_prompt: int = 4
+    max_active_groups: int = 16
+    batch_groups: int = 4
+    train_step_time: float = 20.0
+    token_time: float = 0.01
+    median_tokens: int = 300
+    tail_sigma: float = 0.9
+    max_tokens: int = 16_000
+    multi_turn_fraction: float = 0.3
+    multi_segment_fraction: float = 0.2
+    partial_rollout: bool = True
+    log_prob_drift: float = 0.0
+    log_prob_noise: float = 0.02
+    abort_fraction: float = 0.0
+    admission: str | None = None
+    given: frozenset[str] = frozenset()
+    """The command's options that were given (the parser says so)."""
+
+    def config(self) -> analysis.SimulationConfig:
+        """The simulator's configuration these options give."""
+        return analysis.SimulationConfig(
+            **{field: getattr(self, name) for name, field in _CONFIG_NAMES.items()
+               if name != "admission"},
+            admission=(
+                analysis.simulation_rule(self.admission, batch_groups=self.batch_groups)
+                if self.admission else None
+            ),
+        )  # fmt: skip
+
+    def given_fields(self, config: analysis.SimulationConfig) -> dict[str, object]:
+        """What was given of ``config``, by field: with --like, these win over the fit."""
+        return {
+            field: getattr(config, field)
+            for name, field in _CONFIG_NAMES.items()
+            if name in self.given
+        }
+
+
+_PIPELINE: Declared = {
+    "seed": (
+        Annotated[
+            int,
+            whole_option("Random seed: the same seed gives the same log."),
+        ],
+        0,
+    ),
+    "groups": (
+        Annotated[int, whole_option("GRPO prompt groups to generate.")],
+        64,
+    ),
+    "samples_per_prompt": (
+        Annotated[int, whole_option("Trajectories per group.")],
+        4,
+    ),
+    "max_active_groups": (
+        Annotated[int, whole_option("Groups in flight at once.")],
+        16,
+    ),
+    "batch_groups": (
+        Annotated[int, whole_option("Groups per trainer step.")],
+        4,
+    ),
+    "train_step_time": (
+        Annotated[
+            float,
+            number_option("Seconds per trainer step; each step publishes a version."),
+        ],
+        20.0,
+    ),
+    "token_time": (
+        Annotated[
+            float,
+            number_option("Seconds per generated token of one trajectory."),
+        ],
+        0.01,
+    ),
+    "median_tokens": (
+        Annotated[
+            int,
+            whole_option("Median response tokens per trajectory."),
+        ],
+        300,
+    ),
+    "tail_sigma": (
+        Annotated[
+            float,
+            number_option("Log-normal spread of response lengths (heavier tail when larger)."),
+        ],
+        0.9,
+    ),
+    "max_tokens": (
+        Annotated[int, whole_option("Longest response, in tokens.")],
+        16_000,
+    ),
+    "multi_turn_fraction": (
+        Annotated[
+            float,
+            number_option("Fraction of multi-turn trajectories."),
+        ],
+        0.3,
+    ),
+    "multi_segment_fraction": (
+        Annotated[
+            float,
+            number_option("Fraction of multi-turn trajectories split into two segment records."),
+        ],
+        0.2,
+    ),
+    "partial_rollout": (
+        Annotated[
+            bool,
+            typer.Option(
+                help="Resume interrupted generation under the new version (else restart).",
+                metavar=FLAG,
+            ),
+        ],
+        True,
+    ),
+    "log_prob_drift": (
+        Annotated[
+            float,
+            number_option(
+                "Write rollout and trainer log-probs whose difference grows by this per version "
+                "behind (0: none)."
+            ),
+        ],
+        0.0,
+    ),
+    "log_prob_noise": (
+        Annotated[
+            float,
+            number_option("Spread of the log-prob difference at 0 versions behind."),
+        ],
+        0.02,
+    ),
+    "abort_fraction": (
+        Annotated[
+            float,
+            number_option("Fraction of groups with an aborted sample."),
+        ],
+        0.0,
+    ),
+    "admission": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--admission",
+                help="Hold groups back before they start, as another system does: "
+                "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
+                "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
+                metavar="RULE:KNOB=VALUE",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+}
+"""simulate's pipeline options, in the order --help lists them."""
+
+
+@takes_group("pipeline", PipelineFlags, _PIPELINE)
 def simulate(
-    ctx: typer.Context,
     output: Annotated[
         Path,
         typer.Option(
@@ -65,72 +233,7 @@ def simulate(
             metavar=choice_metavar(LogFormatChoice),
         ),
     ] = None,
-    seed: Annotated[
-        int,
-        whole_option("Random seed: the same seed gives the same log."),
-    ] = 0,
-    groups: Annotated[int, whole_option("GRPO prompt groups to generate.")] = 64,
-    samples_per_prompt: Annotated[int, whole_option("Trajectories per group.")] = 4,
-    max_active_groups: Annotated[int, whole_option("Groups in flight at once.")] = 16,
-    batch_groups: Annotated[int, whole_option("Groups per trainer step.")] = 4,
-    train_step_time: Annotated[
-        float,
-        number_option("Seconds per trainer step; each step publishes a version."),
-    ] = 20.0,
-    token_time: Annotated[
-        float,
-        number_option("Seconds per generated token of one trajectory."),
-    ] = 0.01,
-    median_tokens: Annotated[
-        int,
-        whole_option("Median response tokens per trajectory."),
-    ] = 300,
-    tail_sigma: Annotated[
-        float,
-        number_option("Log-normal spread of response lengths (heavier tail when larger)."),
-    ] = 0.9,
-    max_tokens: Annotated[int, whole_option("Longest response, in tokens.")] = 16_000,
-    multi_turn_fraction: Annotated[
-        float,
-        number_option("Fraction of multi-turn trajectories."),
-    ] = 0.3,
-    multi_segment_fraction: Annotated[
-        float,
-        number_option("Fraction of multi-turn trajectories split into two segment records."),
-    ] = 0.2,
-    partial_rollout: Annotated[
-        bool,
-        typer.Option(
-            help="Resume interrupted generation under the new version (else restart).",
-            metavar=FLAG,
-        ),
-    ] = True,
-    log_prob_drift: Annotated[
-        float,
-        number_option(
-            "Write rollout and trainer log-probs whose difference grows by this per version "
-            "behind (0: none)."
-        ),
-    ] = 0.0,
-    log_prob_noise: Annotated[
-        float,
-        number_option("Spread of the log-prob difference at 0 versions behind."),
-    ] = 0.02,
-    abort_fraction: Annotated[
-        float,
-        number_option("Fraction of groups with an aborted sample."),
-    ] = 0.0,
-    admission: Annotated[
-        str | None,
-        typer.Option(
-            "--admission",
-            help="Hold groups back before they start, as another system does: "
-            "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
-            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
-            metavar="RULE:KNOB=VALUE",
-            show_default=False,
-        ),
-    ] = None,
+    pipeline: PipelineFlags = PipelineFlags(),
     like: Annotated[
         Path | None,
         typer.Option(
@@ -146,17 +249,7 @@ def simulate(
     traceback_: Traceback = False,
 ) -> None:
     """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
-    config = analysis.SimulationConfig(
-        n_groups=groups, n_samples_per_prompt=samples_per_prompt,
-        max_active_groups=max_active_groups, batch_groups=batch_groups,
-        train_step_time=train_step_time, token_time=token_time,
-        median_response_tokens=median_tokens, tail_sigma=tail_sigma,
-        max_response_tokens=max_tokens, multi_turn_fraction=multi_turn_fraction,
-        multi_segment_fraction=multi_segment_fraction, partial_rollout=partial_rollout,
-        abort_fraction=abort_fraction, log_prob_drift=log_prob_drift,
-        log_prob_noise=log_prob_noise, seed=seed,
-        admission=simulation_rule(admission, batch_groups=batch_groups) if admission else None,
-    )  # fmt: skip
+    config = pipeline.config()
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
     if limit and like is None:
         raise typer.BadParameter(
@@ -165,15 +258,13 @@ def simulate(
             param_hint="--limit",
         )
     if like is not None:
-        given = {
-            _CONFIG_NAMES[name]: getattr(config, _CONFIG_NAMES[name])
-            for name in _CONFIG_NAMES
-            if ctx.get_parameter_source(name).name != "DEFAULT"  # type: ignore[union-attr]
-        }
-        config = _fitted(like, given, run_limits(limit))
-        if admission:  # verl's R defaults to the fitted groups per step
+        config = _fitted(like, pipeline.given_fields(config), run_limits(limit))
+        if pipeline.admission:  # verl's R defaults to the fitted groups per step
             config = dataclasses.replace(
-                config, admission=simulation_rule(admission, batch_groups=config.batch_groups)
+                config,
+                admission=analysis.simulation_rule(
+                    pipeline.admission, batch_groups=config.batch_groups
+                ),
             )
         sys.stdout.flush()  # the fit's tables before the progress bar and the line on stderr
     with progress_bar("simulating", quiet=quiet) as update:
@@ -188,11 +279,10 @@ def _fitted(
     like: Path, given: dict[str, object], limits: analysis.Limits
 ) -> analysis.SimulationConfig:
     """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
-    from analysis.simulation.fit import fit_run
     from cli.output import stdout_console
     from cli.render import print_fit
 
-    fit = fit_run(like, given=given, limits=limits)
+    fit = analysis.fit_run(like, given=given, limits=limits)
     print_fit(fit, like, stdout_console())
     return fit.config
 

@@ -4,40 +4,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 import analysis
+from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
-    BadRecordPolicy,
-    BatchGroups,
-    FieldOption,
-    IncludeEval,
     Inputs,
-    KeepVersionsList,
-    LimitOption,
-    LogFormatOption,
-    MaxPreemptsList,
-    OnBadRecord,
-    OrderBy,
-    Quiet,
-    Traceback,
-    TrustPickle,
-    own_batch_groups,
-    parse_grid,
-    reading,
+    policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, results_out, stdout_console, warn
+from cli.output import progress_bar, results_out, say_note, stdout_console, warn
 
 
+@sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
 def sweep(
     inputs: Inputs,
-    keep_versions: KeepVersionsList = "0..4",
-    max_preempts: MaxPreemptsList = "none,0..3",
-    batch_groups: BatchGroups = None,
+    grid: GridFlags = GRID,
     output: Annotated[
         Path | None,
         typer.Option(
@@ -49,74 +34,54 @@ def sweep(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
     ] = False,
-    order_by: OrderBy = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option(
-            "--policy",
-            help="Sweep these policies instead of K and M (repeat it): dressage:k=2,m=1, "
+        policies_option(
+            "Sweep these policies instead of K and M (repeat it): dressage:k=2,m=1, "
             "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
-            "nemo-windowed:max_staleness_versions=1 (docs/semantics.md §13); one row each.",
-            metavar="SPEC",
-            show_default=False,
+            "nemo-windowed:max_staleness_versions=1 (docs/semantics.md §13); one row each."
         ),
     ] = None,
-    field: FieldOption = None,
-    on_bad_record: OnBadRecord = BadRecordPolicy.fail,
-    trust_pickle: TrustPickle = False,
-    limit: LimitOption = None,
-    include_eval: IncludeEval = False,
-    log_format: LogFormatOption = None,
-    quiet: Quiet = False,
-    traceback_: Traceback = False,
+    read: ReadFlags = READ,
 ) -> None:
     """Replay every combination of K and M from one load of the log; mark the Pareto front.
 
     With --policy (repeated), one row per policy instead (docs/semantics.md §13)."""
-    if policy:
-        from cli.commands.policies import sweep_with_policies
-
-        if (keep_versions, max_preempts) != ("0..4", "none,0..3"):
-            raise typer.BadParameter(
-                "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
-                param_hint="--policy",
-            )
-        policies = some_policies(policy)
-        if output is not None:
-            analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-        sweep_with_policies(
-            inputs, policies, batch_groups=batch_groups, output=output, json_output=json_output,
-            quiet=quiet, reading_=reading(
-                inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-                order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-                log_format=log_format,
-            ),
-        )  # fmt: skip
-        return
-    ks, ms = parse_grid(keep_versions, max_preempts)
+    if policy and grid.grid_given:
+        raise typer.BadParameter(
+            "give K and M inside each policy (dressage:k=K,m=M), not beside --policy",
+            param_hint="--policy",
+        )
+    policies = some_policies(policy or [])
+    ks, ms = ([], []) if policies else grid.parse()
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    logs = reading(
-        inputs, field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle,
-        order_by=order_by, quiet=quiet, include_eval=include_eval, limit=limit,
-        log_format=log_format,
+    swept = analysis.sweep_log(
+        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
+        options=read.options(order_by=grid.order_by), order_by=grid.order_by,
+        progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
     )  # fmt: skip
-    _, prepared, report = logs.prepare()
-    batch_groups = own_batch_groups(
-        inputs, batch_groups, prepared, report, limits=logs.options.limits
-    )
-    with progress_bar("replaying settings", quiet=quiet) as update:
-        result = analysis.sweep(
-            prepared, keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update
-        )
     if output is not None:
-        analysis.write_frame_to(result.rows, output, inputs=inputs)
+        analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
         if json_output:
-            typer.echo(json.dumps(result.rows.to_dicts()))
+            typer.echo(json.dumps(_json_rows(swept.result)))
+        elif isinstance(swept.result, analysis.PolicySweep):
+            from cli.render import print_policy_sweep
+
+            print_policy_sweep(swept.result.rows, stdout_console())
         else:
             from cli.render import print_sweep
 
-            print_sweep(result, stdout_console())
-    warn(report)
+            print_sweep(swept.result, stdout_console())
+    warn(swept.log.report)
+
+
+def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:
+    """The rows as JSON objects; a policy's with its knobs."""
+    rows: list[dict[str, Any]] = result.rows.to_dicts()
+    if isinstance(result, analysis.PolicySweep):
+        for row, replayed in zip(rows, result.results, strict=True):
+            row["knobs"] = replayed.policy.to_dict()["knobs"]
+    return rows

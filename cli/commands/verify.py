@@ -46,34 +46,22 @@ def verify(
     traceback_: Traceback = False,
 ) -> None:
     """Check, step by step, that the replay reproduces what the run's own files say."""
-    run = analysis.read_run(run_folder, limits=run_limits(limit))
-    found = analysis.keep_versions_reproducing(run) if keep_versions is None else []
-    chosen = keep_versions if keep_versions is not None else (found or [0])[0]
-    result = analysis.replay_run(run, keep_versions=chosen)
+    verified = analysis.verify_run(
+        run_folder, keep_versions=keep_versions, limits=run_limits(limit)
+    )
+    result = verified.result
     with results_out():
         if json_output:
-            print_json(verdict(result, found, given=keep_versions is not None))
+            print_json(verified.to_dict())
         else:
             from cli.render import print_checks
 
             print_checks(result, stdout_console(), all_rows=all_checks)
-    say_verdict(result, found, given=keep_versions is not None)
+    say_verdict(result, list(verified.found), given=verified.given)
     for warning in result.warnings:
         typer.echo(f"warning: {flagged(warning)}", err=True)
-    if not result.consistent:
+    if not verified.consistent:
         raise typer.Exit(analysis.ExitCode.DISAGREES)
-
-
-def verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> dict[str, object]:
-    """The checks and the total, as ``verify --json`` prints them."""
-    return {
-        "keep_versions": result.keep_versions,
-        "keep_versions_given": given,
-        "keep_versions_reproducing": found if not given else None,
-        "agree": int(result.checks["agrees"].sum()),
-        "total": result.checks.height,
-        "checks": result.checks.to_dicts(),
-    }
 
 
 def say_verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> None:

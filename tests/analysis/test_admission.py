@@ -9,8 +9,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from analysis.errors import ConfigError, SettingSyntaxError
 from analysis.rules.admission import (

@@ -11,6 +11,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import analysis
+from analysis.compare import compare_logs
 from analysis.errors import ConfigError
 from analysis.simulation.parameters import SimulationConfig
 from analysis.simulation.simulator import simulate
@@ -18,7 +19,6 @@ from analysis.views.comparison import (
     DRIFT_SCHEMA,
     METRICS,
     CompareResult,
-    compare_logs,
     plot_compare,
 )
 

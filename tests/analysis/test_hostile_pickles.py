@@ -10,8 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from analysis.errors import DamagedFileError, ReplayError, SkipReason, UnsafePickleError
 from analysis.formats.pickled import pickles

@@ -10,8 +10,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from analysis.formats.text.lean import LeanList
 from analysis.table import labels as labels_module

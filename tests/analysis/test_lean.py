@@ -16,8 +16,7 @@ from typing import Any
 import orjson
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import analysis
 from analysis.errors import ReplayError

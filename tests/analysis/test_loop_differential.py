@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from analysis.engine.run_loop.replay import replay_run
 from analysis.formats.dressage.log import CALL_SCHEMA, EVENT_SCHEMA

@@ -372,7 +372,7 @@ AXES_PER_KIND = {"sweep": 2, "spans": 1, "gaps": 1, "timeline": 3, "heatmap": 2}
 def test_make_plot_and_save_each_kind(
     prepared: analysis.PreparedLog, tmp_path: Path, kind: str, suffix: str
 ) -> None:
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         kind, prepared, keep_versions=[1, 2], max_preempts=[2, None], batch_groups=None
     )
     assert len(figure.axes) == AXES_PER_KIND[kind]
@@ -386,7 +386,7 @@ def test_make_plot_and_save_each_kind(
 def test_make_plot_gaps_replays_each_keep_versions_with_the_first_max_preempts(
     prepared: analysis.PreparedLog,
 ) -> None:
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         "gaps", prepared, keep_versions=[0, 1, 3], max_preempts=[1, None], batch_groups=4
     )
     (ax,) = figure.axes
@@ -397,7 +397,7 @@ def test_make_plot_gaps_replays_each_keep_versions_with_the_first_max_preempts(
 def test_save_figure_extension_is_case_insensitive(
     prepared: analysis.PreparedLog, tmp_path: Path
 ) -> None:
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         "spans", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4
     )
     plots.save_figure(figure, tmp_path / "spans.PNG")
@@ -408,7 +408,7 @@ def test_save_figure_extension_is_case_insensitive(
 def test_unknown_extension_is_refused_and_leaves_no_file(
     prepared: analysis.PreparedLog, tmp_path: Path, name: str
 ) -> None:
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         "spans", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4
     )
     with pytest.raises(analysis.OutputError, match=r"use one of \.png, \.svg, \.pdf"):
@@ -417,7 +417,7 @@ def test_unknown_extension_is_refused_and_leaves_no_file(
 
 
 def test_missing_folder_is_an_output_error(prepared: analysis.PreparedLog, tmp_path: Path) -> None:
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         "spans", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4
     )
     with pytest.raises(analysis.OutputError, match="does not exist"):
@@ -426,11 +426,13 @@ def test_missing_folder_is_an_output_error(prepared: analysis.PreparedLog, tmp_p
 
 def test_unknown_kind_and_empty_settings_are_config_errors(prepared: analysis.PreparedLog) -> None:
     with pytest.raises(analysis.ConfigError, match="unknown plot kind 'pie'; use one of sweep"):
-        plots.make_plot("pie", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4)
+        analysis.make_plot("pie", prepared, keep_versions=[0], max_preempts=[None], batch_groups=4)
     with pytest.raises(analysis.ConfigError, match="keep_versions"):
-        plots.make_plot("spans", prepared, keep_versions=[], max_preempts=[None], batch_groups=4)
+        analysis.make_plot("spans", prepared, keep_versions=[], max_preempts=[None], batch_groups=4)
     with pytest.raises(analysis.ConfigError, match="keep_versions"):
-        plots.make_plot("spans", prepared, keep_versions=[-1], max_preempts=[None], batch_groups=4)
+        analysis.make_plot(
+            "spans", prepared, keep_versions=[-1], max_preempts=[None], batch_groups=4
+        )
 
 
 def test_log_without_versions_shows_explanations_instead_of_data(tmp_path: Path) -> None:
@@ -440,7 +442,7 @@ def test_log_without_versions_shows_explanations_instead_of_data(tmp_path: Path)
         "max_preempts": [None, 0],
         "batch_groups": 2,
     }
-    figures = {kind: plots.make_plot(kind, prepared, **settings) for kind in plots.PLOT_KINDS}
+    figures = {kind: analysis.make_plot(kind, prepared, **settings) for kind in plots.PLOT_KINDS}
 
     kept_ax, gap_ax = figures["sweep"].axes
     assert len(trend_lines(kept_ax)) == 2 and len(k_off_markers(kept_ax)) == 2
@@ -463,13 +465,13 @@ def test_log_without_versions_shows_explanations_instead_of_data(tmp_path: Path)
 def test_nothing_kept_shows_explanations() -> None:
     prepared = all_failed_log()
     settings: dict[str, Any] = {"keep_versions": [0], "max_preempts": [None], "batch_groups": 2}
-    kept_ax, _ = plots.make_plot("sweep", prepared, **settings).axes
+    kept_ax, _ = analysis.make_plot("sweep", prepared, **settings).axes
     assert "nothing kept" in shown_texts(kept_ax)
-    for ax in plots.make_plot("timeline", prepared, **settings).axes:
+    for ax in analysis.make_plot("timeline", prepared, **settings).axes:
         assert "nothing kept" in shown_texts(ax)
-    (gaps_ax,) = plots.make_plot("gaps", prepared, **settings).axes
+    (gaps_ax,) = analysis.make_plot("gaps", prepared, **settings).axes
     assert len(gaps_ax.patches) == 0
-    (heat_ax, _) = plots.make_plot("heatmap", prepared, **settings).axes
+    (heat_ax, _) = analysis.make_plot("heatmap", prepared, **settings).axes
     assert [t.get_text() for t in heat_ax.texts] == ["0.0"]
 
 

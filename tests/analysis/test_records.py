@@ -7,8 +7,7 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from analysis.formats.fields import canonical_row
 from analysis.table.fieldmap import SKIPPED, FieldMap, Found

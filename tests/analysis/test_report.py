@@ -10,7 +10,6 @@ import polars as pl
 import pytest
 
 import analysis
-from analysis.views.report import build_report
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "rollouts.jsonl"
 
@@ -21,7 +20,7 @@ def table() -> pl.DataFrame:
 
 
 def _build(table: pl.DataFrame, **header: Any) -> str:
-    return build_report(
+    return analysis.build_report(
         analysis.prepare(table), table, analysis.inspect_log(table),
         keep_versions=[0, 2], max_preempts=[None], **header,
     )  # fmt: skip
@@ -53,14 +52,12 @@ def test_header_shows_what_it_is_given(table: pl.DataFrame) -> None:
 def test_focus_prefers_both_controls_on_among_pareto_settings(table: pl.DataFrame) -> None:
     """With K off, the per-batch drop panel is empty: a 5,000-group report once focused on
     K=0, M=3 although K=4, M=3 was Pareto-efficient and kept as much."""
-    from analysis.views.report import focus_setting
-
     prepared = analysis.prepare(table)
     swept = analysis.sweep(prepared, keep_versions=[0, 1, 2, 3, 4], max_preempts=[None, 0, 1, 2, 3])
     rows = swept.rows.filter(pl.col("pareto"))
     both = rows.filter((pl.col("keep_versions") > 0) & pl.col("max_preempts").is_not_null())
     assert both.height, "the sample should have a Pareto setting with both controls on"
-    config = focus_setting(swept).config
+    config = analysis.focus_setting(swept).config
     assert config.keep_versions > 0 and config.max_preempts is not None
     best = both["tokens_kept_pct"].max()
     chosen = both.filter(
@@ -71,8 +68,6 @@ def test_focus_prefers_both_controls_on_among_pareto_settings(table: pl.DataFram
 
 
 def test_focus_falls_back_to_one_control_when_none_has_both(table: pl.DataFrame) -> None:
-    from analysis.views.report import focus_setting
-
     swept = analysis.sweep(analysis.prepare(table), keep_versions=[0], max_preempts=[None, 1, 2])
-    config = focus_setting(swept).config
+    config = analysis.focus_setting(swept).config
     assert config.keep_versions == 0 and config.max_preempts is not None

@@ -13,14 +13,12 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import analysis
 from analysis.engine import grid
 from analysis.engine.prepare import real_token_labels
 from analysis.engine.results import replay as replay_of_grid  # the replay grid.py calls
-from analysis.views import plots
 from analysis.views._figures import MAX_BARS, capped_bars
 from analysis.views.bias import arrival_delays
 from tests.strategies import raw_logs
@@ -133,7 +131,7 @@ def test_a_gap_of_hundreds_of_thousands_draws_a_bounded_histogram() -> None:
         }
     ]
     prepared = analysis.prepare(analysis.records_to_table(records))
-    figure = plots.make_plot(
+    figure = analysis.make_plot(
         "gaps", prepared, keep_versions=[0], max_preempts=[None], batch_groups=1
     )
     ax = figure.axes[0]

@@ -15,8 +15,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner, Result
 
 from analysis.formats.pickled.pickles import dump_pt
@@ -554,7 +553,7 @@ def test_sigterm_unwinds_once_and_is_then_ignored_during_the_clean_up() -> None:
     """A second SIGTERM, while outputs being written are removed, once cut that short."""
     import os
 
-    import cli
+    from cli import signals as cli
 
     before = signal.getsignal(signal.SIGTERM)
     try:
@@ -572,14 +571,12 @@ def test_an_interrupt_typer_ends_itself_is_still_reported(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """typer turns an interrupt that comes while it parses options into a quiet 130."""
-    import cli
-    from cli import app as entry
-    from cli import errors
+    from cli import app as entry, errors, signals
 
     monkeypatch.setattr(entry, "app", lambda **_: 130)
     monkeypatch.setattr(entry, "on_sigterm_unwind", lambda: None)
     for terminated, code, said in ((False, 130, "Interrupted"), (True, 143, "Terminated")):
-        monkeypatch.setattr(cli, "_terminated", terminated)
+        monkeypatch.setattr(signals, "_terminated", terminated)
         monkeypatch.setattr(errors, "_interrupt_said", False)
         with pytest.raises(SystemExit) as exit_:
             entry.main()

@@ -1,0 +1,196 @@
+"""Option groups: options that several commands share, declared once as a typed group
+that a command receives as one value, built once, knowing which options were given (from
+the parser, not by comparing with defaults)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+import analysis
+from cli.options import (
+    BadRecordPolicy,
+    BatchGroups,
+    FieldOption,
+    IncludeEval,
+    InputFormat,
+    KeepVersionsList,
+    LimitOption,
+    LogFormatOption,
+    MaxPreemptsList,
+    OnBadRecord,
+    OrderBy,
+    Quiet,
+    Reading,
+    Traceback,
+    TrustPickle,
+    parse_grid,
+    reading,
+)
+
+
+@dataclass(frozen=True)
+class ReadFlags:
+    """The options every command that reads logs shares, declared once (see
+    :func:`reads_logs`) and given to the command as this one value, built once."""
+
+    field: list[str] | None = None
+    on_bad_record: BadRecordPolicy = BadRecordPolicy.fail
+    trust_pickle: bool = False
+    limit: list[str] | None = None
+    include_eval: bool = False
+    log_format: InputFormat | None = None
+    quiet: bool = False
+    traceback_: bool = False
+    given: frozenset[str] = frozenset()
+    """Every option of the command that was given on its command line (the parser says
+    so: an option given as its default value is given)."""
+
+    def reading(self, inputs: Sequence[Path], *, order_by: str | None = None) -> Reading:
+        """The inputs, to be read as these options say."""
+        return reading(
+            inputs, field=self.field, on_bad_record=self.on_bad_record,
+            trust_pickle=self.trust_pickle, order_by=order_by, quiet=self.quiet,
+            include_eval=self.include_eval, log_format=self.log_format, limit=self.limit,
+        )  # fmt: skip
+
+    def options(self, *, order_by: str | None = None) -> analysis.ReadOptions:
+        """The library's read options these give; a --field or --limit that does not
+        parse is a usage error."""
+        return self.reading((), order_by=order_by).options
+
+
+_READ_FLAGS: dict[str, tuple[Any, Any]] = {
+    "field": (FieldOption, None),
+    "on_bad_record": (OnBadRecord, BadRecordPolicy.fail),
+    "trust_pickle": (TrustPickle, False),
+    "limit": (LimitOption, None),
+    "include_eval": (IncludeEval, False),
+    "log_format": (LogFormatOption, None),
+    "quiet": (Quiet, False),
+    "traceback_": (Traceback, False),
+}
+"""The shared options, as typer declares them (type with its ``typer.Option``, default), in
+the order ``--help`` lists them."""
+
+Command = Callable[..., None]
+Declared = dict[str, tuple[Any, Any]]
+"""Options as typer declares them: name: (type with its ``typer.Option``, default)."""
+
+
+def takes_group(
+    parameter: str, group: Callable[..., Any], declared: Declared, *,
+    placed: dict[str, str] | None = None,
+) -> Callable[[Command], Command]:  # fmt: skip
+    """A command's ``parameter`` (annotated with the group's class) becomes the ``declared``
+    options, declared once: typer sees them in its place (``placed`` puts a command's own
+    option after one of them, ``{"admission": "log_format"}``, so that --help keeps its
+    order), and the command receives one ``group(**values, given=...)``, which also knows
+    which of the command's options were given (from the parser:
+    ``ctx.get_parameter_source``, never by comparing with defaults)."""
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        names = list(signature.parameters)
+        own = [p for p in signature.parameters.values() if p.name != parameter]
+        moved = placed or {}
+        shared = [
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default
+            )
+            for name, (kind, default) in declared.items()
+        ]
+        for name, after in moved.items():
+            at = next(i for i, p in enumerate(shared) if p.name == after)
+            shared.insert(at + 1, next(p for p in own if p.name == name))
+        kept = [p for p in own if p.name not in moved]
+        at = sum(1 for name in names[: names.index(parameter)] if name not in moved)
+        own_context = "ctx" in names  # the command asks for the context itself
+        context = [] if own_context else [
+            inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        ]  # fmt: skip
+        parameters = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in [*context, *kept[:at], *shared, *kept[at:]]
+        ]
+
+        @functools.wraps(command)
+        def run(ctx: typer.Context, **values: Any) -> None:
+            given = frozenset(
+                name for name in ctx.params
+                if (source := ctx.get_parameter_source(name)) is not None
+                and source.name != "DEFAULT"
+            )  # fmt: skip
+            values[parameter] = group(**{name: values.pop(name) for name in declared}, given=given)
+            command(**values, **({"ctx": ctx} if own_context else {}))
+
+        run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run
+
+    return decorate
+
+
+def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """A command's ``read: ReadFlags`` parameter becomes the shared read options
+    (:func:`takes_group`)."""
+    return takes_group("read", ReadFlags, _READ_FLAGS, placed=placed)
+
+
+READ = ReadFlags()
+"""The default of a command's ``read`` parameter (:func:`reads_logs` replaces it)."""
+
+
+@dataclass(frozen=True)
+class GridFlags:
+    """The settings grid of sweep, plot and report (K and M lists, B, the arrival order),
+    declared once (:data:`_GRID`) and given to the command as this one value."""
+
+    keep_versions: str = "0..4"
+    max_preempts: str = "none,0..3"
+    batch_groups: int | None = None
+    order_by: str | None = None
+    given: frozenset[str] = frozenset()
+
+    def parse(self) -> tuple[list[int], list[int | None]]:
+        """The K and M lists (:func:`parse_grid`)."""
+        return parse_grid(self.keep_versions, self.max_preempts)
+
+    @property
+    def grid_given(self) -> bool:
+        """Whether -k or -m was given (the parser says so)."""
+        return bool({"keep_versions", "max_preempts"} & self.given)
+
+
+_GRID: Declared = {
+    "keep_versions": (KeepVersionsList, "0..4"),
+    "max_preempts": (MaxPreemptsList, "none,0..3"),
+    "batch_groups": (BatchGroups, None),
+    "order_by": (OrderBy, None),
+}
+"""The grid options, in the order --help lists them."""
+
+GRID = GridFlags()
+"""The default of a command's ``grid`` parameter (:func:`takes_grid` replaces it)."""
+
+
+def takes_grid(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """A command's ``grid: GridFlags`` parameter becomes the grid options
+    (:func:`takes_group`)."""
+    return takes_group("grid", GridFlags, _GRID, placed=placed)
+
+
+def sweeps_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
+    """sweep, plot and report: the grid (``grid: GridFlags``) and the read options
+    (``read: ReadFlags``), each declared once."""
+
+    def decorate(command: Command) -> Command:
+        return reads_logs()(takes_grid(placed=placed)(command))
+
+    return decorate
