@@ -84,6 +84,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         counted as counted,
         render as render,
     )
+    from analysis.formats import (
+        format_names as format_names,
+    )
     from analysis.formats.dressage.run import (
         RunLog as RunLog,
         is_run_folder as is_run_folder,
@@ -252,6 +255,7 @@ _HOME: dict[str, str] = {
     "Fit": "analysis.simulation.fit",
     "fit_run": "analysis.simulation.fit",
     "focus_setting": "analysis.studies",
+    "format_names": "analysis.formats",
     "FRAME_FORMATS": "analysis.output.checks",
     "InputNotFoundError": "analysis.errors",
     "inspect_log": "analysis.views.inspection",

@@ -19,7 +19,6 @@ from cli.options import (
     BatchGroups,
     FieldOption,
     IncludeEval,
-    InputFormat,
     KeepVersionsList,
     LimitOption,
     LogFormatOption,
@@ -45,7 +44,7 @@ class ReadFlags:
     trust_pickle: bool = False
     limit: list[str] | None = None
     include_eval: bool = False
-    log_format: InputFormat | None = None
+    log_format: str | None = None
     quiet: bool = False
     traceback_: bool = False
     given: frozenset[str] = frozenset()

@@ -240,28 +240,24 @@ IncludeEval = Annotated[
 ]
 
 
-class InputFormat(StrEnum):
-    jsonl = "jsonl"
-    artifacts = "artifacts"
-    pt = "pt"
-    parquet = "parquet"
-    ipc = "ipc"
-    prime_rl = "prime-rl"
-    areal = "areal"
-    verl = "verl"
-    nemo_rl = "nemo-rl"
+def _format_name(value: str) -> str:
+    """A ``--format`` value: one of the formats' names, in any letter case."""
+    names = analysis.format_names()
+    if value.lower() not in names:
+        raise typer.BadParameter(f"expected one of {', '.join(names)} (found {value!r})")
+    return value.lower()
 
 
 LogFormatOption = Annotated[
-    InputFormat | None,
+    str | None,
     typer.Option(
         "--format",
         help="Read every file given, and a folder's JSONL files, as this format instead of "
         "the one found: prime-rl traces.jsonl, AReaL rollout dumps, verl rollout_data_dir, "
         "NeMo-RL train_data_step dumps, or one of ours (default: found from names and the "
         "first record).",
-        parser=one_of(InputFormat),
-        metavar=choice_metavar(InputFormat),
+        parser=_format_name,
+        metavar="<" + "|".join(analysis.format_names()) + ">",
         show_default=False,
     ),
 ]
@@ -383,13 +379,13 @@ class Reading:
 def reading(
     inputs: Sequence[Path], *, field: list[str] | None, on_bad_record: BadRecordPolicy,
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,
-    include_eval: bool = False, log_format: InputFormat | None = None,
+    include_eval: bool = False, log_format: str | None = None,
     limit: list[str] | None = None,
 ) -> Reading:  # fmt: skip
     """What the shared options of a command that reads logs say."""
     options = read_options(
         field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by,
-        include_eval=include_eval, log_format=None if log_format is None else log_format.value,
+        include_eval=include_eval, log_format=log_format,
         limit=limit,
     )  # fmt: skip
     return Reading(inputs, options, order_by, quiet)

@@ -17,10 +17,14 @@ from analysis.errors import (
     counted,
     setting,
 )
+from analysis.formats.canonical.format import IPC, PARQUET
 from analysis.formats.dressage.artifacts import is_artifact_folder, is_run_tree
+from analysis.formats.dressage.format import FORMAT as ARTIFACTS
+from analysis.formats.jsonl.format import FORMAT as JSONL
 from analysis.formats.peer_records import numbered_files
 from analysis.formats.peers import PeerFormat
-from analysis.formats.registry import ARTIFACTS, BY_NAME, DUMPS, IPC, JSONL, PARQUET, PEERS, named
+from analysis.formats.registry import BY_NAME, PEERS, named
+from analysis.formats.slime_dumps.format import FORMAT as DUMPS
 from analysis.formats.slime_dumps.reader import is_eval_dump
 from analysis.formats.source import Source
 from analysis.formats.text.jsonl import jsonl_records
@@ -36,7 +40,8 @@ def detect_sources(
 
     A folder's evaluation dumps (``eval_<N>.pt``) are left out unless ``include_eval``
     (a warning names them); a file given by name is always read. ``log_format`` (one of
-    :data:`analysis.formats.registry.NAMES`) reads every file given, and every JSONL file of a folder, as that
+    :data:`analysis.formats.registry.NAMES`) reads every file given, and every JSONL file of a
+    folder, as that
     format instead of the one found."""
     sources: list[Source] = []
     warnings: list[str] = []

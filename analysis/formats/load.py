@@ -18,9 +18,10 @@ from analysis.errors import Message, MissingFieldError, setting
 from analysis.formats.discover import detect_sources, read_as
 from analysis.formats.fields import canonical_row
 from analysis.formats.frames import KindsSeen, rows_to_frame, stacked, where_from
+from analysis.formats.jsonl.format import FORMAT as JSONL
 from analysis.formats.load_report import LoadReport
 from analysis.formats.reading import Reading
-from analysis.formats.registry import BY_NAME, FORMATS, JSONL
+from analysis.formats.registry import BY_NAME, FORMATS
 from analysis.formats.source import Source, unreadable_error
 from analysis.formats.text.jsonl_parts import Piece
 from analysis.table.fieldmap import FieldMap

@@ -1,55 +1,38 @@
 """Every format a log is read as, listed once: ``--format``, discovery, the load and
 ``inspect`` find a format here by its name.
 
-Adding a format is a folder ``analysis/formats/<format>/`` whose ``format.py`` defines
-``FORMAT`` (a :class:`analysis.formats.reading.Format`), and one line below.
+The formats are made from the folders :data:`analysis.formats.FOLDERS` lists (adding a
+format is its folder and one entry there).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 
 from analysis.errors import ConfigError, setting
-from analysis.formats.areal.format import FORMAT as AREAL
-from analysis.formats.canonical.format import IPC, PARQUET
-from analysis.formats.dressage.format import FORMAT as ARTIFACTS
-from analysis.formats.jsonl.format import FORMAT as JSONL
-from analysis.formats.nemo_rl.format import FORMAT as NEMO_RL
+from analysis.formats import FOLDERS
 from analysis.formats.peers import PeerFormat
-from analysis.formats.prime_rl.format import FORMAT as PRIME_RL
 from analysis.formats.reading import Format
-from analysis.formats.slime_dumps.format import FORMAT as DUMPS
-from analysis.formats.verl.format import FORMAT as VERL
 
-FORMATS: tuple[Format, ...] = (
-    JSONL,
-    ARTIFACTS,
-    DUMPS,
-    PARQUET,
-    IPC,
-    PRIME_RL,
-    AREAL,
-    VERL,
-    NEMO_RL,
-)
-"""Every format, in the order ``--format`` lists them; other systems' logs last, in the
-order a record's shape is tried against theirs."""
+
+def _formats() -> tuple[Format, ...]:
+    made: list[Format] = []
+    for folder in FOLDERS:
+        module = importlib.import_module(f"analysis.formats.{folder}.format")
+        made += [fmt for fmt in module.FORMATS if isinstance(fmt, Format)]
+    return tuple(made)
+
+
+FORMATS: tuple[Format, ...] = _formats()
+"""Every format, made from the folders of :data:`analysis.formats.FOLDERS`, in their order."""
 
 __all__ = [
-    "AREAL",
-    "ARTIFACTS",
     "BY_NAME",
-    "DUMPS",
     "FORMATS",
-    "IPC",
-    "JSONL",
     "NAMES",
-    "NEMO_RL",
-    "PARQUET",
     "PEERS",
     "PEER_FORMATS",
-    "PRIME_RL",
-    "VERL",
     "converted_warnings",
     "named",
     "peer_limits",

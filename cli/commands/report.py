@@ -88,6 +88,6 @@ def _reproduce(
           if read.on_bad_record is not BadRecordPolicy.fail else []),
         *(["--trust-pickle"] if read.trust_pickle else []),
         *(["--eval"] if read.include_eval else []),
-        *(["--format", read.log_format.value] if read.log_format is not None else []),
+        *(["--format", read.log_format] if read.log_format is not None else []),
     ]  # fmt: skip
     return shlex.join(words)

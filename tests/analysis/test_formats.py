@@ -5,6 +5,9 @@ added there (its object and one registry entry) is found by name, by file ending
 from __future__ import annotations
 
 import csv
+import importlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +17,7 @@ import pytest
 
 import analysis
 from analysis.errors import ConfigError
-from analysis.formats import registry
+from analysis.formats import FOLDERS, registry
 from analysis.formats.discover import detect_sources
 from analysis.formats.reading import Format, RawRecords, Reading
 from analysis.formats.source import Source
@@ -28,10 +31,19 @@ def test_every_format_is_listed_once_by_its_own_name() -> None:
     assert len(endings) == len(set(endings)), "one file ending, one format"
 
 
-def test_the_command_lines_format_choices_are_the_registrys() -> None:
-    from cli.options import InputFormat
+def test_the_folders_names_are_their_formats_names() -> None:
+    """The names the command line offers (read without loading a reader) are the formats'."""
+    assert analysis.format_names() == registry.NAMES
+    for folder in FOLDERS:
+        package = importlib.import_module(f"analysis.formats.{folder}")
+        module = importlib.import_module(f"analysis.formats.{folder}.format")
+        assert package.NAMES == tuple(fmt.name for fmt in module.FORMATS), folder
 
-    assert [choice.value for choice in InputFormat] == list(registry.NAMES)
+
+def test_the_format_names_are_known_without_polars() -> None:
+    code = "import sys, analysis; analysis.format_names(); print('polars' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_an_unknown_format_name_lists_the_registrys(tmp_path: Path) -> None:

@@ -40,3 +40,5 @@ FORMAT = PeerFormat(
     file_order=reader.file_order,
     tree=tree,
 )
+
+FORMATS = (FORMAT,)

@@ -53,3 +53,5 @@ IPC = TableFormat(
     fields_unused=_FIELDS_UNUSED,
     reads_alone=True,
 )
+
+FORMATS = (PARQUET, IPC)

@@ -86,3 +86,5 @@ FORMAT = ArtifactFormat(
     described="a Dressage artifact file",
     endings=(".json",),
 )
+
+FORMATS = (FORMAT,)

@@ -81,3 +81,5 @@ FORMAT = JsonlFormat(
     endings=(".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz"),
     reads_alone=True,
 )
+
+FORMATS = (FORMAT,)

@@ -17,3 +17,5 @@ FORMAT = PeerFormat(
     file_order=reader.step_of,
     names_files=True,
 )
+
+FORMATS = (FORMAT,)

@@ -43,3 +43,5 @@ FORMAT = PeerFormat(
     file_order=reader.step_of,
     tree=tree,
 )
+
+FORMATS = (FORMAT,)

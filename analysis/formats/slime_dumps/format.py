@@ -67,3 +67,5 @@ FORMAT = DumpFormat(
     endings=(".pt", ".pkl", ".pickle"),
     magic=(ZIP_MAGIC, b"\x80"),
 )
+
+FORMATS = (FORMAT,)

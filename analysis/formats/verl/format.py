@@ -17,3 +17,5 @@ FORMAT = PeerFormat(
     file_order=reader.file_order,
     names_files=True,
 )
+
+FORMATS = (FORMAT,)
