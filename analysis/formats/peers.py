@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 import polars as pl
@@ -50,6 +51,33 @@ class PeerFormat(Format):
     @property
     def display(self) -> str:
         return self.users_name or self.name
+
+    @classmethod
+    def of(
+        cls,
+        reader: ModuleType,
+        *,
+        described: str,
+        users_name: str,
+        file_order: Callable[[Path], Any],
+        names_files: bool = False,
+        tree: Tree | None = None,
+    ) -> PeerFormat:
+        """The format of a system whose ``reader`` module gives its ``NAME``, record
+        ``KEYS``, ``NO_VERSIONS``, ``LIMITS`` and ``rows``."""
+        return cls(
+            name=reader.NAME,
+            described=described,
+            fields_unused=FIELDS_UNUSED,
+            no_versions=reader.NO_VERSIONS,
+            cannot_tell=reader.LIMITS,
+            users_name=users_name,
+            keys=reader.KEYS,
+            rows=reader.rows,
+            file_order=file_order,
+            names_files=names_files,
+            tree=tree,
+        )
 
     def read(
         self, source: Source, reading: Reading, before: int, total: int

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.formats.areal import reader
 from analysis.formats.peer_records import numbered_files
-from analysis.formats.peers import FIELDS_UNUSED, PeerFormat
+from analysis.formats.peers import PeerFormat
 
 
 def tree(
@@ -28,15 +28,10 @@ def tree(
     return None
 
 
-FORMAT = PeerFormat(
-    name=reader.NAME,
+FORMAT = PeerFormat.of(
+    reader,
     described="an AReaL log",
     users_name="AReaL",
-    fields_unused=FIELDS_UNUSED,
-    no_versions=reader.NO_VERSIONS,
-    cannot_tell=reader.LIMITS,
-    keys=reader.KEYS,
-    rows=reader.rows,
     file_order=reader.file_order,
     tree=tree,
 )

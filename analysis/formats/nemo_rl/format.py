@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from analysis.formats.nemo_rl import reader
-from analysis.formats.peers import FIELDS_UNUSED, PeerFormat
+from analysis.formats.peers import PeerFormat
 
-FORMAT = PeerFormat(
-    name=reader.NAME,
+FORMAT = PeerFormat.of(
+    reader,
     described="a NeMo-RL log",
     users_name="NeMo-RL",
-    fields_unused=FIELDS_UNUSED,
-    no_versions=reader.NO_VERSIONS,
-    cannot_tell=reader.LIMITS,
-    keys=reader.KEYS,
-    rows=reader.rows,
     file_order=reader.step_of,
     names_files=True,
 )

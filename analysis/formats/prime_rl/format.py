@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analysis.formats.peer_records import numbered_files, trailing_number
-from analysis.formats.peers import FIELDS_UNUSED, PeerFormat
+from analysis.formats.peers import PeerFormat
 from analysis.formats.prime_rl import reader
 
 
@@ -31,15 +31,10 @@ def tree(
     return None
 
 
-FORMAT = PeerFormat(
-    name=reader.NAME,
+FORMAT = PeerFormat.of(
+    reader,
     described="a prime-rl log",
     users_name="prime-rl",
-    fields_unused=FIELDS_UNUSED,
-    no_versions=reader.NO_VERSIONS,
-    cannot_tell=reader.LIMITS,
-    keys=reader.KEYS,
-    rows=reader.rows,
     file_order=reader.step_of,
     tree=tree,
 )
