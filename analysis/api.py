@@ -391,14 +391,15 @@ def _replay_run_folder(
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
     are read within the options' limits."""
+    default = ReadOptions()  # a library call has no parser: an option is given when it differs
     given = {
         "batch_groups": config.batch_groups is not None,
         "order_by": bool(order_by),
-        "fields": options.fields != ReadOptions().fields,
         "bias": bias,
-        "on_bad_record": options.on_bad_record != "fail",
-        "trust_pickle": options.trust_pickle,
-        "include_eval": options.include_eval,
+        **{
+            name: getattr(options, name) != getattr(default, name)
+            for name in ("fields", "on_bad_record", "trust_pickle", "include_eval")
+        },
     }
     if unused := [name for name, is_given in given.items() if is_given]:
         raise NotUsedError(unused)

@@ -24,6 +24,7 @@ from analysis.engine import (
     trajectory_outcomes,
 )
 from analysis.engine.batch_size import batch_groups_for
+from analysis.engine.decisions import Decision
 from analysis.errors import ConfigError
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
@@ -182,8 +183,11 @@ def _metrics(summary: ReplaySummary) -> dict[str, float | None]:
         counts = summary.counts[unit]
         # A null total (token figures unknown) or an empty log has no percentages.
         total = counts["total"]
-        lost = sum(counts[key] or 0 for key in ("dropped_stale", "rejected_span", "failed"))
-        figures[f"{unit} kept (%)"] = 100 * (counts["kept"] or 0) / total if total else None
+        lost = sum(
+            counts[key] or 0
+            for key in (Decision.DROPPED_STALE, Decision.REJECTED_SPAN, Decision.FAILED)
+        )
+        figures[f"{unit} kept (%)"] = 100 * (counts[Decision.KEPT] or 0) / total if total else None
         figures[f"{unit} lost (%)"] = 100 * lost / total if total else None
     return figures
 
@@ -196,7 +200,7 @@ def _distribution(
     outcomes: pl.DataFrame, column: str, name: str, schema: dict[str, pl.DataType]
 ) -> pl.DataFrame:
     """Kept trajectories per value of ``column`` and their share of the run's total."""
-    kept = outcomes.filter((pl.col("decision") == "kept") & pl.col(column).is_not_null())
+    kept = outcomes.filter((pl.col("decision") == Decision.KEPT) & pl.col(column).is_not_null())
     return (
         kept.group_by(column)
         .agg(trajectories=pl.len())

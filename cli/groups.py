@@ -22,11 +22,11 @@ from cli.options import (
     KeepVersionsList,
     LimitOption,
     LogFormatOption,
+    LogInputs,
     MaxPreemptsList,
     OnBadRecord,
     OrderBy,
     Quiet,
-    Reading,
     Traceback,
     TrustPickle,
     parse_grid,
@@ -51,7 +51,7 @@ class ReadFlags:
     """Every option of the command that was given on its command line (the parser says
     so: an option given as its default value is given)."""
 
-    def reading(self, inputs: Sequence[Path], *, order_by: str | None = None) -> Reading:
+    def reading(self, inputs: Sequence[Path], *, order_by: str | None = None) -> LogInputs:
         """The inputs, to be read as these options say."""
         return reading(
             inputs, field=self.field, on_bad_record=self.on_bad_record,

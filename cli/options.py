@@ -357,7 +357,7 @@ def run_limits(limit: list[str] | None) -> analysis.Limits:
 
 
 @dataclass(frozen=True)
-class Reading:
+class LogInputs:
     """Inputs and how to read them, with a progress bar unless quiet."""
 
     inputs: Sequence[Path]
@@ -381,11 +381,11 @@ def reading(
     trust_pickle: bool, order_by: str | None = None, quiet: bool = False,
     include_eval: bool = False, log_format: str | None = None,
     limit: list[str] | None = None,
-) -> Reading:  # fmt: skip
+) -> LogInputs:  # fmt: skip
     """What the shared options of a command that reads logs say."""
     options = read_options(
         field=field, on_bad_record=on_bad_record, trust_pickle=trust_pickle, order_by=order_by,
         include_eval=include_eval, log_format=log_format,
         limit=limit,
     )  # fmt: skip
-    return Reading(inputs, options, order_by, quiet)
+    return LogInputs(inputs, options, order_by, quiet)

@@ -80,7 +80,16 @@ def _edges() -> Iterator[Edge]:
                     yield Edge(name, target, node.lineno, names)
 
 
-EDGES = list(_edges())
+def _registry_edges() -> Iterator[Edge]:
+    """The registry imports each format folder's ``format`` by name (importlib), which the
+    source's import statements do not show."""
+    from analysis.formats import FOLDERS
+
+    for folder in FOLDERS:
+        yield Edge("analysis.formats.registry", f"analysis.formats.{folder}.format", 0, ())
+
+
+EDGES = [*_edges(), *_registry_edges()]
 
 
 def layer(module: str) -> int:
@@ -99,9 +108,7 @@ def test_every_module_is_in_a_layer() -> None:
 
 def _against_layers() -> set[str]:
     return {
-        f"{e.importer} imports {e.imported}"
-        for e in EDGES
-        if e.importer != "analysis" and layer(e.imported) > layer(e.importer)
+        f"{e.importer} imports {e.imported}" for e in EDGES if layer(e.imported) > layer(e.importer)
     }
 
 

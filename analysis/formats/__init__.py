@@ -20,8 +20,9 @@ FOLDERS = (
     "verl",
     "nemo_rl",
 )
-"""The format folders, in the order ``--format`` lists their formats; other systems' logs
-last, in the order a record's shape is tried against theirs."""
+"""The format folders, in the order ``--format`` lists their formats, a file of no known
+ending is sniffed (JSONL's ``{`` first) and a record's shape is tried against other
+systems' (theirs last)."""
 
 
 def format_names() -> tuple[str, ...]:

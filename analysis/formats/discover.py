@@ -17,14 +17,12 @@ from analysis.errors import (
     counted,
     setting,
 )
-from analysis.formats.canonical.format import IPC, PARQUET
 from analysis.formats.dressage.artifacts import is_artifact_folder, is_run_tree
 from analysis.formats.dressage.format import FORMAT as ARTIFACTS
 from analysis.formats.jsonl.format import FORMAT as JSONL
 from analysis.formats.peer_records import numbered_files
 from analysis.formats.peers import PeerFormat
 from analysis.formats.registry import BY_NAME, PEERS, named
-from analysis.formats.slime_dumps.format import FORMAT as DUMPS
 from analysis.formats.slime_dumps.reader import is_eval_dump
 from analysis.formats.source import Source
 from analysis.formats.text.jsonl import jsonl_records
@@ -85,19 +83,29 @@ def _chosen(log_format: str | None) -> str | None:
 
 def read_as(path: Path) -> str:
     """The format a file is read as: by name and content, and a JSONL file whose first
-    record has the shape of another system's log as that system's (analysis.formats.peers)."""
+    record has the shape of another system's log as that system's (:func:`peer_of_file`)."""
     found = file_format(path)
-    if found == "jsonl" and not is_pipe(path):  # a pipe is read once: never probed
+    if found == JSONL.name and not is_pipe(path):  # a pipe is read once: never probed
         return peer_of_file(path) or found
     return found
 
 
-_FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("slime dump", DUMPS.endings),
-    ("JSONL", JSONL.endings),
-    ("Parquet/Arrow", PARQUET.endings + IPC.endings),
-)
-"""The files a folder's logs are looked for in, by (lower-case) name ending."""
+ARTIFACT_TREE = "artifacts"
+"""The kind a Dressage artifact tree stands as among a folder's kinds of log."""
+
+
+def _folder_kinds() -> list[tuple[str, tuple[str, ...]]]:
+    """The kinds of file a folder's logs are looked for as, in the order they are
+    preferred, each with its (lower-case) name endings; the artifact tree in its place."""
+    ranks: dict[str, int] = {ARTIFACT_TREE: ARTIFACTS.folder_rank}
+    endings: dict[str, tuple[str, ...]] = {ARTIFACT_TREE: ()}
+    for fmt in BY_NAME.values():
+        if fmt.folder_kind is not None:
+            ranks[fmt.folder_kind] = min(
+                ranks.get(fmt.folder_kind, fmt.folder_rank), fmt.folder_rank
+            )
+            endings[fmt.folder_kind] = endings.get(fmt.folder_kind, ()) + fmt.endings
+    return [(kind, endings[kind]) for kind in sorted(ranks, key=ranks.__getitem__)]
 
 
 def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
@@ -112,12 +120,13 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
         raise InputNotFoundError(
             f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
         ) from exc
-    found: dict[str, list[Path]] = {kind: [] for kind, _ in _FOLDER_KINDS}
+    kinds = [(kind, endings) for kind, endings in _folder_kinds() if endings]
+    found: dict[str, list[Path]] = {kind: [] for kind, _ in kinds}
     broken: list[str] = []
     try:
         for entry in entries:
             name = entry.name.lower()
-            for kind, endings in _FOLDER_KINDS:
+            for kind, endings in kinds:
                 if not name.endswith(endings):
                     continue
                 if (path := root / entry.name).is_file():
@@ -135,7 +144,7 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
 
 
 def _directory_sources(root: Path, log_format: str | None = None) -> tuple[list[Source], list[str]]:
-    """A folder's logs: another system's rollouts tree (analysis.formats.peers.peer_tree), else
+    """A folder's logs: another system's rollouts tree (:func:`peer_tree`), else
     what :func:`_dressage_or_slime_sources` finds."""
     if (tree := peer_tree(root, log_format)) is not None:
         kind, paths, note = tree
@@ -164,8 +173,8 @@ def _dressage_or_slime_sources(
     chosen: list[Source] = []
     what = ""
     unread: list[str] = []
-    for kind in ("slime dump", "artifacts", "JSONL", "Parquet/Arrow"):
-        if kind == "artifacts":
+    for kind, _ in _folder_kinds():
+        if kind == ARTIFACT_TREE:
             if artifacts and chosen:
                 unread.append("a Dressage artifact tree")
             elif artifacts:
@@ -180,7 +189,7 @@ def _dressage_or_slime_sources(
         elif paths:
             # slime dumps are put in trainer-step order once read (order_dumps).
             chosen = [Source(path, file_format(path)) for path in paths]
-            if kind == "JSONL":
+            if kind == JSONL.folder_kind:
                 chosen, left = _jsonl_sources(paths, _chosen(log_format))
                 unread += [_named(left, "other JSONL file")] if left else []
             what = f"the {kind} file" if len(chosen) == 1 else f"the {len(chosen)} {kind} files"
@@ -205,7 +214,7 @@ def _dressage_or_slime_sources(
 
 
 def _jsonl_sources(paths: list[Path], log_format: str | None) -> tuple[list[Source], list[Path]]:
-    """A folder's JSONL files: another system's log (analysis.formats.peers.peer_files) in that
+    """A folder's JSONL files: another system's log (:func:`peer_files`) in that
     system's order, with the files beside it that are not part of it; else plain JSONL in
     name order."""
     told = None if log_format is None else BY_NAME[log_format]

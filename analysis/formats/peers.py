@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import polars as pl
 
@@ -32,6 +31,20 @@ Tree = Callable[[Path, str | None, Callable[[Path], str | None]], tuple[list[Pat
 file's system): the files read in arrival order and a note of what was read; else None."""
 
 
+class PeerReader(Protocol):
+    """What a system's ``reader`` module gives its format (:meth:`PeerFormat.of`)."""
+
+    @property
+    def NAME(self) -> str: ...
+    @property
+    def KEYS(self) -> frozenset[str]: ...
+    @property
+    def NO_VERSIONS(self) -> str: ...
+    @property
+    def LIMITS(self) -> tuple[str, ...]: ...
+    def rows(self, path: Path, records: Iterable[tuple[int, Any]]) -> Iterator[PeerItem]: ...
+
+
 @dataclass(frozen=True)
 class PeerFormat(Format):
     """Another system's JSONL log: its records' keys tell it apart (``keys``: every key
@@ -46,6 +59,7 @@ class PeerFormat(Format):
     file_order: Callable[[Path], Any] | None = None
     names_files: bool = False
     tree: Tree | None = None
+    notes: Callable[[pl.DataFrame], tuple[str, ...]] | None = None
     peer: ClassVar[bool] = True
 
     @property
@@ -55,13 +69,15 @@ class PeerFormat(Format):
     @classmethod
     def of(
         cls,
-        reader: ModuleType,
+        reader: PeerReader,
         *,
         described: str,
         users_name: str,
         file_order: Callable[[Path], Any],
         names_files: bool = False,
         tree: Tree | None = None,
+        notes: Callable[[pl.DataFrame], tuple[str, ...]] | None = None,
+        step_offset: int = 0,
     ) -> PeerFormat:
         """The format of a system whose ``reader`` module gives its ``NAME``, record
         ``KEYS``, ``NO_VERSIONS``, ``LIMITS`` and ``rows``."""
@@ -77,7 +93,12 @@ class PeerFormat(Format):
             file_order=file_order,
             names_files=names_files,
             tree=tree,
+            notes=notes,
+            step_offset=step_offset,
         )
+
+    def table_notes(self, table: pl.DataFrame) -> tuple[str, ...]:
+        return () if self.notes is None or table.height == 0 else self.notes(table)
 
     def read(
         self, source: Source, reading: Reading, before: int, total: int

@@ -65,6 +65,14 @@ class Format:
     fields_unused: tuple[str, str] | None = None
     no_versions: str = ""
     cannot_tell: tuple[str, ...] = ()
+    folder_kind: str | None = None
+    """The kind of file a folder's logs of it are looked for as ("JSONL"; files of one kind
+    are read together), None when a folder's files are not searched for it."""
+    folder_rank: int = 50
+    """Where its kind stands when a folder holds several (the lowest is read, the others
+    named in a warning)."""
+    step_offset: int = 0
+    """A trainer step ``s`` of its logs trains weight version ``s - step_offset``."""
     reads_alone: bool = False
     """Each file of it reads to the same rows alone as among the others (no order across
     files, no state): a partitioned conversion makes it a unit of its own."""
@@ -81,6 +89,15 @@ class Format:
     def sniff(self, head: bytes) -> bool:
         """Whether a file of no known ending is of this format, by its first 8 bytes."""
         return bool(self.magic) and head.startswith(self.magic)
+
+    def versionless(self) -> str | None:
+        """The warning that a replay of its logs has nothing to act on (no weight versions),
+        None when they carry them."""
+        return f"{self.name} log: {self.no_versions}" if self.no_versions else None
+
+    def table_notes(self, table: pl.DataFrame) -> tuple[str, ...]:
+        """What a table read from its logs cannot tell, counted (``inspect``)."""
+        return ()
 
     def arrange(self, sources: list[Source], reading: Reading) -> list[Source]:
         """The sources in the order they are read: as given, unless the format's order is
@@ -134,11 +151,8 @@ class Reading:
     def versionless(self, names: Iterable[str]) -> list[str]:
         """One warning per format of these whose logs carry no weight versions (verl,
         NeMo-RL): a replay of them has nothing to act on, whatever its settings."""
-        return [
-            f"{name} log: {self.formats[name].no_versions}"
-            for name in dict.fromkeys(names)
-            if name in self.formats and self.formats[name].no_versions
-        ]
+        found = (self.formats[name] for name in dict.fromkeys(names) if name in self.formats)
+        return [warning for fmt in found if (warning := fmt.versionless()) is not None]
 
     def skip_or_raise(self, error: ReplayError) -> None:
         """Count ``error`` as skipped (``on_bad_record="skip"``), or raise it with what to

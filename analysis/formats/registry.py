@@ -20,7 +20,10 @@ def _formats() -> tuple[Format, ...]:
     made: list[Format] = []
     for folder in FOLDERS:
         module = importlib.import_module(f"analysis.formats.{folder}.format")
-        made += [fmt for fmt in module.FORMATS if isinstance(fmt, Format)]
+        for fmt in module.FORMATS:
+            if not isinstance(fmt, Format):
+                raise TypeError(f"{module.__name__}.FORMATS holds {fmt!r}, not a Format")
+            made.append(fmt)
     return tuple(made)
 
 
@@ -65,26 +68,25 @@ def peer_limits(names: Iterable[str]) -> tuple[str, ...]:
 def peer_warnings(names: Iterable[str]) -> list[str]:
     """One warning per format of these whose logs carry no weight versions (verl,
     NeMo-RL): a replay of them has nothing to act on, whatever its settings."""
-    return [
-        f"{name} log: {BY_NAME[name].no_versions}"
-        for name in dict.fromkeys(names)
-        if name in BY_NAME and BY_NAME[name].no_versions
-    ]
+    found = (BY_NAME[name] for name in dict.fromkeys(names) if name in BY_NAME)
+    return [warning for fmt in found if (warning := fmt.versionless()) is not None]
 
 
 def converted_warnings(warnings: Iterable[str], names: Iterable[str]) -> list[str]:
     """``warnings`` of a conversion, each once, with :func:`peer_warnings`' words for a
     replay put for a convert: the table written carries no weight versions either."""
-    replay_words = set(peer_warnings(names))
+    converted = {
+        warning: (
+            f"{fmt.name} log: no weight versions, so the table written has none either: "
+            "staleness cannot be computed from it, only steps (inspecting it says what "
+            "the log can tell)"
+        )
+        for fmt in (BY_NAME[name] for name in names if name in BY_NAME)
+        if (warning := fmt.versionless()) is not None
+    }
     out: list[str] = []
     for warning in warnings:
-        if warning in replay_words:
-            name = warning.split(" log: ", 1)[0]
-            warning = (
-                f"{name} log: no weight versions, so the table written has none either: "
-                "staleness cannot be computed from it, only steps (inspecting it says what "
-                "the log can tell)"
-            )
+        warning = converted.get(warning, warning)
         if warning not in out:
             out.append(warning)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from analysis.errors import ConfigError, SettingSyntaxError, setting
+from analysis.formats.registry import BY_NAME
 from analysis.rules.grammar import ADMISSION_RULES, split_spec
 from analysis.rules.spec import POLICIES
 from analysis.table.labels import real_label
@@ -180,7 +181,8 @@ def default_step_offset(formats: list[str] | tuple[str, ...]) -> int:
     """Which version a trainer step trains, as step - offset: prime-rl's batch ``step``
     trains version ``step - 1``; Dressage's and slime's rollout ``r`` is taken to train version
     ``r`` (one update per rollout, versions counted from 0)."""
-    return 1 if formats and all(name == "prime-rl" for name in formats) else 0
+    offsets = {BY_NAME[name].step_offset if name in BY_NAME else 0 for name in formats}
+    return offsets.pop() if len(offsets) == 1 else 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import polars as pl
 
 from analysis.engine import PreparedLog, prepare
 from analysis.formats.load_report import LoadReport
-from analysis.formats.registry import peer_limits
+from analysis.formats.registry import BY_NAME, peer_limits
 from analysis.formats.slime_dumps.reader import EVAL_GROUP_PREFIX
 
 _NUMERIC = re.compile(r"-?\d+")
@@ -127,18 +127,15 @@ def inspect_log(
         attempt_groups=table.filter(pl.col("group_id").str.contains(_ATTEMPT))[
             "group_id"
         ].n_unique(),
-        limits=peer_limits(sources) + _start_versions(table, sources),
+        limits=peer_limits(sources)
+        + tuple(
+            note
+            for name in dict.fromkeys(sources)
+            if name in BY_NAME
+            for note in BY_NAME[name].table_notes(table)
+        ),
         converted_from=tuple(report.converted_from),
     )
-
-
-def _start_versions(table: pl.DataFrame, formats: list[str]) -> tuple[str, ...]:
-    """For an AReaL log, how many groups have no start version (head_version -1)."""
-    if "areal" not in formats or table.height == 0:
-        return ()
-    groups = table.group_by("group_id").agg(pl.col("version_spans").is_not_null().any())
-    unknown = groups.filter(~pl.col("version_spans")).height
-    return (f"start version unknown for {unknown:,} of {groups.height:,} groups in this log",)
 
 
 def _misordered_numeric(observed: tuple[str, ...]) -> int:

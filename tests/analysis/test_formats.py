@@ -83,8 +83,10 @@ def test_a_format_added_to_the_registry_is_found_and_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Adding a format is its object and one registry entry: discovery finds its files by
-    ending, ``--format`` accepts its name, and the load reads them like any other."""
-    tsv = _TsvFormat(name="tsv", described="a TSV log", endings=(".tsv",))
+    ending, alone or in a folder, ``log_format`` accepts its name, and the load reads them
+    like any other. (``FOLDERS`` makes the entry from a folder on disk; here it is made by
+    hand, as the test writes no module into the package.)"""
+    tsv = _TsvFormat(name="tsv", described="a TSV log", endings=(".tsv",), folder_kind="TSV")
     monkeypatch.setitem(registry.BY_NAME, "tsv", tsv)
     monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "tsv"))
     log = tmp_path / "run.tsv"
@@ -96,6 +98,7 @@ def test_a_format_added_to_the_registry_is_found_and_read(
         ("g0", "t1", "v2"),
         ("g1", "t2", "v2"),
     ]
+    assert analysis.load_logs([tmp_path]).height == 3  # a folder of its files
     renamed = tmp_path / "run.txt"
     log.rename(renamed)
     assert analysis.load_logs([renamed], log_format="tsv").height == 3

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
+
 from analysis.formats.areal import reader
 from analysis.formats.peer_records import numbered_files
 from analysis.formats.peers import PeerFormat
@@ -28,12 +30,20 @@ def tree(
     return None
 
 
+def start_versions(table: pl.DataFrame) -> tuple[str, ...]:
+    """How many groups have no start version (head_version -1: prompt tokens counted)."""
+    groups = table.group_by("group_id").agg(pl.col("version_spans").is_not_null().any())
+    unknown = groups.filter(~pl.col("version_spans")).height
+    return (f"start version unknown for {unknown:,} of {groups.height:,} groups in this log",)
+
+
 FORMAT = PeerFormat.of(
     reader,
     described="an AReaL log",
     users_name="AReaL",
     file_order=reader.file_order,
     tree=tree,
+    notes=start_versions,
 )
 
 FORMATS = (FORMAT,)

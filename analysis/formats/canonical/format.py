@@ -43,6 +43,8 @@ PARQUET = TableFormat(
     endings=(".parquet",),
     magic=(b"PAR1",),
     fields_unused=_FIELDS_UNUSED,
+    folder_kind="Parquet/Arrow",
+    folder_rank=3,
     reads_alone=True,
 )
 IPC = TableFormat(
@@ -51,6 +53,8 @@ IPC = TableFormat(
     endings=(".arrow", ".ipc", ".feather"),
     magic=(b"ARROW1",),
     fields_unused=_FIELDS_UNUSED,
+    folder_kind="Parquet/Arrow",
+    folder_rank=3,
     reads_alone=True,
 )
 

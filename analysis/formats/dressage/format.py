@@ -85,6 +85,7 @@ FORMAT = ArtifactFormat(
     name="artifacts",
     described="a Dressage artifact file",
     endings=(".json",),
+    folder_rank=1,  # an artifact tree, found by its layout (discover), not by its files' names
 )
 
 FORMATS = (FORMAT,)

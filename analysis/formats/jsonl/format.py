@@ -79,6 +79,8 @@ FORMAT = JsonlFormat(
     name="jsonl",
     described="a JSONL log of Dressage or slime records",
     endings=(".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz"),
+    folder_kind="JSONL",
+    folder_rank=2,
     reads_alone=True,
 )
 

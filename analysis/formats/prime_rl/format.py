@@ -37,6 +37,7 @@ FORMAT = PeerFormat.of(
     users_name="prime-rl",
     file_order=reader.step_of,
     tree=tree,
+    step_offset=1,  # prime-rl's batch `step` trains version step - 1
 )
 
 FORMATS = (FORMAT,)

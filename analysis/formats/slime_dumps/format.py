@@ -65,6 +65,8 @@ FORMAT = DumpFormat(
     name="pt",
     described="a slime .pt dump",
     endings=(".pt", ".pkl", ".pickle"),
+    folder_kind="slime dump",
+    folder_rank=0,
     magic=(ZIP_MAGIC, b"\x80"),
 )
 
