@@ -4,6 +4,7 @@ the parser, not by comparing with defaults)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -65,22 +66,29 @@ class ReadFlags:
         return self.reading((), order_by=order_by).options
 
 
-_READ_FLAGS: dict[str, tuple[Any, Any]] = {
-    "field": (FieldOption, None),
-    "on_bad_record": (OnBadRecord, BadRecordPolicy.fail),
-    "trust_pickle": (TrustPickle, False),
-    "limit": (LimitOption, None),
-    "include_eval": (IncludeEval, False),
-    "log_format": (LogFormatOption, None),
-    "quiet": (Quiet, False),
-    "traceback_": (Traceback, False),
+_READ_OPTIONS = {
+    "field": FieldOption,
+    "on_bad_record": OnBadRecord,
+    "trust_pickle": TrustPickle,
+    "limit": LimitOption,
+    "include_eval": IncludeEval,
+    "log_format": LogFormatOption,
+    "quiet": Quiet,
+    "traceback_": Traceback,
 }
-"""The shared options, as typer declares them (type with its ``typer.Option``, default), in
-the order ``--help`` lists them."""
+"""The shared options as typer declares them (type with its ``typer.Option``), in the
+order ``--help`` lists them; their defaults are :class:`ReadFlags`' own."""
+
 
 Command = Callable[..., None]
 Declared = dict[str, tuple[Any, Any]]
 """Options as typer declares them: name: (type with its ``typer.Option``, default)."""
+
+
+def declared(group: type[Any], options: dict[str, Any]) -> Declared:
+    """A group's options with the defaults its dataclass declares (declared once)."""
+    defaults = {field.name: field.default for field in dataclasses.fields(group)}
+    return {name: (kind, defaults[name]) for name, kind in options.items()}
 
 
 def takes_group(
@@ -139,7 +147,7 @@ def takes_group(
 def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
     """A command's ``read: ReadFlags`` parameter becomes the shared read options
     (:func:`takes_group`)."""
-    return takes_group("read", ReadFlags, _READ_FLAGS, placed=placed)
+    return takes_group("read", ReadFlags, declared(ReadFlags, _READ_OPTIONS), placed=placed)
 
 
 READ = ReadFlags()
@@ -167,13 +175,13 @@ class GridFlags:
         return bool({"keep_versions", "max_preempts"} & self.given)
 
 
-_GRID: Declared = {
-    "keep_versions": (KeepVersionsList, "0..4"),
-    "max_preempts": (MaxPreemptsList, "none,0..3"),
-    "batch_groups": (BatchGroups, None),
-    "order_by": (OrderBy, None),
+_GRID = {
+    "keep_versions": KeepVersionsList,
+    "max_preempts": MaxPreemptsList,
+    "batch_groups": BatchGroups,
+    "order_by": OrderBy,
 }
-"""The grid options, in the order --help lists them."""
+"""The grid options, in the order --help lists them; their defaults are :class:`GridFlags`'."""
 
 GRID = GridFlags()
 """The default of a command's ``grid`` parameter (:func:`takes_grid` replaces it)."""
@@ -182,7 +190,7 @@ GRID = GridFlags()
 def takes_grid(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:
     """A command's ``grid: GridFlags`` parameter becomes the grid options
     (:func:`takes_group`)."""
-    return takes_group("grid", GridFlags, _GRID, placed=placed)
+    return takes_group("grid", GridFlags, declared(GridFlags, _GRID), placed=placed)
 
 
 def sweeps_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], Command]:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
-from cli.groups import Declared, takes_group
+from cli.groups import declared, takes_group
 from cli.options import (
     FLAG,
     LimitOption,
@@ -93,129 +93,78 @@ class PipelineFlags:
         }
 
 
-_PIPELINE: Declared = {
-    "seed": (
-        Annotated[
-            int,
-            whole_option("Random seed: the same seed gives the same log."),
-        ],
-        0,
-    ),
-    "groups": (
-        Annotated[int, whole_option("GRPO prompt groups to generate.")],
-        64,
-    ),
-    "samples_per_prompt": (
-        Annotated[int, whole_option("Trajectories per group.")],
-        4,
-    ),
-    "max_active_groups": (
-        Annotated[int, whole_option("Groups in flight at once.")],
-        16,
-    ),
-    "batch_groups": (
-        Annotated[int, whole_option("Groups per trainer step.")],
-        4,
-    ),
-    "train_step_time": (
-        Annotated[
-            float,
-            number_option("Seconds per trainer step; each step publishes a version."),
-        ],
-        20.0,
-    ),
-    "token_time": (
-        Annotated[
-            float,
-            number_option("Seconds per generated token of one trajectory."),
-        ],
-        0.01,
-    ),
-    "median_tokens": (
-        Annotated[
-            int,
-            whole_option("Median response tokens per trajectory."),
-        ],
-        300,
-    ),
-    "tail_sigma": (
-        Annotated[
-            float,
-            number_option("Log-normal spread of response lengths (heavier tail when larger)."),
-        ],
-        0.9,
-    ),
-    "max_tokens": (
-        Annotated[int, whole_option("Longest response, in tokens.")],
-        16_000,
-    ),
-    "multi_turn_fraction": (
-        Annotated[
-            float,
-            number_option("Fraction of multi-turn trajectories."),
-        ],
-        0.3,
-    ),
-    "multi_segment_fraction": (
-        Annotated[
-            float,
-            number_option("Fraction of multi-turn trajectories split into two segment records."),
-        ],
-        0.2,
-    ),
-    "partial_rollout": (
-        Annotated[
-            bool,
-            typer.Option(
-                help="Resume interrupted generation under the new version (else restart).",
-                metavar=FLAG,
-            ),
-        ],
-        True,
-    ),
-    "log_prob_drift": (
-        Annotated[
-            float,
-            number_option(
-                "Write rollout and trainer log-probs whose difference grows by this per version "
-                "behind (0: none)."
-            ),
-        ],
-        0.0,
-    ),
-    "log_prob_noise": (
-        Annotated[
-            float,
-            number_option("Spread of the log-prob difference at 0 versions behind."),
-        ],
-        0.02,
-    ),
-    "abort_fraction": (
-        Annotated[
-            float,
-            number_option("Fraction of groups with an aborted sample."),
-        ],
-        0.0,
-    ),
-    "admission": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--admission",
-                help="Hold groups back before they start, as another system does: "
-                "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
-                "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
-                metavar="RULE:KNOB=VALUE",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
+_PIPELINE = {
+    "seed": Annotated[
+        int,
+        whole_option("Random seed: the same seed gives the same log."),
+    ],
+    "groups": Annotated[int, whole_option("GRPO prompt groups to generate.")],
+    "samples_per_prompt": Annotated[int, whole_option("Trajectories per group.")],
+    "max_active_groups": Annotated[int, whole_option("Groups in flight at once.")],
+    "batch_groups": Annotated[int, whole_option("Groups per trainer step.")],
+    "train_step_time": Annotated[
+        float,
+        number_option("Seconds per trainer step; each step publishes a version."),
+    ],
+    "token_time": Annotated[
+        float,
+        number_option("Seconds per generated token of one trajectory."),
+    ],
+    "median_tokens": Annotated[
+        int,
+        whole_option("Median response tokens per trajectory."),
+    ],
+    "tail_sigma": Annotated[
+        float,
+        number_option("Log-normal spread of response lengths (heavier tail when larger)."),
+    ],
+    "max_tokens": Annotated[int, whole_option("Longest response, in tokens.")],
+    "multi_turn_fraction": Annotated[
+        float,
+        number_option("Fraction of multi-turn trajectories."),
+    ],
+    "multi_segment_fraction": Annotated[
+        float,
+        number_option("Fraction of multi-turn trajectories split into two segment records."),
+    ],
+    "partial_rollout": Annotated[
+        bool,
+        typer.Option(
+            help="Resume interrupted generation under the new version (else restart).",
+            metavar=FLAG,
+        ),
+    ],
+    "log_prob_drift": Annotated[
+        float,
+        number_option(
+            "Write rollout and trainer log-probs whose difference grows by this per version "
+            "behind (0: none)."
+        ),
+    ],
+    "log_prob_noise": Annotated[
+        float,
+        number_option("Spread of the log-prob difference at 0 versions behind."),
+    ],
+    "abort_fraction": Annotated[
+        float,
+        number_option("Fraction of groups with an aborted sample."),
+    ],
+    "admission": Annotated[
+        str | None,
+        typer.Option(
+            "--admission",
+            help="Hold groups back before they start, as another system does: "
+            "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
+            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
+            metavar="RULE:KNOB=VALUE",
+            show_default=False,
+        ),
+    ],
 }
 """simulate's pipeline options, in the order --help lists them."""
 
 
-@takes_group("pipeline", PipelineFlags, _PIPELINE)
+@takes_group("pipeline", PipelineFlags, declared(PipelineFlags, _PIPELINE))
 def simulate(
     output: Annotated[
         Path,
