@@ -107,7 +107,7 @@ def test_single_record_shortcut_agrees_with_grouping(records: list[dict[str, Any
         # Only id-less records count as single: every other trajectory is grouped.
         patch.setattr(
             prepare_module,
-            "_single_record_rows",
+            "single_record_rows",
             lambda groups, ids, codes: ids.is_null().to_numpy(),
         )
         grouped = analysis.prepare(table)

@@ -799,7 +799,7 @@ def test_running_out_of_memory_is_its_own_exit_code(monkeypatch: pytest.MonkeyPa
     def exhausted(*args: object, **kwargs: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(analysis, "sweep", exhausted)
+    monkeypatch.setattr(analysis, "sweep_log", exhausted)  # what the command calls
     sample = str(Path(__file__).parents[2] / "sample_data" / "rollouts.jsonl")
     result = CliRunner().invoke(app, ["sweep", sample, "-k", "1", "-m", "1"])
     assert result.exit_code == 10 == int(analysis.ExitCode.OUT_OF_MEMORY), result.output
