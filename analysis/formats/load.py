@@ -26,14 +26,7 @@ from analysis.formats.source import Source, unreadable_error
 from analysis.formats.text.jsonl_parts import Piece
 from analysis.table.fieldmap import FieldMap
 from analysis.table.options import ReadOptions
-from analysis.table.schema import (
-    CANONICAL_SCHEMA,
-)
-
-# --------------------------------------------------------------------------- discovery
-
-
-# --------------------------------------------------------------------------- records
+from analysis.table.schema import CANONICAL_SCHEMA
 
 
 def load_logs(

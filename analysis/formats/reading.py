@@ -53,9 +53,9 @@ class Format:
     read as it in a message ("a verl log"); ``endings`` are the (lower-case) file-name
     endings read as it; ``magic`` the leading bytes that say a file of no known ending is
     it. ``fields_unused`` says, when ``--field`` does not apply to it, what its files are
-    and why (None: it applies);
-    ``no_versions`` why a replay of it has nothing to act on ("": its logs carry weight
-    versions); ``cannot_tell`` what its logs cannot tell, a line each (``inspect``).
+    and why (None: it applies); ``no_versions`` why a replay of it has nothing to act on
+    ("": its logs carry weight versions); ``cannot_tell`` what its logs cannot tell, a
+    line each (``inspect``).
     """
 
     name: str
