@@ -182,7 +182,7 @@ def _dressage_or_slime_sources(
                 chosen = [Source(root, ARTIFACTS.name, folder=True)]
                 what = "the artifact tree"
             continue
-        paths = found[kind]
+        paths = found.get(kind, [])  # (a kind declared without endings has no files)
         if paths and chosen:
             names = ", ".join(path.name for path in paths[:3]) + (", ..." if paths[3:] else "")
             unread.append(f"{counted(len(paths), kind + ' file')} ({names})")
