@@ -18,6 +18,7 @@ def output_frames(
     attempts: list[Attempt],
     collector: Collector,
     batches: Mapping[int, int],
+    possible: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     decisions = collector.decisions
     by_id = {a.attempt_id: a for a in attempts}
@@ -43,6 +44,7 @@ def output_frames(
                 "completed_at": attempt.completed_at,
                 "trajectories": len(attempt.sessions),
                 "new_versions": _listed(collector.new_versions.get(attempt.attempt_id)),
+                "possible": "|".join((possible or {}).get(row["attempt_id"], ())) or None,
             }
         )
     attempt_frame = pl.DataFrame(attempt_rows, schema=ATTEMPT_COLUMNS)
@@ -57,7 +59,15 @@ def output_frames(
                 "group_id": t["attempt_id"],
                 **{
                     k: a[k]
-                    for k in ("decision", "stage", "batch", "retried", "span_verdict", "leftover")
+                    for k in (
+                        "decision",
+                        "stage",
+                        "batch",
+                        "retried",
+                        "span_verdict",
+                        "leftover",
+                        "possible",
+                    )
                 },
                 "version_gap": d.gaps.get(t["trajectory_id"]),
                 "span": t["span"],
@@ -230,6 +240,7 @@ TRAJECTORY_COLUMNS: dict[str, Any] = {
     "retried": pl.Boolean,
     "span_verdict": pl.Boolean,
     "leftover": pl.String,
+    "possible": pl.String,
 }
 
 
@@ -248,6 +259,7 @@ ATTEMPT_COLUMNS: dict[str, Any] = {
     "completed_at": pl.Float64,
     "trajectories": pl.Int64,
     "new_versions": pl.List(pl.String),
+    "possible": pl.String,
 }
 
 

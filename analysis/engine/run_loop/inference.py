@@ -26,6 +26,8 @@ def infer_call_starts(
     max_retries: int,
     timing: PollTiming,
     lookahead: int = 4,
+    latest: bool = False,
+    unmatched: set[int] | None = None,
 ) -> tuple[dict[int, float], list[str]]:
     """Rollout call starts without ``dressage_log.txt``.
 
@@ -33,7 +35,9 @@ def infer_call_starts(
     step, every cut of the completion order from the previous call's end to a few
     completions past the last attempt the step's dump holds is replayed; cuts whose kept
     sessions equal the dump and whose counts equal the metrics row are kept, the earliest
-    wins, and a note says when matching cuts decide differently.
+    wins (the latest with ``latest``: the replay tries both to see which decisions depend
+    on it), and a note says when matching cuts decide differently. Calls that no cut
+    reproduces are added to ``unmatched``.
     """
     collector = Collector(
         completion_order(attempts, timing, {}),
@@ -65,6 +69,8 @@ def infer_call_starts(
             notes.append(
                 f"call {rollout_id}: no start reproduces the recorded step; took the earliest"
             )
+            if unmatched is not None:
+                unmatched.add(rollout_id)
             start = collector.last_fetch + 1e-6
             collector.run_call(rollout_id, start, target_groups, final=final)
         else:
@@ -73,7 +79,7 @@ def infer_call_starts(
                     f"call {rollout_id}: {len({m[2] for m in matches})} different replays match "
                     "the recorded step; took the earliest start"
                 )
-            start, collector, _ = matches[0]
+            start, collector, _ = matches[-1 if latest else 0]
         starts[rollout_id] = start
         if final:
             break
