@@ -21,6 +21,10 @@ class Decision(StrEnum):
     FAILED = "failed"
     LEFTOVER = "leftover"
     """Only in the run-loop replay: completed, but never consumed before the run ended."""
+    DISCARDED_SURPLUS = "discarded_surplus"
+    """Only in the run-loop replay of Dressage's fully-async loop: polled by a rollout call
+    that filled its batch without it, and gone when the call returned (docs/semantics.md
+    §12.4): generation thrown away."""
 
     @property
     def words(self) -> str:
@@ -34,6 +38,7 @@ _DECISION_WORDS = {
     Decision.REJECTED_SPAN: "span rejected",
     Decision.FAILED: "failed",
     Decision.LEFTOVER: "left over",
+    Decision.DISCARDED_SURPLUS: "surplus discarded",
 }
 
 
@@ -84,12 +89,15 @@ _OUTCOME_DECISION = {
 }
 _OUTCOME_STAGE = {Outcome.DROPPED_ARRIVAL: Stage.ARRIVAL, Outcome.DROPPED_PENDING: Stage.PENDING}
 
-DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision if d is not Decision.LEFTOVER)
+DECISIONS: tuple[str, ...] = tuple(
+    d.value for d in Decision if d not in (Decision.LEFTOVER, Decision.DISCARDED_SURPLUS)
+)
 """The four decisions of a replay of a log, in the order outputs list them."""
 
 LOOP_DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision)
-"""What the run-loop replay decides for an attempt: the four of a simple replay, and
-``leftover``: completed, but never consumed before the run ended."""
+"""What the run-loop replay decides for an attempt: the four of a simple replay,
+``leftover`` (completed, but never consumed before the run ended) and, for the fully-async
+loop, ``discarded_surplus`` (polled and thrown away when the batch was full)."""
 
 DECISION_NAMES: dict[int, str] = {int(o): o.decision.value for o in Outcome}
 """Code to decision, for ``replace_strict`` on a column of codes."""

@@ -13,7 +13,7 @@ log lines and metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -27,7 +27,8 @@ from analysis.engine.run_loop.collector import (
     kept_groups_by_step,
     step_metrics,
 )
-from analysis.engine.run_loop.inference import infer_call_starts
+from analysis.engine.run_loop.fully import LOOPS, FullyCollector
+from analysis.engine.run_loop.inference import infer_call_starts, search_call_starts
 from analysis.errors import ConfigError, MissingFieldError, setting
 from analysis.formats.dressage.run import RunLog
 from analysis.table.labels import late_older_note
@@ -76,12 +77,16 @@ class LoopReplay:
     warnings: tuple[str, ...] = ()
 
     keep_versions: int = 0
+    loop: str = "partial"
+    """The collector loop replayed: ``partial`` or ``fully`` (docs/semantics.md §12.4)."""
+    loop_reason: str = ""
+    """Why that loop: what the run's files told, or the option given."""
 
     def __repr__(self) -> str:
         groups = self.to_dict()["groups"]
         checks = self.to_dict()["checks"]
         return (
-            f"LoopReplay(K={self.keep_versions}: {groups['kept']:,} of {groups['total']:,} "
+            f"LoopReplay({self.loop} loop, K={self.keep_versions}: {groups['kept']:,} of {groups['total']:,} "
             f"attempts kept; agrees with the run's files on {checks['agree']:,} of "
             f"{checks['total']:,} checks)"
         )
@@ -101,6 +106,8 @@ class LoopReplay:
         attempts = self.attempts
         return {
             "model": "dressage-loop",
+            "loop": self.loop,
+            "loop_reason": self.loop_reason,
             "config": {"keep_versions": self.keep_versions},
             "groups": _counts(attempts),
             "trajectories": _counts(self.trajectories),
@@ -139,22 +146,56 @@ def _check_settings(keep_versions: int, max_retries: int) -> None:
             )
 
 
+def resolve_loop(run: RunLog, loop: str | None) -> tuple[str, str, str | None]:
+    """The loop to replay (``loop`` if given, else the run's), why, and a warning when
+    nothing told it and the partial loop is assumed."""
+    if loop is not None:
+        if loop not in LOOPS:
+            raise ConfigError(
+                f"require `loop` to be one of {', '.join(LOOPS)} (found {loop!r}); pass "
+                + setting("loop")
+                + " as the run's rollout function was (partial_async_rollout or "
+                "fully_async_rollout)"
+            )
+        told = "" if run.loop is None else f"; the files tell {run.loop}: {run.loop_reason}"
+        return loop, f"given{told}", None
+    if run.loop is not None:
+        return run.loop, run.loop_reason, None
+    return (
+        "partial",
+        "assumed: " + run.loop_reason,
+        f"{run.root}: nothing tells which of Dressage's loops made the run (no worker line "
+        "in dressage_log.txt, no dressage_start_rollout_id or dressage_return_* annotations); "
+        "replayed as the partial loop: pass --loop fully if it ran fully_async_rollout",
+    )
+
+
 def replay_run(
     run: RunLog,
     *,
     keep_versions: int,
     max_retries: int = 2,
+    loop: Literal["partial", "fully"] | None = None,
     timing: PollTiming | None = None,
 ) -> LoopReplay:
     """Replay Dressage's collector loop over a run, at staleness setting ``keep_versions``
     (K; 0 = off) and ``max_retries`` (``DRESSAGE_ROLLOUT_MAX_RETRIES``).
 
-    Rollout calls start at the log's "starting ... rollout_id=r" times; without a log
-    they are inferred from the dumps and metrics (:func:`infer_call_starts`).
+    ``loop`` is the collector loop: ``partial`` (``partial_async_rollout.py``) or
+    ``fully`` (``fully_async_rollout.py``); None takes the one the run's files tell
+    (:attr:`RunLog.loop`), or the partial loop with a warning when they tell none.
+
+    Rollout calls start at the log's "starting ... rollout_id=r" times; without them (no
+    log, or the fully-async loop, which logs no call start) they are inferred from the
+    dumps and metrics (:func:`infer_call_starts`).
     """
     _check_settings(keep_versions, max_retries)
     timing = timing or PollTiming()
     warnings = list(run.warnings)
+    loop_name, loop_reason, assumed = resolve_loop(run, loop)
+    if assumed is not None:
+        warnings.append(assumed)
+    collector_class = FullyCollector if loop_name == "fully" else Collector
     if run.target_groups is None:
         raise MissingFieldError(
             f"{run.root}: the batch size (target groups per step) is found in none of: "
@@ -168,7 +209,7 @@ def replay_run(
     if final is None:
         steps = set(kept_by_step) | set(metrics)
         final = max(steps) if steps else None
-        if final is not None:
+        if final is not None and loop_name != "fully":  # the fully loop logs no final call
             where = (
                 "no final-call line in dressage_log.txt"
                 if "dressage_log.txt" in run.sources
@@ -186,7 +227,8 @@ def replay_run(
                 f"{run.root}: no dressage_log.txt, no dumps and no metrics: the rollout calls "
                 "cannot be placed among the completions; keep dressage_log.txt"
             )
-        starts, notes = infer_call_starts(
+        place = search_call_starts if loop_name == "fully" else infer_call_starts
+        starts, notes = place(
             attempts,
             run.target_groups,
             final,
@@ -195,9 +237,10 @@ def replay_run(
             keep_versions=keep_versions,
             max_retries=max_retries,
             timing=timing,
+            collector_class=collector_class,
         )
         warnings += notes
-    collector = Collector(
+    collector = collector_class(
         completion_order(attempts, timing, starts),
         keep_versions=keep_versions,
         max_retries=max_retries,
@@ -222,6 +265,8 @@ def replay_run(
         call_starts=starts,
         warnings=tuple(warnings),
         keep_versions=keep_versions,
+        loop=loop_name,
+        loop_reason=loop_reason,
     )
 
 
