@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from os import PathLike
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import polars as pl
 
@@ -204,10 +204,12 @@ def replay_log(
     bias: bool = False,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed:
     """Replay ``source`` under ``config`` or ``policy`` on the engine that fits (see the
     module's docstring); ``options`` say how to read paths; ``bias`` also compares who
-    gets dropped; ``note`` hears each note as it arises (they are also in the result).
+    gets dropped; ``note`` hears each note as it arises (they are also in the result);
+    ``loop`` is the Dressage loop of a run folder (None: the one its files tell).
 
     Settings of the simple loop that a run folder's own loop cannot apply are refused
     with :class:`NotUsedError`; ``max_preempts`` is noted as not applied (the run's own
@@ -243,8 +245,15 @@ def replay_log(
         prepared = prepare(source, order_by=order_by)
     else:
         inputs = _paths(source)
+        if loop is not None and not (policy is None and picks_run_loop(inputs, options)):
+            raise ConfigError(
+                setting("loop")
+                + " applies to a Dressage run folder replayed as its own loop; leave it out"
+            )
         if policy is None and picks_run_loop(inputs, options):
-            return _replay_run_folder(inputs[0], config, options, order_by, bias, said, notes)
+            return _replay_run_folder(
+                inputs[0], config, options, order_by, bias, said, notes, loop=loop
+            )
         log = load_log(
             inputs, options=options, order_by=order_by, batch_groups=config.batch_groups,
             whole_table=bias, progress=bars, note=said,
@@ -387,6 +396,8 @@ def _replay_run_folder(
     bias: bool,
     said: Callable[[str], None],
     notes: list[str],
+    *,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
@@ -408,7 +419,9 @@ def _replay_run_folder(
             setting("max_preempts", config.max_preempts) + " is not applied: a run folder is "
             "replayed with the run's own M (its span rejections are on disk, in traj_err/)"
         )
-    result = replay_run(read_run(folder, limits=options.limits), keep_versions=config.keep_versions)
+    result = replay_run(
+        read_run(folder, limits=options.limits), keep_versions=config.keep_versions, loop=loop
+    )
     return Replayed(Engine.RUN_LOOP, result, (folder,), notes=tuple(notes))
 
 
@@ -429,6 +442,7 @@ def replay(
     bias: bool = False,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed: ...
 
 

@@ -175,6 +175,7 @@ def _token_weighted_line(figures: dict[str, float | None]) -> str:
 
 
 _LOOP_ROWS = (*_COLUMNS, (Decision.LEFTOVER.value, Decision.LEFTOVER.words))
+_SURPLUS_ROW = (Decision.DISCARDED_SURPLUS.value, Decision.DISCARDED_SURPLUS.words)
 
 
 def print_run_summary(result: LoopReplay, console: Console) -> None:
@@ -183,14 +184,17 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
     run's own files."""
     figures = result.to_dict()
     counts = {"groups": figures["groups"], "trajectories": figures["trajectories"]}
-    title = f"Run replay: keep_versions={result.keep_versions}"
+    title = f"Run replay: {result.loop} loop  keep_versions={result.keep_versions}"
     headers = [("outcome", "left"), *((unit, "right") for unit in counts)]
     rows = [["total", *(_cell(c["total"], None) for c in counts.values())]]
-    for key, label in _LOOP_ROWS:
+    # The fully-async loop throws away what a call polled and did not need (§12.4).
+    shown = (*_LOOP_ROWS, _SURPLUS_ROW) if result.loop == "fully" else _LOOP_ROWS
+    for key, label in shown:
         rows.append([label, *(_cell(c.get(key, 0), c["total"]) for c in counts.values())])
     _print_fitted(console, title, headers, rows, keys=1)
     gap, checks = figures["version_gap"], figures["checks"]
     for line in (
+        f"loop                {result.loop} ({result.loop_reason})",
         f"batches emitted     {figures['batches']['emitted']}",
         f"versions observed   {figures['versions_observed']}",
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"

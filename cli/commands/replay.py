@@ -14,6 +14,7 @@ from cli.options import (
     FLAG,
     BatchGroups,
     Inputs,
+    LoopOption,
     OrderBy,
     PolicyOption,
     one_keep_versions,
@@ -75,6 +76,7 @@ def replay(
         ),
     ] = False,
     policy: PolicyOption = None,
+    loop: LoopOption = None,
     read: ReadFlags = READ,
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do.
@@ -104,7 +106,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
             inputs, config, policy=chosen, options=read.options(order_by=order_by),
             order_by=order_by, bias=bias,
             progress=lambda doing: progress_bar(doing, quiet=read.quiet),
-            note=say_note,
+            note=say_note, loop=loop,  # type: ignore[arg-type]
         )  # fmt: skip
     except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
         raise typer.BadParameter(

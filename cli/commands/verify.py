@@ -10,7 +10,15 @@ import typer
 
 import analysis
 from cli.flags import flagged
-from cli.options import FLAG, INT, LimitOption, Traceback, one_keep_versions, run_limits
+from cli.options import (
+    FLAG,
+    INT,
+    LimitOption,
+    LoopOption,
+    Traceback,
+    one_keep_versions,
+    run_limits,
+)
 from cli.output import print_json, results_out, stdout_console
 
 RunFolder = Annotated[
@@ -42,12 +50,16 @@ def verify(
     all_checks: Annotated[
         bool, typer.Option("--all", help="List every check, not only disagreements.", metavar=FLAG)
     ] = False,
+    loop: LoopOption = None,
     limit: LimitOption = None,
     traceback_: Traceback = False,
 ) -> None:
     """Check, step by step, that the replay reproduces what the run's own files say."""
     verified = analysis.verify_run(
-        run_folder, keep_versions=keep_versions, limits=run_limits(limit)
+        run_folder,
+        keep_versions=keep_versions,
+        limits=run_limits(limit),
+        loop=loop,  # type: ignore[arg-type]
     )
     result = verified.result
     with results_out():
@@ -75,6 +87,7 @@ def say_verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -
         else "no K reproduces the run: each from 0 to its versions + 1 was tried; shown at 0"
     )
     typer.echo(
+        f"{result.loop} loop ({result.loop_reason}), "
         f"keep_versions={result.keep_versions} ({how}): the replay agrees with the run's own "
         f"files on {agree:,} of {total:,} checks"
         + ("" if agree == total else f"; {total - agree:,} disagree"),

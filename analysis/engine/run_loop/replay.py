@@ -282,7 +282,9 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     return {"total": frame.height, **counts}
 
 
-def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[int]:
+def keep_versions_reproducing(
+    run: RunLog, *, most: int | None = None, loop: Literal["partial", "fully"] | None = None
+) -> list[int]:
     """The settings of K (0 = off, up to ``most``, by default the run's distinct versions
     plus one) whose replay agrees with every self-check of the run: how a user finds, or
     confirms, the setting a run was made with."""
@@ -290,5 +292,5 @@ def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[i
     return [
         keep_versions
         for keep_versions in range(0, (labels + 1 if most is None else most) + 1)
-        if replay_run(run, keep_versions=keep_versions).consistent
+        if replay_run(run, keep_versions=keep_versions, loop=loop).consistent
     ]
