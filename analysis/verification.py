@@ -8,6 +8,9 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
+import polars as pl
+
+from analysis.engine.run_loop.fully import ThrownAway as ThrownAway
 from analysis.engine.run_loop.replay import LoopReplay, keep_versions_reproducing, replay_run
 from analysis.formats.dressage.run import read_run
 from analysis.table.limits import Limits
@@ -59,3 +62,65 @@ def verify_run(
         tuple(found),
         given=keep_versions is not None,
     )
+
+
+@dataclass(frozen=True)
+class RunThrownAway:
+    """The generation a fully-async run threw away (:class:`ThrownAway`), as the replay of
+    its own loop at the K ``verify`` finds counts it, with that setting in words."""
+
+    thrown: ThrownAway
+    setting: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.thrown.to_dict(), "setting": self.setting}
+
+
+def run_thrown_away(
+    folder: str | PathLike[str],
+    *,
+    limits: Limits | None = None,
+    loop: Literal["partial", "fully"] | None = None,
+) -> RunThrownAway | None:
+    """What a run folder's fully-async loop threw away (docs/semantics.md §12.4), replayed
+    at the K :func:`verify_run` finds; None for the partial loop (it throws nothing away)
+    and when nothing in the files tells the fully loop and ``loop`` does not either."""
+    run = read_run(Path(folder), limits=limits if limits is not None else Limits())
+    if (loop or run.loop) != "fully":
+        return None
+    told = keep_versions_told(run.metrics)
+    result = None if told is None else replay_run(run, keep_versions=told, loop=loop)
+    how = "as the run's metrics tell"
+    if result is None or not result.consistent:  # verify's search, when it finds one
+        verified = verify_run(folder, limits=limits, loop=loop)
+        if verified.found or result is None:
+            result = verified.result
+            how = "found as verify finds it" if verified.found else "no K reproduces the run; at 0"
+        else:
+            how += "; no K reproduces every check of the run"
+    return RunThrownAway(
+        result.thrown_away(),
+        f"keep_versions={result.keep_versions} ({how}), {result.loop} loop ({result.loop_reason})",
+    )
+
+
+def keep_versions_told(metrics: pl.DataFrame) -> int | None:
+    """The K Dressage's staleness metrics imply, or None without them: the tracker writes
+    ``staleness/*`` index metrics only when on (none: K = 0); its cutoff index is
+    ``max(0, versions - K)``, so a step with a cutoff above 0 gives K = current + 1 -
+    cutoff; a cutoff that stayed 0 acts as any K above the versions seen (the largest
+    current index + 1)."""
+    current, cutoff = "staleness/current_version_index", "staleness/cutoff_version_index"
+    if metrics.height == 0 or "rollout_id" not in metrics.columns:
+        return None
+    if current not in metrics.columns:
+        return 0
+    rows = metrics.select(current, *([cutoff] if cutoff in metrics.columns else []))
+    most = None
+    for row in rows.iter_rows():
+        if row[0] is None:
+            continue
+        if len(row) > 1 and row[1] is not None and row[1] > 0:
+            return int(row[0]) + 1 - int(row[1])
+        most = int(row[0]) if most is None else max(most, int(row[0]))
+    return None if most is None else most + 1

@@ -50,6 +50,11 @@ def inspect(
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
         target = analysis.run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
+        thrown = analysis.run_thrown_away(inputs[0], limits=logs.options.limits)
+        if thrown is not None:  # the fully-async loop threw its surplus away (§12.4)
+            inspection = dataclasses.replace(
+                inspection, thrown_away=thrown.thrown, thrown_away_setting=thrown.setting
+            )
     bounds = [
         analysis.admission_violations(
             table, rule, formats=(*report.formats, *report.converted_from)

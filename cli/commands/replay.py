@@ -127,7 +127,8 @@ its records are replayed on the simple loop, as sweep --policy does."""
 
 def print_replayed(replayed: analysis.Replayed, console: Console) -> None:
     """The rich summary of the engine that ran, and who gets dropped when asked."""
-    from cli.render import print_bias, print_run_summary, print_summary
+    from cli.render import print_bias, print_summary
+    from cli.render_run import print_run_summary
 
     result = replayed.result
     if isinstance(result, analysis.LoopReplay):

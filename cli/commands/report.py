@@ -58,6 +58,11 @@ def report(
             inputs[0], limits=options.limits
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
+        thrown = analysis.run_thrown_away(inputs[0], limits=options.limits)
+        if thrown is not None:  # the fully-async loop threw its surplus away (§12.4)
+            inspection = dataclasses.replace(
+                inspection, thrown_away=thrown.thrown, thrown_away_setting=thrown.setting
+            )
     with progress_bar("replaying settings", quiet=read.quiet) as update:
         document = analysis.build_report(
             prepared, table, inspection,

@@ -66,7 +66,7 @@ def verify(
         if json_output:
             print_json(verified.to_dict())
         else:
-            from cli.render import print_checks
+            from cli.render_run import print_checks
 
             print_checks(result, stdout_console(), all_rows=all_checks)
     say_verdict(result, list(verified.found), given=verified.given)

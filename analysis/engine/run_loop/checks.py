@@ -64,6 +64,7 @@ def output_frames(
                 "decided_in": a["decided_in"],
                 "end_version": t["end_version"],
                 "fail_kind": t["fail_kind"],
+                "response_tokens": t["response_tokens"],
             }
         )
     return pl.DataFrame(rows, schema=TRAJECTORY_COLUMNS), attempt_frame
@@ -230,6 +231,7 @@ TRAJECTORY_COLUMNS: dict[str, Any] = {
     "retried": pl.Boolean,
     "span_verdict": pl.Boolean,
     "leftover": pl.String,
+    "response_tokens": pl.Int64,
 }
 
 

@@ -27,7 +27,7 @@ from analysis.engine.run_loop.collector import (
     kept_groups_by_step,
     step_metrics,
 )
-from analysis.engine.run_loop.fully import LOOPS, FullyCollector
+from analysis.engine.run_loop.fully import LOOPS, FullyCollector, ThrownAway, thrown_away
 from analysis.engine.run_loop.inference import infer_call_starts, search_call_starts
 from analysis.errors import ConfigError, MissingFieldError, setting
 from analysis.formats.dressage.run import RunLog
@@ -100,6 +100,11 @@ class LoopReplay:
         """Whether every self-check agrees with the run's files."""
         return bool(self.checks["agrees"].all()) if self.checks.height else True
 
+    def thrown_away(self) -> ThrownAway:
+        """The generation the loop threw away (``discarded_surplus``; none in the partial
+        loop, which puts its surplus back)."""
+        return thrown_away(self.trajectories)
+
     def to_dict(self) -> dict[str, Any]:
         """The figures of the replay, as ``replay --json`` prints them for a run folder."""
         kept = self.trajectories.filter(pl.col("decision") == Decision.KEPT)["version_gap"]
@@ -119,6 +124,7 @@ class LoopReplay:
             },
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
+            "thrown_away": self.thrown_away().to_dict(),
             "checks": {
                 "total": self.checks.height,
                 "agree": int(self.checks["agrees"].sum()) if self.checks.height else 0,
