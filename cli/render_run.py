@@ -72,10 +72,14 @@ def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> Non
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     table.add_column("disagreements")
     for step in checks["step"].unique(maintain_order=True).to_list():
-        rows = checks.filter(checks["step"] == step)
+        # step null: a check over the whole run (a log without call lines, §12.4)
+        rows = checks.filter(checks["step"].is_null() if step is None else checks["step"] == step)
         wrong = rows.filter(~rows["agrees"])["check"].to_list()
         table.add_row(
-            str(step), str(rows.height), str(rows.height - len(wrong)), ", ".join(wrong) or "-"
+            "run" if step is None else str(step),
+            str(rows.height),
+            str(rows.height - len(wrong)),
+            ", ".join(wrong) or "-",
         )
     console.print(table)
     shown = checks if all_rows else checks.filter(~checks["agrees"])
@@ -85,6 +89,10 @@ def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> Non
             detail.add_column(header, overflow="fold")
         for step, check, expected, replayed, agrees in shown.iter_rows():
             detail.add_row(
-                str(step), check, expected or "-", replayed or "-", "yes" if agrees else "NO"
+                "run" if step is None else str(step),
+                check,
+                expected or "-",
+                replayed or "-",
+                "yes" if agrees else "NO",
             )
         console.print(detail)
