@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.commands.inspect import with_thrown_away
 from cli.flags import say_setting
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
@@ -58,11 +59,7 @@ def report(
             inputs[0], limits=options.limits
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
-        thrown = analysis.run_thrown_away(inputs[0], limits=options.limits)
-        if thrown is not None:  # the fully-async loop threw its surplus away (§12.4)
-            inspection = dataclasses.replace(
-                inspection, thrown_away=thrown.thrown, thrown_away_setting=thrown.setting
-            )
+        inspection = with_thrown_away(inspection, inputs[0], options.limits)
     with progress_bar("replaying settings", quiet=read.quiet) as update:
         document = analysis.build_report(
             prepared, table, inspection,
