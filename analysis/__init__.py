@@ -191,7 +191,10 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         CANONICAL_SCHEMA as CANONICAL_SCHEMA,
     )
     from analysis.verification import (
+        RunThrownAway as RunThrownAway,
+        ThrownAway as ThrownAway,
         Verification as Verification,
+        run_thrown_away as run_thrown_away,
         verify_run as verify_run,
     )
     from analysis.views.bias import (
@@ -345,6 +348,9 @@ _HOME: dict[str, str] = {
     "UnknownFormatError": "analysis.errors",
     "UnsafePickleError": "analysis.errors",
     "Verification": "analysis.verification",
+    "RunThrownAway": "analysis.verification",
+    "ThrownAway": "analysis.verification",
+    "run_thrown_away": "analysis.verification",
     "verify_run": "analysis.verification",
     "who_gets_dropped": "analysis.views.bias",
     "write_canonical": "analysis.output.conversion",

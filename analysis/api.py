@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from os import PathLike
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import polars as pl
 
@@ -205,11 +205,13 @@ def replay_log(
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
     max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed:
     """Replay ``source`` under ``config`` or ``policy`` on the engine that fits (see the
     module's docstring); ``options`` say how to read paths; ``bias`` also compares who
     gets dropped; ``note`` hears each note as it arises (they are also in the result);
     ``max_retries`` is a run folder's retry limit (default: as its files say).
+    ``loop`` is the Dressage loop of a run folder (None: the one its files tell).
 
     Settings of the simple loop that a run folder's own loop cannot apply are refused
     with :class:`NotUsedError`; ``max_preempts`` is noted as not applied (the run's own
@@ -245,9 +247,22 @@ def replay_log(
         prepared = prepare(source, order_by=order_by)
     else:
         inputs = _paths(source)
+        if loop is not None and not (policy is None and picks_run_loop(inputs, options)):
+            raise ConfigError(
+                setting("loop")
+                + " applies to a Dressage run folder replayed as its own loop; leave it out"
+            )
         if policy is None and picks_run_loop(inputs, options):
             return _replay_run_folder(
-                inputs[0], config, options, order_by, bias, said, notes, max_retries
+                inputs[0],
+                config,
+                options,
+                order_by,
+                bias,
+                said,
+                notes,
+                max_retries=max_retries,
+                loop=loop,
             )
         if max_retries is not None:
             raise ConfigError(
@@ -397,7 +412,9 @@ def _replay_run_folder(
     bias: bool,
     said: Callable[[str], None],
     notes: list[str],
+    *,
     max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
@@ -423,6 +440,7 @@ def _replay_run_folder(
         read_run(folder, limits=options.limits),
         keep_versions=config.keep_versions,
         max_retries=max_retries,
+        loop=loop,
     )
     return Replayed(Engine.RUN_LOOP, result, (folder,), notes=tuple(notes))
 
@@ -445,6 +463,7 @@ def replay(
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
     max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Replayed: ...
 
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
 from analysis.engine.decisions import Decision
+from analysis.engine.run_loop.fully import ThrownAway as ThrownAway
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog, read_run
 from analysis.table.limits import Limits
 
-LOOPS: tuple[str, ...] = ("partial",)
-"""Dressage's collector loops the search tries. After the fully-async loop is merged,
-``"fully"`` joins here and :func:`_replay` passes ``loop=`` to ``replay_run``."""
+LOOPS: tuple[str, ...] = ("partial", "fully")
+"""Dressage's collector loops the search tries when neither the caller nor the run's files
+tell the loop."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Verification:
         """The settings found, the checks and the total, as ``verify --json`` prints them."""
         return {
             "loop": self.loop,
+            "loop_reason": self.result.loop_reason,
             "keep_versions": self.result.keep_versions,
             "keep_versions_given": self.given,
             "keep_versions_reproducing": list(self.found) if not self.given else None,
@@ -84,10 +86,16 @@ class Verification:
         }
 
 
-def _replay(run: RunLog, loop: str, keep_versions: int, max_retries: int | None) -> LoopReplay:
-    """One replay at one setting; the single place the loop dimension is passed on."""
-    del loop  # one loop today (LOOPS); the fully-async loop adds loop=loop here
-    return replay_run(run, keep_versions=keep_versions, max_retries=max_retries)
+def _replay(
+    run: RunLog, loop: str | None, keep_versions: int, max_retries: int | None
+) -> LoopReplay:
+    """One replay at one setting (``loop`` None: the one the run's files tell)."""
+    return replay_run(
+        run,
+        keep_versions=keep_versions,
+        max_retries=max_retries,
+        loop=None if loop is None else "fully" if loop == "fully" else "partial",
+    )
 
 
 def _score(result: LoopReplay) -> int:
@@ -121,34 +129,103 @@ def verify_run(
     keep_versions: int | None = None,
     max_retries: int | None = None,
     limits: Limits | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Verification:
     """Check, step by step, how well the replay reproduces a run folder's own files: at
     the settings given, else at those (K, retry limit, loop) that agree with the most
     checks."""
     run = read_run(Path(folder), limits=limits if limits is not None else Limits())
+    # the loop: as given, else the one the files tell (None: replay_run takes it), else both
+    loops: tuple[str | None, ...] = (loop,) if loop else (None,) if run.loop else LOOPS
     labels = run.trajectories["end_version"].drop_nulls().n_unique()
     ks = [keep_versions] if keep_versions is not None else list(range(labels + 2))
     # the retry limit: as given, else each replay takes the one the files allow that
     # agrees best (replay_run)
     retries: list[int | None] = [max_retries]
-    results: list[tuple[int, str, int, int, LoopReplay]] = []
-    for loop in LOOPS:
+    results: list[tuple[int, str | None, int, int, LoopReplay]] = []
+    for each in loops:
         for k in ks:
             for limit in retries:
-                replayed = _replay(run, loop, k, limit)
+                replayed = _replay(run, each, k, limit)
                 near = abs(replayed.max_retries - DEFAULT_MAX_RETRIES)
-                results.append((_score(replayed), loop, k, near, replayed))
+                results.append((_score(replayed), each, k, near, replayed))
     best = max(score for score, *_ in results)
     winners = [r for r in results if r[0] == best]
-    winners.sort(key=lambda r: (LOOPS.index(r[1]), r[2], r[3]))
-    _, loop, _, _, chosen = winners[0]
-    found = tuple(sorted({r[2] for r in winners if r[1] == loop}))
+    winners.sort(key=lambda r: (loops.index(r[1]), r[2], r[3]))
+    _, best_loop, _, _, chosen = winners[0]
+    found = tuple(sorted({r[2] for r in winners if r[1] == best_loop}))
     return Verification(
         chosen,
         found if keep_versions is None else (),
         given=keep_versions is not None,
-        loop=loop,
+        loop=chosen.loop,
         max_preempts=run.max_preempts,
         tried=len(results),
         unexplained=_reasons(run, chosen),
     )
+
+
+@dataclass(frozen=True)
+class RunThrownAway:
+    """The generation a fully-async run threw away (:class:`ThrownAway`), as the replay of
+    its own loop at the K ``verify`` finds counts it, with that setting in words."""
+
+    thrown: ThrownAway
+    setting: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.thrown.to_dict(), "setting": self.setting}
+
+
+def run_thrown_away(
+    folder: str | PathLike[str],
+    *,
+    limits: Limits | None = None,
+    loop: Literal["partial", "fully"] | None = None,
+) -> RunThrownAway | None:
+    """What a run folder's fully-async loop threw away (docs/semantics.md §12.4), replayed
+    at the K its staleness metrics tell (:func:`keep_versions_told`), without them at the K
+    :func:`verify_run` finds; None for the partial loop (it throws nothing away)
+    and when nothing in the files tells the fully loop and ``loop`` does not either."""
+    run = read_run(Path(folder), limits=limits if limits is not None else Limits())
+    if (loop or run.loop) != "fully":
+        return None
+    told = keep_versions_told(run.metrics)
+    result = None if told is None else replay_run(run, keep_versions=told, loop=loop)
+    if result is not None:  # Dressage's own figures: no search (it would take minutes)
+        wrong = result.checks.height - int(result.checks["agrees"].sum())
+        how = "as the run's metrics tell" + (
+            f"; the replay disagrees with {wrong:,} of the run's {result.checks.height:,} checks"
+            if wrong
+            else ""
+        )
+    else:  # no metrics: verify's search
+        verified = verify_run(folder, limits=limits, loop=loop)
+        result = verified.result
+        how = "found as verify finds it" if verified.found else "no K reproduces the run; at 0"
+    return RunThrownAway(
+        result.thrown_away(),
+        f"keep_versions={result.keep_versions} ({how}), {result.loop} loop ({result.loop_reason})",
+    )
+
+
+def keep_versions_told(metrics: pl.DataFrame) -> int | None:
+    """The K Dressage's staleness metrics imply, or None without them: the tracker writes
+    ``staleness/*`` index metrics only when on (none: K = 0); its cutoff index is
+    ``max(0, versions - K)``, so a step with a cutoff above 0 gives K = current + 1 -
+    cutoff; a cutoff that stayed 0 acts as any K above the versions seen (the largest
+    current index + 1)."""
+    current, cutoff = "staleness/current_version_index", "staleness/cutoff_version_index"
+    if metrics.height == 0 or "rollout_id" not in metrics.columns:
+        return None
+    if current not in metrics.columns:
+        return 0
+    rows = metrics.select(current, *([cutoff] if cutoff in metrics.columns else []))
+    most = None
+    for row in rows.iter_rows():
+        if row[0] is None:
+            continue
+        if len(row) > 1 and row[1] is not None and row[1] > 0:
+            return int(row[0]) + 1 - int(row[1])
+        most = int(row[0]) if most is None else max(most, int(row[0]))
+    return None if most is None else most + 1

@@ -26,6 +26,7 @@ FLAGS = {
     "policy": "--policy",  # docs/semantics.md §13
     "bias": "--bias",
     "max_retries": "--max-retries",
+    "loop": "--loop",  # docs/semantics.md §12.4
     # the limits that protect memory (analysis.table.limits): --limit NAME=VALUE
     "limits": "--limit",
     "max_record_bytes": "--limit max_record_bytes=",

@@ -24,6 +24,7 @@ from cli.options import (
     LimitOption,
     LogFormatOption,
     LogInputs,
+    LoopOption,
     MaxPreemptsList,
     MaxRetries,
     OnBadRecord,
@@ -161,12 +162,15 @@ class RunFlags:
     as this one value."""
 
     max_retries: int | None = None
+    loop: str | None = None
     given: frozenset[str] = frozenset()
 
 
 def takes_run_settings() -> Callable[[Command], Command]:
     """A command's ``run: RunFlags`` parameter becomes the run-loop options."""
-    return takes_group("run", RunFlags, declared(RunFlags, {"max_retries": MaxRetries}))
+    return takes_group(
+        "run", RunFlags, declared(RunFlags, {"max_retries": MaxRetries, "loop": LoopOption})
+    )
 
 
 RUN = RunFlags()

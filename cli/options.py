@@ -312,6 +312,27 @@ MaxPreemptsList = Annotated[
         metavar="LIST",
     ),
 ]
+
+
+def one_loop(text: str) -> str:
+    """``--loop``: one of Dressage's two collector loops."""
+    word = text.strip().lower()
+    if word not in ("partial", "fully"):
+        raise typer.BadParameter(f"{text!r} is not a loop; give partial or fully")
+    return word
+
+
+LoopOption = Annotated[
+    str | None,
+    typer.Option(
+        "--loop",
+        help="Dressage's loop that made a run folder: partial (partial_async_rollout) or "
+        "fully (fully_async_rollout); default: the one its files tell.",
+        parser=one_loop,
+        metavar="<partial|fully>",
+        show_default=False,
+    ),
+]
 BatchGroups = Annotated[
     int | None,
     typer.Option(

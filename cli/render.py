@@ -16,7 +16,6 @@ from rich.table import Table
 from analysis import (
     PARETO_NOTE,
     SWEEP_CAPTION,
-    Decision,
     Outcome,
     k_label,
     m_label,
@@ -32,12 +31,12 @@ if TYPE_CHECKING:  # only named in annotations: a replay need not import the run
         CompareResult,
         Fit,
         LogInspection,
-        LoopReplay,
         ReplaySummary,
         SweepResult,
+        ThrownAway,
     )
 
-_COLUMNS = tuple((outcome.key, outcome.words) for outcome in Outcome)
+OUTCOME_COLUMNS = tuple((outcome.key, outcome.words) for outcome in Outcome)
 
 
 def _shortened(label: str, most: int = 60) -> str:
@@ -48,7 +47,7 @@ def _shortened(label: str, most: int = 60) -> str:
     return f"{label[: most - 20]}... ({len(label):,} characters)"
 
 
-def _cell(value: int | None, total: int | None) -> str:
+def outcome_cell(value: int | None, total: int | None) -> str:
     if value is None:
         return "n/a"
     if not total:
@@ -56,7 +55,7 @@ def _cell(value: int | None, total: int | None) -> str:
     return f"{value:,} {100 * value / total:.1f}%"
 
 
-def _number(value: Any, digits: int = 2) -> str:
+def shown_number(value: Any, digits: int = 2) -> str:
     if value is None:
         return "n/a"
     return f"{value:.{digits}f}" if isinstance(value, float) else f"{value:,}"
@@ -90,7 +89,7 @@ def _fitted_parts(
     return parts
 
 
-def _print_fitted(
+def print_fitted(
     console: Console,
     title: str,
     headers: Sequence[tuple[str, str]],
@@ -130,14 +129,16 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     if policy is not None:
         title = f"Replay: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
-    rows = [["total", *(_cell(c["total"], None) for c in summary.counts.values())]]
-    for key, label in _COLUMNS:
-        rows.append([label, *(_cell(c[key], c["total"]) for c in summary.counts.values())])
-    _print_fitted(console, title, headers, rows, keys=1)
+    rows = [["total", *(outcome_cell(c["total"], None) for c in summary.counts.values())]]
+    for key, label in OUTCOME_COLUMNS:
+        rows.append([label, *(outcome_cell(c[key], c["total"]) for c in summary.counts.values())])
+    print_fitted(console, title, headers, rows, keys=1)
 
     gap, span = summary.version_gap, summary.version_span
     batches = summary.batches
-    cutoff = f", cutoff index {_number(summary.cutoff_version_index)}" if policy is None else ""
+    cutoff = (
+        f", cutoff index {shown_number(summary.cutoff_version_index)}" if policy is None else ""
+    )
     lines = [
         *([f"policy              {policy}"] if policy is not None else []),
         f"batches emitted     {batches['emitted']}"
@@ -145,13 +146,13 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
         # the replay's own count (a span-rejected group is never observed, semantics §4);
         # `inspect` counts every version in the log
         f"versions observed   {len(summary.versions)}"
-        f"  (by this replay; current index {_number(summary.current_version_index)}{cutoff})",
-        f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
-        f"  max {_number(gap['max'])}  (per trajectory)",
-        f"version span, kept  min {_number(span['kept']['min'])}  mean"
-        f" {_number(span['kept']['mean'])}  max {_number(span['kept']['max'])}",
-        f"version span, all   min {_number(span['all']['min'])}  mean"
-        f" {_number(span['all']['mean'])}  max {_number(span['all']['max'])}",
+        f"  (by this replay; current index {shown_number(summary.current_version_index)}{cutoff})",
+        f"version gap, kept   min {shown_number(gap['min'])}  mean {shown_number(gap['mean'])}"
+        f"  max {shown_number(gap['max'])}  (per trajectory)",
+        f"version span, kept  min {shown_number(span['kept']['min'])}  mean"
+        f" {shown_number(span['kept']['mean'])}  max {shown_number(span['kept']['max'])}",
+        f"version span, all   min {shown_number(span['all']['min'])}  mean"
+        f" {shown_number(span['all']['mean'])}  max {shown_number(span['all']['max'])}",
         _token_weighted_line(summary.token_weighted),
     ]
     if summary.unchecked_trajectories:
@@ -168,84 +169,31 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
 def _token_weighted_line(figures: dict[str, float | None]) -> str:
     """The means above with each trajectory weighted by its response tokens (§10.6)."""
     return (
-        f"by response tokens  gap mean, kept {_number(figures.get('version_gap_mean'))}"
-        f"  span mean, kept {_number(figures.get('version_span_mean_kept'))}"
-        f"  all {_number(figures.get('version_span_mean_all'))}"
+        f"by response tokens  gap mean, kept {shown_number(figures.get('version_gap_mean'))}"
+        f"  span mean, kept {shown_number(figures.get('version_span_mean_kept'))}"
+        f"  all {shown_number(figures.get('version_span_mean_all'))}"
     )
-
-
-_LOOP_ROWS = (
-    *_COLUMNS,
-    (Decision.LEFTOVER.value, Decision.LEFTOVER.words),
-    (Decision.UNKNOWN.value, Decision.UNKNOWN.words),
-)
-
-
-def print_run_summary(result: LoopReplay, console: Console) -> None:
-    """Print the replay of a run folder (Dressage's own loop) as a table of outcomes by
-    attempt and by trajectory, with the gap figures and how the replay fares against the
-    run's own files."""
-    figures = result.to_dict()
-    counts = {"groups": figures["groups"], "trajectories": figures["trajectories"]}
-    title = f"Run replay: keep_versions={result.keep_versions}"
-    headers = [("outcome", "left"), *((unit, "right") for unit in counts)]
-    rows = [["total", *(_cell(c["total"], None) for c in counts.values())]]
-    for key, label in _LOOP_ROWS:
-        if key == Decision.UNKNOWN and not any(c.get(key) for c in counts.values()):
-            continue  # only when the files leave some decision open
-        rows.append([label, *(_cell(c.get(key, 0), c["total"]) for c in counts.values())])
-    _print_fitted(console, title, headers, rows, keys=1)
-    gap, checks = figures["version_gap"], figures["checks"]
-    for line in (
-        f"batches emitted     {figures['batches']['emitted']}",
-        f"versions observed   {figures['versions_observed']}",
-        f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
-        f"  max {_number(gap['max'])}  (per trajectory)",
-        f"retry limit         {result.max_retries_words}  ({result.max_retries_how})",
-        f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
-    ):
-        console.print(line, highlight=False)
-    if checks["agree"] != checks["total"]:
-        console.print(
-            f"warning: {checks['total'] - checks['agree']:,} of the replay's checks disagree "
-            "with the run's files. That is expected for a setting "
-            "other than the run's own (a what-if, replayed on the attempts as they happened: "
-            "retries and completion times would have differed); `dressage-replay verify RUN` "
-            "finds the run's own setting and shows where a replay at it disagrees.",
-            highlight=False,
-        )
-
-
-def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> None:
-    """Per step, how many of the replay's checks agree with the run's own files; each
-    disagreement (every check with ``all_rows``) with what the run says and the replay."""
-    checks = result.checks
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="Per step", title_justify="left")
-    for header, justify in (("step", "right"), ("checks", "right"), ("agree", "right")):
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    table.add_column("disagreements")
-    for step in checks["step"].unique(maintain_order=True).to_list():
-        rows = checks.filter(checks["step"] == step)
-        wrong = rows.filter(~rows["agrees"])["check"].to_list()
-        table.add_row(
-            str(step), str(rows.height), str(rows.height - len(wrong)), ", ".join(wrong) or "-"
-        )
-    console.print(table)
-    shown = checks if all_rows else checks.filter(~checks["agrees"])
-    if shown.height:
-        detail = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for header in ("step", "check", "the run's files", "the replay", "agrees"):
-            detail.add_column(header, overflow="fold")
-        for step, check, expected, replayed, agrees in shown.iter_rows():
-            detail.add_row(
-                str(step), check, expected or "-", replayed or "-", "yes" if agrees else "NO"
-            )
-        console.print(detail)
 
 
 _NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 """Counts in ``--json`` that are not data-quality problems (versions are ordered by first
 observation, not by sorting): left out of the table, where they read as defects."""
+
+
+def _thrown_cell(thrown: ThrownAway) -> str:
+    return f"{thrown.groups:,} groups, {thrown.trajectories:,} traj., {thrown.response_tokens:,} tokens"
+
+
+def thrown_away_words(thrown: ThrownAway) -> str:
+    """The generation the fully-async loop threw away, in words, with its worst call."""
+    words = (
+        f"{thrown.groups:,} groups, {thrown.trajectories:,} trajectories, "
+        f"{thrown.response_tokens:,} response tokens"
+    )
+    if thrown.per_call:
+        worst = max(thrown.per_call, key=lambda row: (row[1], -row[0]))
+        words += f"; most in one call: {worst[1]:,} groups (call {worst[0]})"
+    return words
 
 
 def print_inspection(inspection: LogInspection, console: Console) -> None:
@@ -266,10 +214,19 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         "format",
         (", ".join(inspection.formats) or "-") + (converted if inspection.converted_from else ""),
     )
-    facts.add_row("inferred batch groups", _number(inspection.inferred_batch_groups))
+    facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
         facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
+    if inspection.thrown_away is not None:  # a fully-async run folder: its loop's surplus
+        facts.add_row("thrown away (surplus)", _thrown_cell(inspection.thrown_away))
     console.print(facts)
+    if inspection.thrown_away is not None:
+        console.print(
+            "thrown away: generation the fully-async loop polled and did not need, gone when "
+            f"its call returned: {thrown_away_words(inspection.thrown_away)}; counted by "
+            f"replaying the run at {inspection.thrown_away_setting}",
+            highlight=False,
+        )
 
     quality = Table(show_header=False, title="Data quality", title_justify="left")
     quality.add_column("what")
@@ -352,7 +309,7 @@ def print_sweep(result: SweepResult, console: Console) -> None:
         (name.replace(", ", "\n").replace(" ", "\n"), "left" if not name else "right")
         for name in names
     ]
-    _print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
+    print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
     for note in result.notes:  # about the log, as replay prints them
@@ -370,11 +327,11 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
     short = [[*row[:key], f"P{n}", *row[key + 1 :]] for n, row in enumerate(body, start=1)]
     if len(_measured_parts(console, headers, short)) < len(_measured_parts(console, headers, body)):
         # Long specs in a narrow terminal: a short name in the table, the specs under it.
-        _print_fitted(console, SWEEP_CAPTION, headers, short, keys=2)
+        print_fitted(console, SWEEP_CAPTION, headers, short, keys=2)
         for n, row in enumerate(body, start=1):
             console.print(f"P{n}  {row[key]}", highlight=False, soft_wrap=True)
     else:
-        _print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
+        print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
     if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
 
@@ -382,7 +339,7 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
 def _measured_parts(
     console: Console, headers: Sequence[tuple[str, str]], rows: Sequence[Sequence[str]]
 ) -> list[list[int]]:
-    """How many tables ``rows`` would be printed as (``_print_fitted``'s cut)."""
+    """How many tables ``rows`` would be printed as (``print_fitted``'s cut)."""
 
     def table(columns: Sequence[int], part: str, shown_rows: Sequence[Sequence[str]]) -> Table:
         shown = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -417,7 +374,7 @@ def print_bias(report: BiasReport, console: Console) -> None:
         for row in report.table.iter_rows(named=True)
     ]
     aligned = [(header, "left" if header == "outcome" else "right") for header in headers]
-    _print_fitted(console, "Who gets dropped", aligned, rows, keys=1)
+    print_fitted(console, "Who gets dropped", aligned, rows, keys=1)
     never = report.never_batched
     if never:
         shown = ", ".join(never[:20]) + (
@@ -434,7 +391,7 @@ def print_compare(result: CompareResult, console: Console) -> None:
         digits = 2 if "(%)" in row["metric"] or "mean" in row["metric"] else 0
         rows.append([row["metric"], _fmt(row[first], digits), _fmt(row[second], digits)])
     headers = [("metric", "left"), (first, "right"), (second, "right")]
-    _print_fitted(console, "Comparison", headers, rows, keys=1)
+    print_fitted(console, "Comparison", headers, rows, keys=1)
     drift = result.drift_by_gap
     if drift.height:
         shown = Table(
@@ -457,7 +414,7 @@ def print_fit(fit: Fit, like: Path, console: Console) -> None:
     """``simulate --like``: what was fitted, and the run's figures beside a simulated run's."""
     headers = [("parameter", "left"), ("value", "right"), ("from", "left")]
     rows = [list(row) for row in fit.fitted]
-    _print_fitted(console, f"Fitted to {like}", headers, rows, keys=1)
+    print_fitted(console, f"Fitted to {like}", headers, rows, keys=1)
     simulated = fit.simulated.groups
     headers = [
         ("figure", "left"),
@@ -475,7 +432,7 @@ def print_fit(fit: Fit, like: Path, console: Console) -> None:
             change = round(100 * (sim - real) / real) if real else None
             difference = "" if change is None else f"{change:+d}%" if change else "0%"
         rows.append([label, _figure(real), _figure(sim), difference])
-    _print_fitted(console, "The run's figures and the fitted simulation's", headers, rows, keys=1)
+    print_fitted(console, "The run's figures and the fitted simulation's", headers, rows, keys=1)
     for note in fit.notes:
         console.print(f"note: {flagged(note)}", soft_wrap=True, highlight=False, markup=False)
 

@@ -17,7 +17,12 @@ import polars as pl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_runs"
 RUNS = ("k2-m1", "k1-mnone", "k3-m2-n8")
+FULLY_FIXTURES = FIXTURES / "fully_async"
+FULLY_RUNS = ("fa-k2-m1-n4-s33", "fa-k3-mnone-n4-s36", "fa-k2-m1-n4-s37-p16")
+"""Runs of Dressage's fully-async loop (``fully_async_rollout.py``); truth has
+``discarded_surplus``."""
 CONSUMED = ("kept", "dropped_stale", "rejected_span", "failed")
+FULLY_DECIDED = (*CONSUMED, "discarded_surplus", "leftover")
 
 
 def extract_runs(archives: Path, into: Path) -> dict[str, Path]:
@@ -35,16 +40,20 @@ def by_trajectory(frame: pl.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def disagreements(
-    trajectories: pl.DataFrame, attempts: list[dict[str, Any]], rollout_ids: list[int]
+    trajectories: pl.DataFrame,
+    attempts: list[dict[str, Any]],
+    rollout_ids: list[int],
+    outcomes: tuple[str, ...] = CONSUMED,
 ) -> list[str]:
-    """Every way the replay differs from Dressage on the attempts it consumed or dropped."""
+    """Every way the replay differs from Dressage on the attempts whose outcome is one of
+    ``outcomes`` (by default those it consumed or dropped)."""
     rows = by_trajectory(trajectories)
     members: dict[str, set[str]] = defaultdict(set)
     for member in rows.values():
         members[member["group_id"]].add(member["trajectory_id"])
     problems = []
     for attempt in attempts:
-        if attempt["outcome"] not in CONSUMED:
+        if attempt["outcome"] not in outcomes:
             continue
         wanted = (attempt["outcome"], attempt["stage"])
         batch = rollout_ids.index(attempt["rollout_id"]) if attempt["outcome"] == "kept" else None

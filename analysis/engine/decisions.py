@@ -21,6 +21,10 @@ class Decision(StrEnum):
     FAILED = "failed"
     LEFTOVER = "leftover"
     """Only in the run-loop replay: completed, but never consumed before the run ended."""
+    DISCARDED_SURPLUS = "discarded_surplus"
+    """Only in the run-loop replay of Dressage's fully-async loop: polled by a rollout call
+    that filled its batch without it, and gone when the call returned (docs/semantics.md
+    §12.4): generation thrown away."""
     UNKNOWN = "unknown"
     """Only in the run-loop replay: the run's files cannot tell the decision (no traj_err/,
     no dressage_log.txt); the possible decisions are listed beside it."""
@@ -37,6 +41,7 @@ _DECISION_WORDS = {
     Decision.REJECTED_SPAN: "span rejected",
     Decision.FAILED: "failed",
     Decision.LEFTOVER: "left over",
+    Decision.DISCARDED_SURPLUS: "surplus discarded",
     Decision.UNKNOWN: "unknown",
 }
 
@@ -88,7 +93,7 @@ _OUTCOME_DECISION = {
 }
 _OUTCOME_STAGE = {Outcome.DROPPED_ARRIVAL: Stage.ARRIVAL, Outcome.DROPPED_PENDING: Stage.PENDING}
 
-RUN_LOOP_ONLY = frozenset({Decision.LEFTOVER, Decision.UNKNOWN})
+RUN_LOOP_ONLY = frozenset({Decision.LEFTOVER, Decision.UNKNOWN, Decision.DISCARDED_SURPLUS})
 """Decisions that only the run-loop replay makes (a log replay decides every group)."""
 
 DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision if d not in RUN_LOOP_ONLY)
@@ -96,8 +101,9 @@ DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision if d not in RUN_LOO
 
 LOOP_DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision)
 """What the run-loop replay decides for an attempt: the four of a simple replay,
-``leftover`` (completed, but never consumed before the run ended) and ``unknown`` (the
-run's files cannot tell)."""
+``leftover`` (completed, but never consumed before the run ended), ``unknown`` (the
+run's files cannot tell) and, for the fully-async loop, ``discarded_surplus`` (polled and
+thrown away when the batch was full)."""
 
 DECISION_NAMES: dict[int, str] = {int(o): o.decision.value for o in Outcome}
 """Code to decision, for ``replace_strict`` on a column of codes."""

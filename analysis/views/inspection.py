@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from analysis.engine import PreparedLog, prepare
+from analysis.engine.run_loop.fully import ThrownAway
 from analysis.formats.load_report import LoadReport
 from analysis.formats.registry import BY_NAME, peer_limits
 from analysis.formats.slime_dumps.reader import EVAL_GROUP_PREFIX
@@ -47,6 +48,11 @@ class LogInspection:
     its trajectory records do not carry: what the commands use when B is not given."""
     converted_from: tuple[str, ...] = field(default=())
     """The formats a converted (Parquet/Arrow) log was read from, as its metadata says."""
+    thrown_away: ThrownAway | None = None
+    """A fully-async Dressage run folder's surplus: what its loop polled and threw away
+    (docs/semantics.md §12.4); None for other logs."""
+    thrown_away_setting: str = ""
+    """The replay that counted it (loop, K), in words."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +69,9 @@ class LogInspection:
             "inferred_batch_groups": self.inferred_batch_groups,
             "run_batch_groups": self.run_batch_groups,
             "converted_from": list(self.converted_from),
+            "thrown_away": None
+            if self.thrown_away is None
+            else {**self.thrown_away.to_dict(), "setting": self.thrown_away_setting},
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
             "quality": dict(self.quality),

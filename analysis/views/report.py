@@ -291,6 +291,17 @@ def _facts_tables(inspection: LogInspection) -> str:
             if inspection.run_batch_groups is not None
             else []
         ),
+        *(
+            [
+                (
+                    "thrown away (surplus)",
+                    f"{number(thrown.groups)} groups, {number(thrown.trajectories)} "
+                    f"trajectories, {number(thrown.response_tokens)} tokens",
+                )
+            ]
+            if (thrown := inspection.thrown_away) is not None
+            else []
+        ),
         ("versions observed", number(len(inspection.versions))),
     ]
     quality = [
@@ -310,8 +321,34 @@ def _facts_tables(inspection: LogInspection) -> str:
     tables = _table([], facts, caption="Log") + _table([], quality, caption="Data quality")
     return (
         f"<div class='side'>{tables}</div>{_limits(inspection.limits)}"
+        f"{_thrown_away(inspection)}"
         f"<p class='note'>{html.escape(versions)}</p>{warnings}"
     )
+
+
+def _thrown_away(inspection: LogInspection) -> str:
+    """A fully-async run folder's surplus: generation its loop threw away, in all and per
+    call (docs/semantics.md §12.4)."""
+    thrown = inspection.thrown_away
+    if thrown is None:
+        return ""
+    said = (
+        f"Thrown away: {thrown.groups:,} groups, {thrown.trajectories:,} trajectories, "
+        f"{thrown.response_tokens:,} response tokens: generation the fully-async loop "
+        "polled and did not need once its batch was full, gone when its call returned "
+        f"(counted by replaying the run at {inspection.thrown_away_setting})."
+    )
+    rows = [[str(r), number(g), number(t), number(n)] for r, g, t, n in thrown.per_call]
+    table = (
+        _table(
+            ["call", "groups", "trajectories", "response tokens"],
+            rows,
+            caption="Thrown away per rollout call (calls that threw any away)",
+        )
+        if rows
+        else ""
+    )
+    return f"<h3 id='thrown-away'>Generation thrown away</h3><p>{html.escape(said)}</p>{table}"
 
 
 def _limits(limits: Sequence[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -50,6 +51,7 @@ def inspect(
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
         target = analysis.run_target_groups(inputs[0], logs.options.limits)
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
+        inspection = with_thrown_away(inspection, inputs[0], logs.options.limits)
     bounds = [
         analysis.admission_violations(
             table, rule, formats=(*report.formats, *report.converted_from)
@@ -71,6 +73,24 @@ def inspect(
                     bounds, stdout_console(), unchecked=_unchecked(inspection, run_folder)
                 )
     warn(report)
+
+
+def with_thrown_away(
+    inspection: analysis.LogInspection, folder: Path, limits: analysis.Limits
+) -> analysis.LogInspection:
+    """``inspection`` with the generation a fully-async run folder's loop threw away
+    (docs/semantics.md §12.4); a run its loop cannot be replayed on (a file the reader
+    refuses, which ``--on-bad-record skip`` passed over) is said in a warning, not fatal."""
+    try:
+        thrown = analysis.run_thrown_away(folder, limits=limits)
+    except analysis.ReplayError as error:
+        typer.echo(f"warning: the generation thrown away is not counted: {error}", err=True)
+        return inspection
+    if thrown is None:  # the partial loop puts its surplus back
+        return inspection
+    return dataclasses.replace(
+        inspection, thrown_away=thrown.thrown, thrown_away_setting=thrown.setting
+    )
 
 
 def _admission_rules(specs: list[str]) -> list[analysis.AdmissionRule]:

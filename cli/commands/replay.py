@@ -107,6 +107,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
             order_by=order_by, bias=bias,
             progress=lambda doing: progress_bar(doing, quiet=read.quiet),
             note=say_note, max_retries=run.max_retries,
+            loop=run.loop,  # type: ignore[arg-type]
         )  # fmt: skip
     except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
         raise typer.BadParameter(
@@ -127,7 +128,8 @@ its records are replayed on the simple loop, as sweep --policy does."""
 
 def print_replayed(replayed: analysis.Replayed, console: Console) -> None:
     """The rich summary of the engine that ran, and who gets dropped when asked."""
-    from cli.render import print_bias, print_run_summary, print_summary
+    from cli.render import print_bias, print_summary
+    from cli.render_run import print_run_summary
 
     result = replayed.result
     if isinstance(result, analysis.LoopReplay):

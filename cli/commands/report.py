@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.commands.inspect import with_thrown_away
 from cli.flags import say_setting
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
@@ -58,6 +59,7 @@ def report(
             inputs[0], limits=options.limits
         ).target_groups  # its own, whatever -b says
         inspection = dataclasses.replace(inspection, run_batch_groups=target)
+        inspection = with_thrown_away(inspection, inputs[0], options.limits)
     with progress_bar("replaying settings", quiet=read.quiet) as update:
         document = analysis.build_report(
             prepared, table, inspection,

@@ -54,13 +54,14 @@ def verify(
         keep_versions=keep_versions,
         max_retries=run.max_retries,
         limits=run_limits(limit),
+        loop=run.loop,  # type: ignore[arg-type]
     )
     result = verified.result
     with results_out():
         if json_output:
             print_json(verified.to_dict())
         else:
-            from cli.render import print_checks
+            from cli.render_run import print_checks
 
             print_checks(result, stdout_console(), all_rows=all_checks)
     say_verdict(verified)
@@ -84,6 +85,7 @@ def say_verdict(verified: analysis.Verification) -> None:
         + ("" if agree == total else f"; {total - agree:,} disagree"),
         err=True,
     )
+    typer.echo(f"loop: {result.loop_reason}", err=True)
     typer.echo(f"max_retries: {result.max_retries_how}", err=True)
     if len(found) > 1:
         typer.echo(

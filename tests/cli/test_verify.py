@@ -62,9 +62,10 @@ def test_replay_of_a_run_folder_reproduces_what_dressage_decided(
     assert summary["checks"]["agree"] == summary["checks"]["total"] > 0
     # one shape and order of keys for every run (the stages' order once varied)
     assert list(summary["groups"]) == [
-        "total", "kept", "dropped_stale", "rejected_span", "failed", "leftover", "unknown",
-        "dropped_stale_arrival", "dropped_stale_pending",
+        "total", "kept", "dropped_stale", "rejected_span", "failed", "leftover",
+        "discarded_surplus", "unknown", "dropped_stale_arrival", "dropped_stale_pending",
     ]  # fmt: skip
+    assert summary["loop"] == "partial" and summary["groups"]["discarded_surplus"] == 0
     stale = [a for a in truth[name] if a["outcome"] == "dropped_stale"]
     assert summary["groups"]["dropped_stale_arrival"] + summary["groups"][
         "dropped_stale_pending"

@@ -74,6 +74,7 @@ def output_frames(
                 "decided_in": a["decided_in"],
                 "end_version": t["end_version"],
                 "fail_kind": t["fail_kind"],
+                "response_tokens": t["response_tokens"],
             }
         )
     return pl.DataFrame(rows, schema=TRAJECTORY_COLUMNS), attempt_frame
@@ -172,8 +173,8 @@ def _log_checks(
     run: RunLog, decisions: Mapping[str, AttemptDecision], starts: Mapping[int, float]
 ) -> list[dict[str, Any]]:
     """Drops, retries and exhausted retries per call, and the final drain, against the log."""
-    if not run.calls.height:
-        return []
+    if not run.calls.height:  # no call line: the fully-async loop's log, or none
+        return _run_totals(run, decisions) if "dressage_log.txt" in run.sources else []
     logged: dict[tuple[int | None, str], int] = {}
     for rollout_id, kind, number in run.log_events.select(
         "rollout_id", "kind", "number"
@@ -212,6 +213,25 @@ def _log_checks(
     return rows
 
 
+def _run_totals(run: RunLog, decisions: Mapping[str, AttemptDecision]) -> list[dict[str, Any]]:
+    """A log without call lines (the fully-async loop logs none; docs/semantics.md §12.4):
+    its drop, retry and exhausted lines counted over the whole run (step null) against the
+    replay's. Which call wrote a line cannot be told: the calls' starts are inferred at the
+    earliest cut that reproduces the dumps, and a line's time is a poll's, not a
+    completion's."""
+    logged = dict(run.log_events.group_by("kind").len().iter_rows())
+    replayed = {"dropped_stale": 0, "retried": 0, "exhausted": 0}
+    for d in decisions.values():
+        if d.decision is Decision.DROPPED_STALE:
+            replayed["dropped_stale"] += 1
+        elif d.decision in _FAILURES:
+            replayed["retried" if d.retried else "exhausted"] += 1
+    # Retry lines are WARNINGs: a log kept at a higher level has none (as per call).
+    retries_logged = bool(logged.get("retried") or logged.get("exhausted"))
+    kinds = ("dropped_stale", "retried", "exhausted") if retries_logged else ("dropped_stale",)
+    return [_check(None, f"log/{kind}", logged.get(kind, 0), replayed[kind]) for kind in kinds]
+
+
 def step_counts(collector: Collector, rollout_id: int) -> dict[str, int | None]:
     decided = [d for d in collector.decisions.values() if d.rollout_id == rollout_id]
     failures = [d for d in decided if d.decision in _FAILURES]
@@ -241,6 +261,7 @@ TRAJECTORY_COLUMNS: dict[str, Any] = {
     "span_verdict": pl.Boolean,
     "leftover": pl.String,
     "possible": pl.String,
+    "response_tokens": pl.Int64,
 }
 
 

@@ -28,6 +28,7 @@ def infer_call_starts(
     lookahead: int = 4,
     latest: bool = False,
     unmatched: set[int] | None = None,
+    collector_class: type[Collector] = Collector,
 ) -> tuple[dict[int, float], list[str]]:
     """Rollout call starts without ``dressage_log.txt``.
 
@@ -37,9 +38,10 @@ def infer_call_starts(
     sessions equal the dump and whose counts equal the metrics row are kept, the earliest
     wins (the latest with ``latest``: the replay tries both to see which decisions depend
     on it), and a note says when matching cuts decide differently. Calls that no cut
-    reproduces are added to ``unmatched``.
+    reproduces are added to ``unmatched``. ``collector_class`` is the loop's collector
+    (:class:`Collector`, or the fully-async loop's).
     """
-    collector = Collector(
+    collector = collector_class(
         completion_order(attempts, timing, {}),
         keep_versions=keep_versions,
         max_retries=max_retries,
@@ -123,3 +125,116 @@ def _matches_step(
         metrics.get(name) is None or value is None or float(metrics[name]) == value
         for name, value in step_counts(trial, rollout_id).items()
     )
+
+
+def search_call_starts(
+    attempts: list[Attempt],
+    target_groups: int,
+    final_rollout_id: int | None,
+    kept_by_step: Mapping[int, set[str]],
+    metrics: Mapping[int, Mapping[str, Any]],
+    *,
+    keep_versions: int,
+    max_retries: int,
+    timing: PollTiming,
+    collector_class: type[Collector],
+    lookahead: int = 12,
+    budget: int = 20_000,
+) -> tuple[dict[int, float], list[str]]:
+    """Rollout call starts for a loop whose calls leave no start line (the fully-async
+    loop): the earliest cuts, step after step, such that every step's dump and metrics are
+    reproduced, backtracking when a later step cannot be (a call that polled more than it
+    needed throws the rest away, which only a later step's dump shows).
+
+    A step that no sequence of cuts reproduces (within ``budget`` calls replayed) is placed
+    at the cut whose kept sessions come closest to its dump, with a note, and the search
+    goes on from there.
+    """
+    steps = sorted(set(kept_by_step) | set(metrics))
+    if final_rollout_id is not None:
+        steps = [step for step in steps if step <= final_rollout_id]
+    collector = collector_class(
+        completion_order(attempts, timing, {}),
+        keep_versions=keep_versions,
+        max_retries=max_retries,
+        timing=timing,
+    )
+    spent = 0
+    deepest: list[tuple[float, Collector]] = []
+
+    def walk(depth: int, collector: Collector, path: list[tuple[float, Collector]]) -> bool:
+        nonlocal spent, deepest
+        if len(path) > len(deepest):
+            deepest = list(path)
+        if depth == len(steps):
+            return True
+        step = steps[depth]
+        for start in _candidate_starts(collector, kept_by_step.get(step), lookahead):
+            if spent >= budget:
+                return False
+            spent += 1
+            trial = collector.clone()
+            kept = trial.run_call(step, start, target_groups, final=step == final_rollout_id)
+            if not _matches_step(trial, step, kept, kept_by_step.get(step), metrics.get(step)):
+                continue
+            path.append((start, trial))
+            if walk(depth + 1, trial, path):
+                return True
+            path.pop()
+        return False
+
+    notes: list[str] = []
+    starts: dict[int, float] = {}
+    depth = 0
+    while depth < len(steps):
+        path: list[tuple[float, Collector]] = []
+        spent, deepest = 0, []
+        if walk(depth, collector, path):
+            starts.update(zip(steps[depth:], (start for start, _ in path), strict=True))
+            break
+        # The longest run of reproduced steps, then the closest cut for the next, then on.
+        for start, trial in deepest:
+            starts[steps[depth]], collector = start, trial
+            depth += 1
+        step = steps[depth]
+        best = _closest_cut(
+            collector,
+            step,
+            target_groups,
+            kept_by_step.get(step),
+            lookahead,
+            final=step == final_rollout_id,
+        )
+        notes.append(
+            f"call {step}: no placement of the calls reproduces this step's dump and metrics "
+            "after the steps before it; placed where it comes closest"
+        )
+        starts[step], collector = best
+        depth += 1
+    return starts, notes
+
+
+def _closest_cut(
+    collector: Collector,
+    step: int,
+    target_groups: int,
+    wanted: set[str] | None,
+    lookahead: int,
+    *,
+    final: bool,
+) -> tuple[float, Collector]:
+    """The cut whose call keeps the most of the step's dump (and least else); earliest wins."""
+    best: tuple[int, float, Collector] | None = None
+    for start in _candidate_starts(collector, wanted, lookahead):
+        trial = collector.clone()
+        got = {
+            s for a in trial.run_call(step, start, target_groups, final=final) for s in a.sessions
+        }
+        score = len(got & (wanted or set())) - len(got - (wanted or set()))
+        if best is None or score > best[0]:
+            best = (score, start, trial)
+    if best is None:
+        start = collector.last_fetch + 1e-6
+        collector.run_call(step, start, target_groups, final=final)
+        return start, collector
+    return best[1], best[2]

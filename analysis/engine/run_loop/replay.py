@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -30,7 +30,8 @@ from analysis.engine.run_loop.collector import (
     kept_groups_by_step,
     step_metrics,
 )
-from analysis.engine.run_loop.inference import infer_call_starts
+from analysis.engine.run_loop.fully import LOOPS, FullyCollector, ThrownAway, thrown_away
+from analysis.engine.run_loop.inference import infer_call_starts, search_call_starts
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
@@ -87,12 +88,16 @@ class LoopReplay:
     """What the run's files allow of it: ``2``, ``>= 1`` or ``1..3``."""
     max_retries_how: str = "given"
     """How it was found: given, or from the run's files."""
+    loop: str = "partial"
+    """The collector loop replayed: ``partial`` or ``fully`` (docs/semantics.md §12.4)."""
+    loop_reason: str = ""
+    """Why that loop: what the run's files told, or the option given."""
 
     def __repr__(self) -> str:
         groups = self.to_dict()["groups"]
         checks = self.to_dict()["checks"]
         return (
-            f"LoopReplay(K={self.keep_versions}: {groups['kept']:,} of {groups['total']:,} "
+            f"LoopReplay({self.loop} loop, K={self.keep_versions}: {groups['kept']:,} of {groups['total']:,} "
             f"attempts kept; agrees with the run's files on {checks['agree']:,} of "
             f"{checks['total']:,} checks)"
         )
@@ -106,12 +111,19 @@ class LoopReplay:
         """Whether every self-check agrees with the run's files."""
         return bool(self.checks["agrees"].all()) if self.checks.height else True
 
+    def thrown_away(self) -> ThrownAway:
+        """The generation the loop threw away (``discarded_surplus``; none in the partial
+        loop, which puts its surplus back)."""
+        return thrown_away(self.trajectories)
+
     def to_dict(self) -> dict[str, Any]:
         """The figures of the replay, as ``replay --json`` prints them for a run folder."""
         kept = self.trajectories.filter(pl.col("decision") == Decision.KEPT)["version_gap"]
         attempts = self.attempts
         return {
             "model": "dressage-loop",
+            "loop": self.loop,
+            "loop_reason": self.loop_reason,
             "config": {
                 "keep_versions": self.keep_versions,
                 "max_retries": self.max_retries,
@@ -128,6 +140,7 @@ class LoopReplay:
             },
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
+            "thrown_away": self.thrown_away().to_dict(),
             "checks": {
                 "total": self.checks.height,
                 "agree": int(self.checks["agrees"].sum()) if self.checks.height else 0,
@@ -176,6 +189,7 @@ def _one_pass(
     max_retries: int,
     timing: PollTiming,
     final: int | None,
+    loop: str = "partial",
     late_incomplete: bool = False,
     latest_starts: bool = False,
 ) -> _Pass:
@@ -200,20 +214,33 @@ def _one_pass(
                 "cannot be placed among the completions; keep dressage_log.txt"
             )
         assert run.target_groups is not None
-        starts, notes = infer_call_starts(
-            attempts,
-            run.target_groups,
-            final,
-            kept_by_step,
-            metrics,
-            keep_versions=keep_versions,
-            max_retries=max_retries,
-            timing=timing,
-            latest=latest_starts,
-            unmatched=unmatched,
-        )
+        if loop == "fully":  # it logs no call start: the cuts that reproduce the dumps
+            starts, notes = search_call_starts(
+                attempts,
+                run.target_groups,
+                final,
+                kept_by_step,
+                metrics,
+                keep_versions=keep_versions,
+                max_retries=max_retries,
+                timing=timing,
+                collector_class=FullyCollector,
+            )
+        else:
+            starts, notes = infer_call_starts(
+                attempts,
+                run.target_groups,
+                final,
+                kept_by_step,
+                metrics,
+                keep_versions=keep_versions,
+                max_retries=max_retries,
+                timing=timing,
+                latest=latest_starts,
+                unmatched=unmatched,
+            )
     assert run.target_groups is not None
-    collector = Collector(
+    collector = (FullyCollector if loop == "fully" else Collector)(
         completion_order(attempts, timing, starts),
         keep_versions=keep_versions,
         max_retries=max_retries,
@@ -351,25 +378,57 @@ def _unknowns(
     return {key: tuple(sorted(possible)) for key, possible in unknown.items()}
 
 
+def resolve_loop(run: RunLog, loop: str | None) -> tuple[str, str, str | None]:
+    """The loop to replay (``loop`` if given, else the run's), why, and a warning when
+    nothing told it and the partial loop is assumed."""
+    if loop is not None:
+        if loop not in LOOPS:
+            raise ConfigError(
+                f"require `loop` to be one of {', '.join(LOOPS)} (found {loop!r}); pass "
+                + setting("loop")
+                + " as the run's rollout function was (partial_async_rollout or "
+                "fully_async_rollout)"
+            )
+        told = "" if run.loop is None else f"; the files tell {run.loop}: {run.loop_reason}"
+        return loop, f"given{told}", None
+    if run.loop is not None:
+        return run.loop, run.loop_reason, None
+    return (
+        "partial",
+        "assumed: " + run.loop_reason,
+        f"{run.root}: nothing tells which of Dressage's loops made the run (no worker line "
+        "in dressage_log.txt, no dressage_start_rollout_id or dressage_return_* annotations); "
+        "replayed as the partial loop: pass --loop fully if it ran fully_async_rollout",
+    )
+
+
 def replay_run(
     run: RunLog,
     *,
     keep_versions: int,
     max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
     timing: PollTiming | None = None,
 ) -> LoopReplay:
     """Replay Dressage's collector loop over a run, at staleness setting ``keep_versions``
     (K; 0 = off) and ``max_retries`` (``DRESSAGE_ROLLOUT_MAX_RETRIES``; None: as the run's
     files say, else Dressage's default 2, with a note).
 
-    Rollout calls start at the log's "starting ... rollout_id=r" times; without a log
-    they are inferred from the dumps and metrics (:func:`infer_call_starts`). Where the
-    files leave a decision open (no traj_err/, no log) it is ``unknown``, with the
-    decisions possible in ``possible``.
+    ``loop`` is the collector loop: ``partial`` (``partial_async_rollout.py``) or
+    ``fully`` (``fully_async_rollout.py``); None takes the one the run's files tell
+    (:attr:`RunLog.loop`), or the partial loop with a warning when they tell none.
+
+    Rollout calls start at the log's "starting ... rollout_id=r" times; without them (no
+    log, or the fully-async loop, which logs no call start) they are inferred from the
+    dumps and metrics (:func:`infer_call_starts`). Where the files leave a decision open
+    (no traj_err/, no log) it is ``unknown``, with the decisions possible in ``possible``.
     """
     _check_settings(keep_versions, max_retries)
     timing = timing or PollTiming()
     warnings = list(run.warnings)
+    loop_name, loop_reason, assumed = resolve_loop(run, loop)
+    if assumed is not None:
+        warnings.append(assumed)
     if run.target_groups is None:
         raise MissingFieldError(
             f"{run.root}: the batch size (target groups per step) is found in none of: "
@@ -382,7 +441,7 @@ def replay_run(
     if final is None:
         steps = set(kept_by_step) | set(metrics)
         final = max(steps) if steps else None
-        if final is not None:
+        if final is not None and loop_name != "fully":  # the fully loop logs no final call
             where = (
                 "no final-call line in dressage_log.txt"
                 if "dressage_log.txt" in run.sources
@@ -395,7 +454,7 @@ def replay_run(
     def replay(limit: int, **reading: bool) -> _Pass:
         return _one_pass(
             run, keep_versions=keep_versions, max_retries=limit, timing=timing,
-            final=final, **reading,
+            final=final, loop=loop_name, **reading,
         )  # fmt: skip
 
     by_limit: dict[int, _Pass] = {}
@@ -417,7 +476,7 @@ def replay_run(
     others = []
     if any(a.incomplete for a in base.attempts):
         others.append(replay(limit, late_incomplete=True))
-    if not run.calls.height:
+    if not run.calls.height and loop_name != "fully":
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
@@ -450,6 +509,8 @@ def replay_run(
         max_retries=limit,
         max_retries_words=found.words,
         max_retries_how=found.how,
+        loop=loop_name,
+        loop_reason=loop_reason,
     )
 
 
@@ -469,7 +530,9 @@ _FAILURES = (Decision.FAILED, Decision.REJECTED_SPAN)
 _FAILURE_VALUES = tuple(d.value for d in _FAILURES)
 
 
-def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[int]:
+def keep_versions_reproducing(
+    run: RunLog, *, most: int | None = None, loop: Literal["partial", "fully"] | None = None
+) -> list[int]:
     """The settings of K (0 = off, up to ``most``, by default the run's distinct versions
     plus one) whose replay agrees with every self-check of the run: how a user finds, or
     confirms, the setting a run was made with."""
@@ -477,5 +540,5 @@ def keep_versions_reproducing(run: RunLog, *, most: int | None = None) -> list[i
     return [
         keep_versions
         for keep_versions in range(0, (labels + 1 if most is None else most) + 1)
-        if replay_run(run, keep_versions=keep_versions).consistent
+        if replay_run(run, keep_versions=keep_versions, loop=loop).consistent
     ]

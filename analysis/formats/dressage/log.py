@@ -48,9 +48,15 @@ _CALL_START = re.compile(
 )
 _FAILED_SESSION = re.compile(r"blackbox rollout failed for session_id=(\S+?):")
 _EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("dropped_stale", re.compile(r"dropping stale Dressage partial async rollout group (\d+)")),
+    # Both loops' lines: "partial async" / "fully async" drops, "... for retry during partial
+    # rollout:" / "... for retry:", "partial rollout group N exhausted" / "rollout group N
+    # exhausted" (dressage/rollout/{partial,fully}_async_rollout.py).
+    (
+        "dropped_stale",
+        re.compile(r"dropping stale Dressage (?:partial|fully) async rollout group (\d+)"),
+    ),
     ("retried", re.compile(r"returned group (\d+) to rollout buffer for retry")),
-    ("exhausted", re.compile(r"partial rollout group (\d+) exhausted retries")),
+    ("exhausted", re.compile(r"(?:partial )?rollout group (\d+) exhausted retries")),
     ("final_unconsumed", re.compile(r"dropping (\d+) extra completed partial rollout groups")),
     ("final_drained", re.compile(r"drained (\d+) completed partial rollout groups")),
 )
@@ -58,8 +64,10 @@ _FINAL = re.compile(r"final rollout (\d+) completed")
 _KNOWN_STARTS = (
     "starting Dressage partial async rollout",
     "dropping stale Dressage partial async rollout group",
+    "dropping stale Dressage fully async rollout group",
     "returned group",
     "partial rollout group",
+    "rollout group",
     "dropping ",
     "drained ",
     "final rollout",
@@ -70,6 +78,12 @@ _KNOWN_STARTS = (
 _DATED = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d")
 """A line that begins as a logging line does (a cut one that _LINE does not match is
 malformed; tracebacks and other writers' lines do not begin so)."""
+_WORKER_STARTED = re.compile(r"Dressage (partial|fully) async rollout worker started")
+_LOOP_LOGGERS = {
+    "dressage.rollout.partial_async_rollout": "partial",
+    "dressage.rollout.fully_async_rollout": "fully",
+}
+"""The logger names of Dressage's two collector loops (``logging.getLogger(__name__)``)."""
 _WEIGHTS = re.compile(r"weights updated \(weight_update_after_rollout_(\d+)\): version (\S+)")
 
 
@@ -114,6 +128,12 @@ class DressageLog:
             "replay's log checks may disagree where they are: correct or remove them"
         ]
 
+    loop: str | None = None
+    """The collector loop the log names (``partial`` / ``fully``), from its worker-started
+    line or its loggers' names; None when no line tells."""
+    loop_line: int | None = None
+    """The line that told the loop."""
+
 
 def log_lines(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a text log, none held past ``max_record_bytes``
@@ -145,10 +165,10 @@ def _line_fault(line: str) -> str | None:
 
 def _parse_lines(
     path: Path, limits: Limits, malformed: list[tuple[int, str]]
-) -> list[tuple[float, str, int]]:
-    """(naive time read as UTC, message, line number) of every line in the logging format;
-    lines with bad bytes, or dated but cut short, go to ``malformed``."""
-    lines: list[tuple[float, str, int]] = []
+) -> list[tuple[float, str, int, str]]:
+    """(naive time read as UTC, message, line number, logger name) of every line in the
+    logging format; lines with bad bytes, or dated but cut short, go to ``malformed``."""
+    lines: list[tuple[float, str, int, str]] = []
     for number, line in log_lines(path, limits):
         if (fault := _line_fault(line)) is not None:
             malformed.append((number, fault))
@@ -166,7 +186,7 @@ def _parse_lines(
                 "the log must be Python logging's '%(asctime)s' format"
             ) from exc
         seconds = stamp.replace(tzinfo=dt.UTC).timestamp() + int(match.group(2)) / 1000.0
-        lines.append((seconds, match.group(5), number))
+        lines.append((seconds, match.group(5), number, match.group(3)))
     return lines
 
 
@@ -210,7 +230,7 @@ def read_dressage_log(
     malformed: list[tuple[int, str]] = []
     lines = _parse_lines(path, limits, malformed)
     offset, zone_from = zone_offset(
-        [(at, message) for at, message, _ in lines], error_times, first_finish
+        [(at, message) for at, message, _, _ in lines], error_times, first_finish
     )
     starts: dict[int, float] = {}
     target_groups = samples_per_prompt = final = None
@@ -218,9 +238,13 @@ def read_dressage_log(
     failed: list[tuple[float, str]] = []
     updates: list[tuple[float, int, str]] = []
     preempts: set[int] = set()
-    for local, message, number in lines:
+    loop: str | None = None
+    loop_line: int | None = None
+    for local, message, number, logger in lines:
         at, where = local + offset, f"{path}:{number}"
         preempts |= named_max_preempts(message)
+        if loop is None and (told := _loop_of(logger, message)):  # the first line that names a loop
+            loop, loop_line = told, number
 
         if match := _CALL_START.match(message):
             starts[_log_int(match.group(1), where)] = at
@@ -253,7 +277,18 @@ def read_dressage_log(
         zone_from=zone_from,
         max_preempts=tuple(sorted(preempts)),
         malformed=tuple(sorted(malformed)),
+        loop=loop,
+        loop_line=loop_line,
     )
+
+
+def _loop_of(logger: str, message: str) -> str | None:
+    """The loop a log line names: its worker-started line, or a line of its logger."""
+    if match := _WORKER_STARTED.search(message):
+        return match.group(1)
+    if _CALL_START.match(message):
+        return "partial"
+    return _LOOP_LOGGERS.get(logger)
 
 
 def call_start_target_groups(path: Path, limits: Limits = DEFAULT_LIMITS) -> int | None:

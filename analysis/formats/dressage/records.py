@@ -13,9 +13,14 @@ from typing import Any
 from analysis.errors import LogFormatError, short_repr
 
 
-def attempt_label(instance_id: str, start_rollout_id: int | None, retry_count: int) -> str:
-    """A Dressage group attempt's id: ``<instance>/s<start rollout>/r<retry count>``
-    (docs/semantics.md §12.1)."""
+def attempt_label(
+    instance_id: str, start_rollout_id: int | None, retry_count: int, draw: int | None = None
+) -> str:
+    """A Dressage group attempt's id: ``<instance>/s<start rollout>/r<retry count>``, or
+    ``<instance>/e<draw>/r<retry count>`` for an attempt without a start rollout told apart
+    by its prompt's draw ordinal (docs/semantics.md §12.1)."""
+    if start_rollout_id is None and draw is not None:
+        return f"{instance_id}/e{draw}/r{retry_count}"
     start = "?" if start_rollout_id is None else start_rollout_id
     return f"{instance_id}/s{start}/r{retry_count}"
 

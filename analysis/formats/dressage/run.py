@@ -21,6 +21,7 @@ from analysis.errors import (
     ReplayError,
     UnknownFormatError,
 )
+from analysis.formats.dressage.identity import detect_loop, tell_attempts_apart
 from analysis.formats.dressage.log import (
     DressageLog,
     calls_frame,
@@ -117,6 +118,15 @@ class RunLog:
     max_preempts: tuple[int, ...] = ()
     """The ``max_preempts`` values named in the run's span rejections (the proxy's 502
     bodies in ``traj_err/`` or the log); empty when no rejection names it."""
+    loop: str | None = None
+    """The collector loop that made the run, as its files tell: ``partial``
+    (``partial_async_rollout.py``) or ``fully`` (``fully_async_rollout.py``); None when
+    nothing tells (docs/semantics.md §12.4)."""
+    loop_reason: str = "nothing in the files tells"
+    """What told the loop, in words."""
+    ambiguous_attempts: int = 0
+    """Attempts without a start rollout told apart by finish times alone where their
+    times could interleave (§12.1)."""
 
 
 def find_run_root(path: Path) -> Path | None:
@@ -219,8 +229,10 @@ def read_run(
                 "metrics, and the log's drop / retry lines cannot be checked"
             )
     _enrich_from_dumps(trajectories, dumps)
-    samples_per_prompt = _samples_per_prompt(log, metrics, trajectories)
+    samples_per_prompt = _samples_per_prompt(log, metrics, trajectories, dumps)
+    ambiguous = tell_attempts_apart(trajectories, samples_per_prompt, warnings)
     attempts = _build_attempts(trajectories, prompts, warnings)
+    loop, loop_reason = detect_loop(log, trajectories, dumps)
     if ERRORS not in sources and not trajectories_only:
         _mark_incomplete(attempts, samples_per_prompt, warnings)
     retry_limit, retry_warnings = infer_retry_limit(
@@ -251,6 +263,9 @@ def read_run(
         max_preempts=tuple(
             sorted({m for t in trajectories for m in t.max_preempts}.union(*_log_preempts(log)))
         ),
+        loop=loop,
+        loop_reason=loop_reason,
+        ambiguous_attempts=ambiguous,
     )
 
 
@@ -297,10 +312,10 @@ def _build_attempts(
 ) -> list[dict[str, Any]]:
     """Group trajectories into attempts (rows of ``ATTEMPT_SCHEMA``) and give each
     trajectory its attempt id and sample position; reorders ``trajectories`` to match."""
-    buckets: dict[tuple[str, int | None, int], list[Trajectory]] = {}
+    buckets: dict[tuple[str, int | None, int, int | None], list[Trajectory]] = {}
     for t in trajectories:
-        buckets.setdefault((t.instance_id, t.start_rollout_id, t.retry_count), []).append(t)
-    attempts: dict[tuple[str, int | None, int], dict[str, Any]] = {}
+        buckets.setdefault((t.instance_id, t.start_rollout_id, t.retry_count, t.draw), []).append(t)
+    attempts: dict[tuple[str, int | None, int, int | None], dict[str, Any]] = {}
     ordered: list[Trajectory] = []
     for key, members in buckets.items():
         label = attempt_label(*key)
@@ -322,8 +337,8 @@ def _build_attempts(
             "start_rollout_id": key[1],
             "retry_count": key[2],
             "completed_at": max(t.finished_at for t in members),
-            "retry_of": attempt_label(key[0], key[1], key[2] - 1)
-            if (key[0], key[1], key[2] - 1) in buckets
+            "retry_of": attempt_label(key[0], key[1], key[2] - 1, key[3])
+            if (key[0], key[1], key[2] - 1, key[3]) in buckets
             else None,
             "draw": min(indices) if indices else None,
             "fail_kind": ("span" if "span" in kinds else kinds[0]) if kinds else None,
@@ -339,7 +354,8 @@ def _build_attempts(
 
 
 def _assign_draws(
-    attempts: dict[tuple[str, int | None, int], dict[str, Any]], prompts: list[str] | None
+    attempts: dict[tuple[str, int | None, int, int | None], dict[str, Any]],
+    prompts: list[str] | None,
 ) -> None:
     """Dataset draw ordinal (slime ``group_index``) of every attempt whose files lack it.
 
@@ -349,18 +365,24 @@ def _assign_draws(
     """
     order = prompts or sorted({key[0] for key in attempts})
     position = {instance: i for i, instance in enumerate(order)}
-    firsts: dict[str, list[tuple[str, int | None, int]]] = {}
+    firsts: dict[str, list[tuple[str, int | None, int, int | None]]] = {}
     for key, row in attempts.items():
         if row["retry_of"] is None:
             firsts.setdefault(key[0], []).append(key)
     for instance, keys in firsts.items():
-        keys.sort(key=lambda k: (-1 if k[1] is None else k[1], attempts[k]["completed_at"]))
+        keys.sort(
+            key=lambda k: (
+                -1 if k[1] is None else k[1],
+                -1 if k[3] is None else k[3],
+                attempts[k]["completed_at"],
+            )
+        )
         for epoch, key in enumerate(keys):
             if attempts[key]["draw"] is None:
                 attempts[key]["draw"] = epoch * len(order) + position.get(instance, 0)
     for key in sorted(attempts, key=lambda k: k[2]):
         row = attempts[key]
-        earlier = attempts.get((key[0], key[1], key[2] - 1))
+        earlier = attempts.get((key[0], key[1], key[2] - 1, key[3]))
         if row["draw"] is None and earlier is not None:
             row["draw"] = earlier["draw"]
 
@@ -387,7 +409,10 @@ def _mark_incomplete(
 
 
 def _samples_per_prompt(
-    log: DressageLog | None, metrics: list[dict[str, Any]], trajectories: list[Trajectory]
+    log: DressageLog | None,
+    metrics: list[dict[str, Any]],
+    trajectories: list[Trajectory],
+    dumps: list[dict[str, Any]],
 ) -> int | None:
     if log is not None and log.samples_per_prompt:
         return log.samples_per_prompt
@@ -396,6 +421,12 @@ def _samples_per_prompt(
         samples = row.get("dressage/partial_rollout_target_samples")
         if groups and samples:
             return max(1, int(samples) // int(groups))
+    per_group: dict[tuple[int, int], int] = {}
+    for row in dumps:  # a kept group holds every trajectory of its attempt
+        key2 = (row["rollout_id"], row["group_position"])
+        per_group[key2] = per_group.get(key2, 0) + 1
+    if per_group:
+        return max(per_group.values())
     counts: dict[tuple[str, int | None, int], int] = {}
     for t in trajectories:
         key = (t.instance_id, t.start_rollout_id, t.retry_count)

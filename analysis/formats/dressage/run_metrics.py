@@ -24,6 +24,7 @@ METRICS_USE = (
 USED_METRICS = (
     "staleness/dropped_groups",
     "staleness/current_version_index",
+    "staleness/cutoff_version_index",
     "staleness/partial_rollout_rejected_groups",
     "dressage/partial_rollout_retried_groups",
     "dressage/partial_rollout_failed_groups",

@@ -68,6 +68,13 @@ class Trajectory:
     group_index: int | None = None
     attempt_id: str = ""
     sample_position: int = 0
+    retry_link: str | None = None
+    """The session of the earlier attempt this retry's sample replaces
+    (``last_retry_session_id`` / ``last_failed_session_id``): a retry of the same draw."""
+    start_version: str | None = None
+    """``dressage_start_token_version``: the weights its first token was generated with."""
+    draw: int | None = None
+    """Without a start rollout: the ordinal of its prompt's draw (identity.py)."""
 
 
 def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:
@@ -288,7 +295,22 @@ def _read_payload_session(folder: Path, limits: Limits) -> Trajectory:
         segments=len(segments) or len(sample_files),
         response_tokens=sum(counts) if lengths and len(counts) == len(lengths) else None,
         span_marker=marker,
+        retry_link=_link(metadata),
+        start_version=_optional_label(metadata.get("dressage_start_token_version")),
     )
+
+
+def _link(metadata: dict[str, Any]) -> str | None:
+    """The earlier session a retried sample names (its previous attempt's trajectory)."""
+    value = metadata.get("last_retry_session_id") or metadata.get("last_failed_session_id")
+    return value if isinstance(value, str) and value else None
+
+
+def _optional_label(value: Any) -> str | None:
+    try:
+        return real_label(value)
+    except ValueError:
+        return None
 
 
 def _is_count(value: Any) -> TypeGuard[int]:
@@ -355,6 +377,7 @@ def _read_error_session(folder: Path, limits: Limits) -> Trajectory:
         ),
         sample_index=optional_int(sample.get("index")),
         group_index=optional_int(sample.get("group_index")),
+        retry_link=_link(meta),
     )
 
 

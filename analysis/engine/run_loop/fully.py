@@ -1,0 +1,130 @@
+"""Dressage's fully-async collector (``generate_rollout_async`` in
+``dressage/rollout/fully_async_rollout.py``), poll by poll (docs/semantics.md §12.4).
+
+It shares the partial loop's worker queue, tracker and polls (:class:`Collector`); what
+differs is what a call does with the completed groups it polled but did not need once its
+batch is full: the partial loop puts them back on the queue for the next call, the fully
+loop keeps them in a dict local to the call, so they are gone when it returns, failed ones
+too, without a retry or a log line (``discarded_surplus``). Nothing drains the worker after
+the final call: what it queued and no call polled is left over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from analysis.engine.decisions import Decision
+from analysis.engine.run_loop.collector import Attempt, Collector, Tracker
+
+LOOPS = ("partial", "fully")
+"""Dressage's two collector loops: ``partial_async_rollout.py`` and ``fully_async_rollout.py``."""
+
+UNPOLLED = "unconsumed_after_final"
+"""The leftover kind of an attempt the fully-async worker queued that no call polled."""
+
+
+class FullyCollector(Collector):
+    """The fully-async loop's collector: :class:`Collector` without the put-back."""
+
+    def clone(self) -> FullyCollector:
+        copy = FullyCollector(
+            list(self.order),
+            keep_versions=self.keep_versions,
+            max_retries=self.max_retries,
+            timing=self.timing,
+        )
+        copy.tracker = Tracker(self.keep_versions, self.tracker.versions)
+        copy.queue, copy.delivered, copy.last_fetch = (
+            list(self.queue),
+            self.delivered,
+            self.last_fetch,
+        )
+        copy.decisions, copy.current_after = dict(self.decisions), dict(self.current_after)
+        copy.new_versions = dict(self.new_versions)
+        return copy
+
+    def run_call(
+        self, rollout_id: int, start: float, target_groups: int, *, final: bool
+    ) -> list[Attempt]:
+        """One call of ``generate_rollout_async``; returns the attempts it keeps. ``final``
+        changes nothing: the fully-async loop has no final drain."""
+        del final
+        pending: list[Attempt] = []
+        fetched: list[Attempt] = []  # the call's local completed_by_id, in insertion order
+        first = True
+        while len(pending) < target_groups:
+            if first:
+                self._deliver(start)
+                first = False
+            elif not self.queue and not self._deliver_next_poll():
+                break  # nothing more will ever complete
+            chunk, self.queue = self.queue, []
+            pending = self._observe(chunk, pending, rollout_id)
+            fetched += chunk
+            while fetched and len(pending) < target_groups:
+                self._take(fetched.pop(0), pending, rollout_id)
+        for attempt in pending:
+            self._decide(attempt, Decision.KEPT, rollout_id)
+        for attempt in fetched:  # polled, not needed: gone with the call's local dict
+            self._decide(attempt, Decision.DISCARDED_SURPLUS, rollout_id)
+        self.current_after[rollout_id] = self.tracker.current
+        return pending
+
+    def finish(self, final_rollout_id: int | None) -> None:
+        """What the worker queued (or completed at exit) and no call polled."""
+        for attempt in self.order:
+            if attempt.attempt_id not in self.decisions:
+                self._decide(attempt, Decision.LEFTOVER, final_rollout_id, leftover=UNPOLLED)
+
+
+@dataclass(frozen=True)
+class ThrownAway:
+    """Generation the fully-async loop threw away: the attempts a call polled and did not
+    need (``discarded_surplus``), their trajectories and those trajectories' response
+    tokens, in all and per rollout call (only the calls that threw any away)."""
+
+    groups: int
+    trajectories: int
+    response_tokens: int
+    per_call: tuple[tuple[int, int, int, int], ...] = ()
+    """(rollout id, groups, trajectories, response tokens), by rollout id."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "trajectories": self.trajectories,
+            "response_tokens": self.response_tokens,
+            "per_call": [
+                {"rollout_id": r, "groups": g, "trajectories": t, "response_tokens": n}
+                for r, g, t, n in self.per_call
+            ],
+        }
+
+
+def thrown_away(trajectories: pl.DataFrame) -> ThrownAway:
+    """:class:`ThrownAway` from a replay's trajectory frame (``group_id``, ``decision``,
+    ``decided_in``, ``response_tokens``); tokens a record does not carry count as 0."""
+    surplus = trajectories.filter(pl.col("decision") == Decision.DISCARDED_SURPLUS)
+    per_call = (
+        surplus.group_by("decided_in")
+        .agg(
+            pl.col("group_id").n_unique().alias("groups"),
+            pl.len().alias("trajectories"),
+            pl.col("response_tokens").fill_null(0).sum().alias("tokens"),
+        )
+        .sort("decided_in")
+    )
+    return ThrownAway(
+        groups=surplus["group_id"].n_unique(),
+        trajectories=surplus.height,
+        response_tokens=int(surplus["response_tokens"].fill_null(0).sum()),
+        per_call=tuple(
+            (int(r), int(g), int(t), int(n))
+            for r, g, t, n in per_call.select(
+                "decided_in", "groups", "trajectories", "tokens"
+            ).iter_rows()
+        ),
+    )
