@@ -196,6 +196,8 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
         f"  max {_number(gap['max'])}  (per trajectory)",
         f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
+        f"order-ambiguous     {figures['order_ambiguous']['groups']:,} groups, "
+        f"{figures['order_ambiguous']['trajectories']:,} trajectories",
     ):
         console.print(line, highlight=False)
     if checks["agree"] != checks["total"]:

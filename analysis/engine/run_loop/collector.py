@@ -24,6 +24,14 @@ class PollTiming:
     """Completions closer than this are ordered by submission, as the worker puts them."""
     queue_delay_s: float = 0.0
     """Assumed delay from a group's last trajectory end to the worker's output queue."""
+    order_uncertainty_s: float = 0.025
+    """Completions closer than this in the files may have reached the queue in either
+    order: a group is queued at the first worker tick after its task is done, some
+    3-25 ms after its last trajectory's recorded end (§12.2)."""
+    stall_s: float = 0.2
+    """A worker tick held up (the worker shares the process) queues every group done
+    meanwhile at once, in submission order: a group submitted earlier may reach the queue
+    before one whose files say it completed up to this much earlier."""
 
 
 @dataclass(slots=True, eq=False)
@@ -115,6 +123,68 @@ def _submitted_before(a: Attempt, b: Attempt, call_starts: Mapping[int, float]) 
     )
 
 
+def known_submitted_before(a: Attempt, b: Attempt) -> bool | None:
+    """Whether the worker submitted ``a`` before ``b``, when the files tell (async group
+    ids, or two fresh draws); None when they do not."""
+    if a.async_group_id is not None and b.async_group_id is not None:
+        return a.async_group_id < b.async_group_id
+    if a.retry_of is None and b.retry_of is None and a.draw is not None and b.draw is not None:
+        return a.draw < b.draw
+    return None
+
+
+def _retries(later: Attempt, earlier: Attempt) -> bool:
+    attempt = later.retry_of
+    while attempt is not None:
+        if attempt is earlier:
+            return True
+        attempt = attempt.retry_of
+    return False
+
+
+def may_precede(later: Attempt, earlier: Attempt, timing: PollTiming) -> bool:
+    """Whether ``later`` (after ``earlier`` in the queue order) may have reached the queue
+    first: their completions are closer than the files can order (different ticks), or a
+    held-up tick queued both and ``later`` was submitted first."""
+    if _retries(later, earlier):
+        return False
+    gap = later.completed_at - earlier.completed_at
+    if gap < timing.order_uncertainty_s:
+        return True
+    return gap < timing.stall_s and known_submitted_before(later, earlier) is True
+
+
+@dataclass(frozen=True)
+class QueueOrder:
+    """The worker's output queue as the files give it: the most likely ``order``, and the
+    runs of it (``ambiguous``, positions ``[start, end)``) within which the files cannot
+    order the completions (:func:`may_precede`)."""
+
+    order: list[Attempt]
+    ambiguous: tuple[tuple[int, int], ...]
+
+
+def queue_order(
+    attempts: list[Attempt], timing: PollTiming, call_starts: Mapping[int, float]
+) -> QueueOrder:
+    """:func:`completion_order` and its ambiguous runs; for either loop's collector."""
+    order = completion_order(attempts, timing, call_starts)
+    runs: list[tuple[int, int]] = []
+    for i, earlier in enumerate(order):
+        end = i + 1
+        for j in range(i + 1, len(order)):
+            if order[j].completed_at - earlier.completed_at >= timing.stall_s:
+                break
+            if may_precede(order[j], earlier, timing):
+                end = j + 1
+        if end > i + 1:
+            if runs and i < runs[-1][1]:
+                runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+            else:
+                runs.append((i, end))
+    return QueueOrder(order, tuple(runs))
+
+
 def completion_order(
     attempts: list[Attempt], timing: PollTiming, call_starts: Mapping[int, float]
 ) -> list[Attempt]:
@@ -165,6 +235,7 @@ class Collector:
         keep_versions: int,
         max_retries: int,
         timing: PollTiming,
+        chains: tuple[dict[str, int], dict[str, int]] | None = None,
     ) -> None:
         self.order = order
         self.keep_versions, self.max_retries, self.timing = keep_versions, max_retries, timing
@@ -172,8 +243,10 @@ class Collector:
         self.queue: list[Attempt] = []  # put-back leftovers first
         self.delivered = 0  # attempts of ``order`` already on the queue
         self.last_fetch = float("-inf")
-        self.tie = _chains(order, timing.tick_tie_s)
-        self.poll = _chains(order, timing.same_poll_s)
+        if chains is None:
+            chains = _chains(order, timing.tick_tie_s), _chains(order, timing.same_poll_s)
+        self.tie = chains[0]
+        self.poll = dict(chains[1])  # an attempt moved ahead joins the poll it passes
         self.decisions: dict[str, AttemptDecision] = {}
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
@@ -184,6 +257,7 @@ class Collector:
             keep_versions=self.keep_versions,
             max_retries=self.max_retries,
             timing=self.timing,
+            chains=(self.tie, self.poll),
         )
         copy.tracker = Tracker(self.keep_versions, self.tracker.versions)
         copy.queue, copy.delivered, copy.last_fetch = (
@@ -194,6 +268,24 @@ class Collector:
         copy.decisions, copy.current_after = dict(self.decisions), dict(self.current_after)
         copy.new_versions = dict(self.new_versions)
         return copy
+
+    def move_ahead(self, position: int) -> None:
+        """Swap the undelivered attempts at ``position`` and ``position + 1``: the later
+        one reached the queue first, in the poll of the one it passes."""
+        earlier, later = self.order[position], self.order[position + 1]
+        self.order[position], self.order[position + 1] = later, earlier
+        self.poll[later.attempt_id] = self.poll[earlier.attempt_id]
+
+    def state_key(self) -> tuple[Any, ...]:
+        """What the rest of the replay depends on: two hypotheses with one key decide the
+        remaining calls alike."""
+        return (
+            self.delivered,
+            tuple(a.attempt_id for a in self.queue),
+            tuple(a.attempt_id for a in self.order[self.delivered :]),
+            tuple(self.poll[a.attempt_id] for a in self.order[self.delivered :]),
+            tuple(self.tracker.versions),
+        )
 
     def _deliver(self, upto: float) -> None:
         """The first poll of a call: queue everything completed by ``upto``, in queue

@@ -4,14 +4,17 @@ order whose replay gives the step's dump and metrics (docs/semantics.md §12.2).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from analysis.engine.run_loop.checks import step_counts
 from analysis.engine.run_loop.collector import (
     Attempt,
+    AttemptDecision,
     Collector,
     PollTiming,
     completion_order,
+    may_precede,
 )
 
 
@@ -117,3 +120,186 @@ def _matches_step(
         metrics.get(name) is None or value is None or float(metrics[name]) == value
         for name, value in step_counts(trial, rollout_id).items()
     )
+
+
+@dataclass(frozen=True)
+class TieSearch:
+    """Bounds of :func:`resolve_ties`."""
+
+    frontier: int = 3
+    """Completions past those the call delivers in the most likely order whose order a
+    call's search varies (with those it delivers)."""
+    swaps: int = 3
+    """At most this many adjacent swaps of the most likely order per call."""
+    candidates: int = 200
+    """Orders tried per hypothesis and call."""
+    hypotheses: int = 6
+    """Hypotheses kept from one call to the next (the least reordered first)."""
+
+
+@dataclass
+class _Hypothesis:
+    collector: Collector
+    swaps: int
+    ambiguous: set[str]
+
+
+@dataclass(frozen=True)
+class TieResolution:
+    """The replay whose order of near-simultaneous completions reproduces the run's dumps
+    and metrics best, and the attempts decided otherwise by another order that also
+    reproduces them (``ambiguous``)."""
+
+    collector: Collector
+    ambiguous: frozenset[str]
+    notes: tuple[str, ...]
+
+
+def _outcome(decision: AttemptDecision) -> tuple[Any, ...]:
+    return (decision.decision, decision.rollout_id, decision.stage, decision.retried)
+
+
+def _differing(a: Collector, b: Collector) -> set[str]:
+    return {
+        key
+        for key in a.decisions.keys() | b.decisions.keys()
+        if key not in a.decisions
+        or key not in b.decisions
+        or _outcome(a.decisions[key]) != _outcome(b.decisions[key])
+    }
+
+
+def _reorderings(
+    collector: Collector, reach: int, timing: PollTiming, bounds: TieSearch
+) -> list[tuple[int, Collector]]:
+    """The collector with its completions up to ``reach`` (and ``bounds.frontier`` more)
+    reordered by up to ``bounds.swaps`` adjacent swaps that :func:`may_precede` allows,
+    the unchanged order first."""
+    start = collector.delivered
+    end = min(len(collector.order), reach + bounds.frontier)
+    found = [(0, collector)]
+    seen = {tuple(a.attempt_id for a in collector.order[start:end])}
+    level = [collector]
+    for swaps in range(1, bounds.swaps + 1):
+        following = []
+        for base in level:
+            for position in range(start, end - 1):
+                if not may_precede(base.order[position + 1], base.order[position], timing):
+                    continue
+                trial = base.clone()
+                trial.move_ahead(position)
+                key = tuple(a.attempt_id for a in trial.order[start:end])
+                if key in seen:
+                    continue
+                seen.add(key)
+                found.append((swaps, trial))
+                following.append(trial)
+                if len(found) >= bounds.candidates:
+                    return found
+        level = following
+    return found
+
+
+def _settle(trial: Collector, base: Collector, first: int) -> int:
+    """Put the completions the call did not deliver back in the base order (a reordering
+    nothing observed is no hypothesis); the swaps among those it delivered."""
+    rank = {a.attempt_id: i for i, a in enumerate(base.order)}
+    tail = sorted(trial.order[trial.delivered :], key=lambda a: rank[a.attempt_id])
+    trial.order[trial.delivered :] = tail
+    for attempt in tail:
+        trial.poll[attempt.attempt_id] = base.poll[attempt.attempt_id]
+    delivered = [rank[a.attempt_id] for a in trial.order[first : trial.delivered]]
+    return sum(1 for i, x in enumerate(delivered) for y in delivered[i + 1 :] if y < x)
+
+
+def _advance(
+    beam: list[_Hypothesis],
+    rollout_id: int,
+    start: float,
+    target_groups: int,
+    final: bool,
+    step: tuple[set[str] | None, Mapping[str, Any] | None],
+    timing: PollTiming,
+    bounds: TieSearch,
+) -> tuple[list[_Hypothesis], bool, bool]:
+    """One call over every hypothesis and reordering: the hypotheses that reproduce the
+    step (merged by state), else the unchanged orders; whether any matched, whether the
+    candidates were cut."""
+    matched: dict[tuple[Any, ...], _Hypothesis] = {}
+    fallback: list[_Hypothesis] = []
+    capped = False
+    for hypothesis in beam:
+        probe = hypothesis.collector.clone()
+        probe.run_call(rollout_id, start, target_groups, final=final)
+        orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
+        capped = capped or len(orders) >= bounds.candidates
+        for swaps, trial in orders:
+            trial = trial.clone() if trial is hypothesis.collector else trial
+            first = trial.delivered
+            kept = trial.run_call(rollout_id, start, target_groups, final=final)
+            cost = hypothesis.swaps + _settle(trial, hypothesis.collector, first)
+            if not _matches_step(trial, rollout_id, kept, *step):
+                if swaps == 0:  # the order of the files
+                    fallback.append(_Hypothesis(trial, cost, set(hypothesis.ambiguous)))
+                continue
+            same = matched.setdefault(
+                trial.state_key(), _Hypothesis(trial, cost, set(hypothesis.ambiguous))
+            )
+            if same.collector is not trial:
+                same.ambiguous |= hypothesis.ambiguous | _differing(same.collector, trial)
+                if cost < same.swaps:
+                    same.collector, same.swaps = trial, cost
+    if matched:
+        return sorted(matched.values(), key=lambda h: h.swaps), True, capped
+    return fallback, False, capped
+
+
+def resolve_ties(
+    collector: Collector,
+    starts: Mapping[int, float],
+    target_groups: int,
+    final_rollout_id: int | None,
+    kept_by_step: Mapping[int, set[str]],
+    metrics: Mapping[int, Mapping[str, Any]],
+    *,
+    timing: PollTiming,
+    bounds: TieSearch | None = None,
+) -> TieResolution:
+    """Run the calls, choosing among the orders the files allow for near-simultaneous
+    completions (:func:`may_precede`) those whose replay gives each step's dump and
+    metrics: a bounded beam over the calls, the least reordered hypothesis first.
+    Hypotheses that leave the same state behind are merged, the attempts they decide
+    differently marked ambiguous."""
+    bounds = bounds or TieSearch()
+    beam = [_Hypothesis(collector, 0, set())]
+    notes: list[str] = []
+    capped = False
+    for rollout_id, start in sorted(starts.items()):
+        final = rollout_id == final_rollout_id
+        step = (kept_by_step.get(rollout_id), metrics.get(rollout_id))
+        beam, matched, cut = _advance(
+            beam, rollout_id, start, target_groups, final, step, timing, bounds
+        )
+        if not matched:
+            notes.append(
+                f"call {rollout_id}: no order of near-simultaneous completions reproduces "
+                "the recorded step; kept the order of the files"
+            )
+        capped = capped or cut or len(beam) > bounds.hypotheses
+        beam = beam[: bounds.hypotheses]
+        if final:
+            break
+    best = beam[0]
+    best.collector.finish(final_rollout_id)
+    ambiguous = set(best.ambiguous)
+    for other in beam[1:]:
+        other.collector.finish(final_rollout_id)
+        ambiguous |= other.ambiguous | _differing(best.collector, other.collector)
+    if capped:
+        notes.append(
+            "the search of near-simultaneous completions' orders was cut short (bounds: "
+            f"{bounds.frontier} more completions, {bounds.swaps} swaps, {bounds.candidates} "
+            f"orders, {bounds.hypotheses} hypotheses per call): other orders may also "
+            "reproduce the run"
+        )
+    return TieResolution(best.collector, frozenset(ambiguous), tuple(notes))

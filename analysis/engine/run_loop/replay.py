@@ -27,7 +27,7 @@ from analysis.engine.run_loop.collector import (
     kept_groups_by_step,
     step_metrics,
 )
-from analysis.engine.run_loop.inference import infer_call_starts
+from analysis.engine.run_loop.inference import infer_call_starts, resolve_ties
 from analysis.errors import ConfigError, MissingFieldError, setting
 from analysis.formats.dressage.run import RunLog
 from analysis.table.labels import late_older_note
@@ -41,7 +41,13 @@ TRAJECTORY_TABLE_COLUMNS = (
     "version_gap",
     "span",
 )
-"""The columns of ``replay --trajectories``, for a log and a run folder alike."""
+"""The columns of ``replay --trajectories``, for a log and a run folder alike (a run folder
+adds :data:`RUN_TRAJECTORY_COLUMNS`' last)."""
+
+RUN_TRAJECTORY_COLUMNS = (*TRAJECTORY_TABLE_COLUMNS, "order_ambiguous")
+"""The columns of ``replay RUN --trajectories``: ``order_ambiguous`` is true for a
+trajectory whose decision depends on an order of near-simultaneous completions the run's
+files cannot tell (docs/semantics.md §12.2)."""
 
 
 RUN_DECISION_COLUMNS = (
@@ -55,6 +61,7 @@ RUN_DECISION_COLUMNS = (
     "retried",
     "span_verdict",
     "leftover",
+    "order_ambiguous",
 )
 """The columns of ``replay RUN --decisions``: one row per attempt, its gap that of its
 stalest trajectory."""
@@ -112,6 +119,10 @@ class LoopReplay:
             },
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
+            "order_ambiguous": {
+                "groups": int(attempts["order_ambiguous"].sum()),
+                "trajectories": int(self.trajectories["order_ambiguous"].sum()),
+            },
             "checks": {
                 "total": self.checks.height,
                 "agree": int(self.checks["agrees"].sum()) if self.checks.height else 0,
@@ -126,8 +137,8 @@ class LoopReplay:
         return self.attempts.join(stalest, on="group_id", how="left").select(RUN_DECISION_COLUMNS)
 
     def trajectory_table(self) -> pl.DataFrame:
-        """One row per trajectory (:data:`TRAJECTORY_TABLE_COLUMNS`)."""
-        return self.trajectories.select(TRAJECTORY_TABLE_COLUMNS)
+        """One row per trajectory (:data:`RUN_TRAJECTORY_COLUMNS`)."""
+        return self.trajectories.select(RUN_TRAJECTORY_COLUMNS)
 
 
 def _check_settings(keep_versions: int, max_retries: int) -> None:
@@ -203,13 +214,16 @@ def replay_run(
         max_retries=max_retries,
         timing=timing,
     )
-    for rollout_id, start in sorted(starts.items()):
-        collector.run_call(rollout_id, start, run.target_groups, final=rollout_id == final)
-        if rollout_id == final:
-            break
-    collector.finish(final)
+    resolution = resolve_ties(
+        collector, starts, run.target_groups, final, kept_by_step, metrics, timing=timing
+    )
+    collector = resolution.collector
+    warnings += resolution.notes
     batches = {rollout_id: i for i, rollout_id in enumerate(sorted(starts))}
     trajectories, attempt_rows = output_frames(run, attempts, collector, batches)
+    ambiguous = sorted(resolution.ambiguous)
+    trajectories = trajectories.with_columns(order_ambiguous=pl.col("group_id").is_in(ambiguous))
+    attempt_rows = attempt_rows.with_columns(order_ambiguous=pl.col("group_id").is_in(ambiguous))
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
     late = late_older_note(collector.tracker.versions, keep_versions)
     if late is not None:
