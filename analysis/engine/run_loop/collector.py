@@ -5,7 +5,8 @@ rollout calls; :mod:`analysis.engine.run_loop.replay` runs it over a run."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,27 +103,6 @@ class Tracker:
         }
 
 
-def _submission_bound(attempt: Attempt, call_starts: Mapping[int, float]) -> float:
-    """Earliest time the worker can have submitted an attempt: during its start rollout
-    call (first attempts), or after the attempt it retries completed."""
-    if attempt.retry_of is not None:
-        return max(attempt.retry_of.completed_at, _submission_bound(attempt.retry_of, call_starts))
-    if attempt.start_rollout_id is None:
-        return float("-inf")
-    return call_starts.get(attempt.start_rollout_id, float("-inf"))
-
-
-def _submitted_before(a: Attempt, b: Attempt, call_starts: Mapping[int, float]) -> bool:
-    if a.async_group_id is not None and b.async_group_id is not None:
-        return a.async_group_id < b.async_group_id
-    if a.retry_of is None and b.retry_of is None and a.draw is not None and b.draw is not None:
-        return a.draw < b.draw  # fresh draws are submitted in draw order
-    return (_submission_bound(a, call_starts), a.draw or 0) < (
-        _submission_bound(b, call_starts),
-        b.draw or 0,
-    )
-
-
 def known_submitted_before(a: Attempt, b: Attempt) -> bool | None:
     """Whether the worker submitted ``a`` before ``b``, when the files tell (async group
     ids, or two fresh draws); None when they do not."""
@@ -164,11 +144,9 @@ class QueueOrder:
     ambiguous: tuple[tuple[int, int], ...]
 
 
-def queue_order(
-    attempts: list[Attempt], timing: PollTiming, call_starts: Mapping[int, float]
-) -> QueueOrder:
+def queue_order(attempts: list[Attempt], timing: PollTiming) -> QueueOrder:
     """:func:`completion_order` and its ambiguous runs; for either loop's collector."""
-    order = completion_order(attempts, timing, call_starts)
+    order = completion_order(attempts, timing)
     runs: list[tuple[int, int]] = []
     for i, earlier in enumerate(order):
         end = i + 1
@@ -185,17 +163,17 @@ def queue_order(
     return QueueOrder(order, tuple(runs))
 
 
-def completion_order(
-    attempts: list[Attempt], timing: PollTiming, call_starts: Mapping[int, float]
-) -> list[Attempt]:
-    """Order in which attempts reach the worker's output queue: by completion time, and
-    by submission among completions closer than one worker tick."""
+def completion_order(attempts: list[Attempt], timing: PollTiming) -> list[Attempt]:
+    """Most likely order in which attempts reach the worker's output queue: by completion
+    time, and by submission among completions closer than one worker tick when the files
+    tell the submission order (:func:`known_submitted_before`)."""
     by_time = sorted(attempts, key=lambda a: a.completed_at)
 
     def compare(x: Attempt, y: Attempt) -> int:
-        if _submitted_before(x, y, call_starts):
-            return -1
-        return 1 if _submitted_before(y, x, call_starts) else 0
+        known = known_submitted_before(x, y)
+        if known is None:
+            return (x.completed_at > y.completed_at) - (x.completed_at < y.completed_at)
+        return -1 if known else 1
 
     ordered: list[Attempt] = []
     i = 0
@@ -222,6 +200,10 @@ def _chains(attempts: list[Attempt], gap: float) -> dict[str, int]:
         chains[attempt.attempt_id] = chain
         previous = attempt.completed_at
     return chains
+
+
+_FRESH_POLLS = itertools.count(-1, -1)
+"""Ids of polls a hypothesis splits off (the chains' ids are >= 0)."""
 
 
 class Collector:
@@ -276,14 +258,35 @@ class Collector:
         self.order[position], self.order[position + 1] = later, earlier
         self.poll[later.attempt_id] = self.poll[earlier.attempt_id]
 
-    def state_key(self) -> tuple[Any, ...]:
+    def toggle_poll(self, position: int) -> None:
+        """Move the poll boundary between the undelivered attempts at ``position`` and
+        ``position + 1``: split one poll there (the rest of it a poll of its own), or
+        join the second to the first's poll (they shared a tick, or a poll took two)."""
+        first, second = self.order[position], self.order[position + 1]
+        if self.poll[first.attempt_id] != self.poll[second.attempt_id]:
+            self.poll[second.attempt_id] = self.poll[first.attempt_id]
+            return
+        fresh, old = next(_FRESH_POLLS), self.poll[first.attempt_id]
+        for attempt in self.order[position + 1 :]:
+            if self.poll[attempt.attempt_id] != old:
+                break
+            self.poll[attempt.attempt_id] = fresh
+
+    def poll_breaks(self, start: int, end: int) -> tuple[bool, ...]:
+        """Whether each attempt of ``order[start:end]`` after the first begins a poll."""
+        ids = [self.poll[a.attempt_id] for a in self.order[start:end]]
+        return tuple(a != b for a, b in itertools.pairwise(ids))
+
+    def state_key(self, window: int = 16) -> tuple[Any, ...]:
         """What the rest of the replay depends on: two hypotheses with one key decide the
-        remaining calls alike."""
+        remaining calls alike. Hypotheses differ only near the next completion (the rest
+        of the order is the files'), so ``window`` completions from it are compared."""
+        end = self.delivered + window
         return (
             self.delivered,
             tuple(a.attempt_id for a in self.queue),
-            tuple(a.attempt_id for a in self.order[self.delivered :]),
-            tuple(self.poll[a.attempt_id] for a in self.order[self.delivered :]),
+            tuple(a.attempt_id for a in self.order[self.delivered : end]),
+            self.poll_breaks(self.delivered, end),
             tuple(self.tracker.versions),
         )
 

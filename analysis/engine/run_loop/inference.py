@@ -3,7 +3,8 @@ order whose replay gives the step's dump and metrics (docs/semantics.md §12.2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ def infer_call_starts(
     wins, and a note says when matching cuts decide differently.
     """
     collector = Collector(
-        completion_order(attempts, timing, {}),
+        completion_order(attempts, timing),
         keep_versions=keep_versions,
         max_retries=max_retries,
         timing=timing,
@@ -126,15 +127,20 @@ def _matches_step(
 class TieSearch:
     """Bounds of :func:`resolve_ties`."""
 
-    frontier: int = 3
+    frontier: int = 2
     """Completions past those the call delivers in the most likely order whose order a
     call's search varies (with those it delivers)."""
     swaps: int = 3
     """At most this many adjacent swaps of the most likely order per call."""
-    candidates: int = 200
+    candidates: int = 150
     """Orders tried per hypothesis and call."""
-    hypotheses: int = 6
+    hypotheses: int = 8
     """Hypotheses kept from one call to the next (the least reordered first)."""
+    budget: int = 40_000
+    """Replayed calls in all; past it, the files' order is kept."""
+    unmatched: int = 3
+    """Calls in a row that no order reproduces (a setting other than the run's) after
+    which the files' order is kept."""
 
 
 @dataclass
@@ -159,57 +165,85 @@ def _outcome(decision: AttemptDecision) -> tuple[Any, ...]:
     return (decision.decision, decision.rollout_id, decision.stage, decision.retried)
 
 
-def _differing(a: Collector, b: Collector) -> set[str]:
-    return {
-        key
-        for key in a.decisions.keys() | b.decisions.keys()
-        if key not in a.decisions
-        or key not in b.decisions
-        or _outcome(a.decisions[key]) != _outcome(b.decisions[key])
-    }
+def _differing(a: Collector, b: Collector, since: tuple[int, int] | None = None) -> set[str]:
+    """The attempts ``a`` and ``b`` decide differently; with ``since`` (how many
+    decisions each held before the call), among those decided since only."""
+    keys: Iterable[str]
+    if since is None:
+        keys = a.decisions.keys() | b.decisions.keys()
+    else:
+        keys = set(itertools.islice(a.decisions, since[0], None))
+        keys |= set(itertools.islice(b.decisions, since[1], None))
+    found = set()
+    for key in keys:
+        x, y = a.decisions.get(key), b.decisions.get(key)
+        if x is y:
+            continue
+        if x is None or y is None or _outcome(x) != _outcome(y):
+            found.add(key)
+    return found
 
 
 def _reorderings(
     collector: Collector, reach: int, timing: PollTiming, bounds: TieSearch
 ) -> list[tuple[int, Collector]]:
     """The collector with its completions up to ``reach`` (and ``bounds.frontier`` more)
-    reordered by up to ``bounds.swaps`` adjacent swaps that :func:`may_precede` allows,
-    the unchanged order first."""
+    changed by up to ``bounds.swaps`` moves the files allow (:func:`may_precede`): an
+    adjacent swap, or a poll boundary moved between two completions closer than the
+    files can order; the unchanged order first."""
     start = collector.delivered
     end = min(len(collector.order), reach + bounds.frontier)
+
+    def key(c: Collector) -> tuple[Any, ...]:
+        return tuple(a.attempt_id for a in c.order[start:end]), c.poll_breaks(start, end)
+
     found = [(0, collector)]
-    seen = {tuple(a.attempt_id for a in collector.order[start:end])}
+    seen = {key(collector)}
     level = [collector]
-    for swaps in range(1, bounds.swaps + 1):
+    for moves in range(1, bounds.swaps + 1):
         following = []
         for base in level:
             for position in range(start, end - 1):
-                if not may_precede(base.order[position + 1], base.order[position], timing):
-                    continue
-                trial = base.clone()
-                trial.move_ahead(position)
-                key = tuple(a.attempt_id for a in trial.order[start:end])
-                if key in seen:
-                    continue
-                seen.add(key)
-                found.append((swaps, trial))
-                following.append(trial)
-                if len(found) >= bounds.candidates:
-                    return found
+                later, earlier = base.order[position + 1], base.order[position]
+                variants = []
+                if may_precede(later, earlier, timing):
+                    variants.append(Collector.move_ahead)
+                if abs(later.completed_at - earlier.completed_at) < timing.order_uncertainty_s:
+                    variants.append(Collector.toggle_poll)
+                for move in variants:
+                    trial = base.clone()
+                    move(trial, position)
+                    if key(trial) in seen:
+                        continue
+                    seen.add(key(trial))
+                    found.append((moves, trial))
+                    following.append(trial)
+                    if len(found) >= bounds.candidates:
+                        return found
         level = following
     return found
 
 
-def _settle(trial: Collector, base: Collector, first: int) -> int:
+def _settle(trial: Collector, base: Collector, rank: Mapping[str, int], first: int) -> int:
     """Put the completions the call did not deliver back in the base order (a reordering
-    nothing observed is no hypothesis); the swaps among those it delivered."""
-    rank = {a.attempt_id: i for i, a in enumerate(base.order)}
-    tail = sorted(trial.order[trial.delivered :], key=lambda a: rank[a.attempt_id])
-    trial.order[trial.delivered :] = tail
+    nothing observed is no hypothesis); the moves among those it delivered (swaps and
+    poll boundaries)."""
+    end = trial.delivered
+    while end < len(trial.order) and (
+        trial.order[end] is not base.order[end]
+        or trial.poll[trial.order[end].attempt_id] != base.poll[base.order[end].attempt_id]
+    ):
+        end += 1
+    tail = sorted(trial.order[trial.delivered : end], key=lambda a: rank[a.attempt_id])
+    trial.order[trial.delivered : end] = tail
     for attempt in tail:
         trial.poll[attempt.attempt_id] = base.poll[attempt.attempt_id]
     delivered = [rank[a.attempt_id] for a in trial.order[first : trial.delivered]]
-    return sum(1 for i, x in enumerate(delivered) for y in delivered[i + 1 :] if y < x)
+    swaps = sum(1 for i, x in enumerate(delivered) for y in delivered[i + 1 :] if y < x)
+    breaks = trial.poll_breaks(first, trial.delivered)
+    pairs = itertools.pairwise(trial.order[first : trial.delivered])
+    base_breaks = tuple(base.poll[a.attempt_id] != base.poll[b.attempt_id] for a, b in pairs)
+    return swaps + sum(x != y for x, y in zip(breaks, base_breaks, strict=True))
 
 
 def _advance(
@@ -221,37 +255,47 @@ def _advance(
     step: tuple[set[str] | None, Mapping[str, Any] | None],
     timing: PollTiming,
     bounds: TieSearch,
-) -> tuple[list[_Hypothesis], bool, bool]:
+    search: bool,
+) -> tuple[list[_Hypothesis], bool, bool, int]:
     """One call over every hypothesis and reordering: the hypotheses that reproduce the
     step (merged by state), else the unchanged orders; whether any matched, whether the
-    candidates were cut."""
+    candidates were cut, how many calls were replayed."""
     matched: dict[tuple[Any, ...], _Hypothesis] = {}
     fallback: list[_Hypothesis] = []
     capped = False
+    parents: dict[tuple[Any, ...], _Hypothesis] = {}
+    work = 0
     for hypothesis in beam:
-        probe = hypothesis.collector.clone()
-        probe.run_call(rollout_id, start, target_groups, final=final)
-        orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
+        rank = {a.attempt_id: i for i, a in enumerate(hypothesis.collector.order)}
+        before = len(hypothesis.collector.decisions)
+        if search:
+            probe = hypothesis.collector.clone()
+            probe.run_call(rollout_id, start, target_groups, final=final)
+            orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
+        else:
+            orders = [(0, hypothesis.collector)]
+        work += len(orders) + search
         capped = capped or len(orders) >= bounds.candidates
         for swaps, trial in orders:
             trial = trial.clone() if trial is hypothesis.collector else trial
             first = trial.delivered
             kept = trial.run_call(rollout_id, start, target_groups, final=final)
-            cost = hypothesis.swaps + _settle(trial, hypothesis.collector, first)
+            cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first)
             if not _matches_step(trial, rollout_id, kept, *step):
                 if swaps == 0:  # the order of the files
                     fallback.append(_Hypothesis(trial, cost, set(hypothesis.ambiguous)))
                 continue
-            same = matched.setdefault(
-                trial.state_key(), _Hypothesis(trial, cost, set(hypothesis.ambiguous))
-            )
+            state = trial.state_key()
+            same = matched.setdefault(state, _Hypothesis(trial, cost, set(hypothesis.ambiguous)))
+            parent = parents.setdefault(state, hypothesis)
             if same.collector is not trial:
-                same.ambiguous |= hypothesis.ambiguous | _differing(same.collector, trial)
+                since = (before, before) if parent is hypothesis else None
+                same.ambiguous |= hypothesis.ambiguous | _differing(same.collector, trial, since)
                 if cost < same.swaps:
                     same.collector, same.swaps = trial, cost
     if matched:
-        return sorted(matched.values(), key=lambda h: h.swaps), True, capped
-    return fallback, False, capped
+        return sorted(matched.values(), key=lambda h: h.swaps), True, capped, work
+    return fallback, False, capped, work
 
 
 def resolve_ties(
@@ -274,18 +318,22 @@ def resolve_ties(
     beam = [_Hypothesis(collector, 0, set())]
     notes: list[str] = []
     capped = False
+    work, misses = 0, 0
     for rollout_id, start in sorted(starts.items()):
         final = rollout_id == final_rollout_id
         step = (kept_by_step.get(rollout_id), metrics.get(rollout_id))
-        beam, matched, cut = _advance(
-            beam, rollout_id, start, target_groups, final, step, timing, bounds
+        search = work < bounds.budget and misses < bounds.unmatched
+        beam, matched, cut, done = _advance(
+            beam, rollout_id, start, target_groups, final, step, timing, bounds, search
         )
-        if not matched:
+        work += done
+        misses = 0 if matched else misses + 1
+        if not matched and search:
             notes.append(
                 f"call {rollout_id}: no order of near-simultaneous completions reproduces "
                 "the recorded step; kept the order of the files"
             )
-        capped = capped or cut or len(beam) > bounds.hypotheses
+        capped = capped or cut or len(beam) > bounds.hypotheses or not search
         beam = beam[: bounds.hypotheses]
         if final:
             break
@@ -298,8 +346,9 @@ def resolve_ties(
     if capped:
         notes.append(
             "the search of near-simultaneous completions' orders was cut short (bounds: "
-            f"{bounds.frontier} more completions, {bounds.swaps} swaps, {bounds.candidates} "
-            f"orders, {bounds.hypotheses} hypotheses per call): other orders may also "
-            "reproduce the run"
+            f"{bounds.frontier} more completions, {bounds.swaps} moves, {bounds.candidates} "
+            f"orders, {bounds.hypotheses} hypotheses per call, {bounds.budget:,} replayed "
+            f"calls, {bounds.unmatched} unreproduced calls in a row): other orders may "
+            "also reproduce the run, and order_ambiguous may miss some"
         )
     return TieResolution(best.collector, frozenset(ambiguous), tuple(notes))

@@ -209,7 +209,7 @@ def replay_run(
         )
         warnings += notes
     collector = Collector(
-        completion_order(attempts, timing, starts),
+        completion_order(attempts, timing),
         keep_versions=keep_versions,
         max_retries=max_retries,
         timing=timing,
