@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analysis.engine.run_loop.checks import step_counts
@@ -323,10 +323,19 @@ def resolve_ties(
         final = rollout_id == final_rollout_id
         step = (kept_by_step.get(rollout_id), metrics.get(rollout_id))
         search = work < bounds.budget and misses < bounds.unmatched
+        before = beam
         beam, matched, cut, done = _advance(
-            beam, rollout_id, start, target_groups, final, step, timing, bounds, search
+            before, rollout_id, start, target_groups, final, step, timing, bounds, search
         )
         work += done
+        if not matched and search:  # once more, wider
+            wider = replace(bounds, candidates=bounds.candidates * 4, swaps=bounds.swaps + 1)
+            retry = _advance(
+                before, rollout_id, start, target_groups, final, step, timing, wider, search
+            )
+            work += retry[3]
+            if retry[1]:
+                beam, matched, cut = retry[0], True, retry[2]
         misses = 0 if matched else misses + 1
         if not matched and search:
             notes.append(
