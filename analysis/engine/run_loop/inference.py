@@ -30,6 +30,7 @@ def infer_call_starts(
     max_retries: int,
     timing: PollTiming,
     lookahead: int = 4,
+    ambiguous: set[str] | None = None,
 ) -> tuple[dict[int, float], list[str]]:
     """Rollout call starts without ``dressage_log.txt``.
 
@@ -37,7 +38,8 @@ def infer_call_starts(
     step, every cut of the completion order from the previous call's end to a few
     completions past the last attempt the step's dump holds is replayed; cuts whose kept
     sessions equal the dump and whose counts equal the metrics row are kept, the earliest
-    wins, and a note says when matching cuts decide differently.
+    wins, and a note says when matching cuts decide differently (the attempts they decide
+    differently are added to ``ambiguous``).
     """
     collector = Collector(
         completion_order(attempts, timing),
@@ -73,6 +75,9 @@ def infer_call_starts(
             collector.run_call(rollout_id, start, target_groups, final=final)
         else:
             if len({m[2] for m in matches}) > 1:
+                if ambiguous is not None:
+                    for _, other, _ in matches[1:]:
+                        ambiguous |= _differing(matches[0][1], other)
                 notes.append(
                     f"call {rollout_id}: {len({m[2] for m in matches})} different replays match "
                     "the recorded step; took the earliest start"

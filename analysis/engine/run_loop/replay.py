@@ -191,6 +191,7 @@ def replay_run(
     starts = (
         dict(run.calls.select("rollout_id", "started_at").iter_rows()) if run.calls.height else {}
     )
+    unplaced: set[str] = set()  # decided otherwise by another start that fits the files
     if not starts:
         if not kept_by_step and not metrics:
             raise MissingFieldError(
@@ -206,6 +207,7 @@ def replay_run(
             keep_versions=keep_versions,
             max_retries=max_retries,
             timing=timing,
+            ambiguous=unplaced,
         )
         warnings += notes
     collector = Collector(
@@ -221,7 +223,7 @@ def replay_run(
     warnings += resolution.notes
     batches = {rollout_id: i for i, rollout_id in enumerate(sorted(starts))}
     trajectories, attempt_rows = output_frames(run, attempts, collector, batches)
-    ambiguous = sorted(resolution.ambiguous)
+    ambiguous = sorted(resolution.ambiguous | unplaced)
     trajectories = trajectories.with_columns(order_ambiguous=pl.col("group_id").is_in(ambiguous))
     attempt_rows = attempt_rows.with_columns(order_ambiguous=pl.col("group_id").is_in(ambiguous))
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
