@@ -8,7 +8,7 @@ import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from analysis.engine.decisions import Decision, Stage
 from analysis.formats.dressage.run import RunLog
@@ -233,8 +233,9 @@ class Collector:
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
 
-    def clone(self) -> Collector:
-        copy = Collector(
+    def clone(self) -> Self:
+        """A copy to try a call on (a subclass, a loop variant, copies as itself)."""
+        copy = type(self)(
             list(self.order),  # a copy: delivery may move an attempt within its tie
             keep_versions=self.keep_versions,
             max_retries=self.max_retries,
