@@ -11,12 +11,16 @@ from typing import Any
 import polars as pl
 from hypothesis import given, settings, strategies as st
 
+from analysis.engine.decisions import Decision
 from analysis.engine.run_loop.collector import (
     Attempt,
+    AttemptDecision,
+    Collector,
     PollTiming,
     may_precede,
     queue_order,
 )
+from analysis.engine.run_loop.inference import _drops_agree
 from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS, replay_run
 from analysis.formats.dressage.run import RunLog
 from analysis.formats.dressage.step_dumps import KEPT_SCHEMA
@@ -174,3 +178,20 @@ def test_only_a_held_up_tick_makes_groups_far_apart_ambiguous() -> None:
     assert replay_run(run_log(spec), keep_versions=0).attempts["order_ambiguous"].any()
     spec = dict(SWAP, attempts=[attempt(i, 300 * i, draw=9 - i) for i in range(4)])
     assert not replay_run(run_log(spec), keep_versions=0).attempts["order_ambiguous"].any()
+
+
+def test_the_logs_stale_drops_order_the_hypotheses() -> None:
+    """Dressage numbers groups in submission order and logs each stale drop with its
+    number: a hypothesis whose drops come in another order of submission is refused."""
+    first = replace(make_attempt(0, 1.0, known=False), draw=0)  # no async ids: draws tell
+    second = replace(make_attempt(1, 1.01, known=False), draw=1)
+    collector = Collector([first, second], keep_versions=1, max_retries=2, timing=TIMING)
+    for dropped in (second, first):  # dropped in the reverse of submission order
+        collector.decisions[dropped.attempt_id] = AttemptDecision(Decision.DROPPED_STALE, 0)
+    assert _drops_agree(collector, 0, 0, [41, 40])
+    assert not _drops_agree(collector, 0, 0, [40, 41])
+    assert _drops_agree(collector, 0, 0, None)
+    retried = replace(make_attempt(2, 1.02, known=False), retry_count=1, draw=2)
+    collector.attempts[retried.attempt_id] = retried
+    collector.decisions[retried.attempt_id] = AttemptDecision(Decision.DROPPED_STALE, 0)
+    assert _drops_agree(collector, 0, 0, [40, 41, 39])  # a retry's number is not known

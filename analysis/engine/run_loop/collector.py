@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+import polars as pl
+
 from analysis.engine.decisions import Decision, Stage
 from analysis.formats.dressage.run import RunLog
 
@@ -218,8 +220,10 @@ class Collector:
         max_retries: int,
         timing: PollTiming,
         chains: tuple[dict[str, int], dict[str, int]] | None = None,
+        by_id: dict[str, Attempt] | None = None,
     ) -> None:
         self.order = order
+        self.attempts = {a.attempt_id: a for a in order} if by_id is None else by_id
         self.keep_versions, self.max_retries, self.timing = keep_versions, max_retries, timing
         self.tracker = Tracker(keep_versions)
         self.queue: list[Attempt] = []  # put-back leftovers first
@@ -241,6 +245,7 @@ class Collector:
             max_retries=self.max_retries,
             timing=self.timing,
             chains=(self.tie, self.poll),
+            by_id=self.attempts,
         )
         copy.tracker = Tracker(self.keep_versions, self.tracker.versions)
         copy.queue, copy.delivered, copy.last_fetch = (
@@ -459,3 +464,13 @@ def step_metrics(run: RunLog) -> dict[int, dict[str, Any]]:
     if not run.metrics.height:
         return {}
     return {int(row["rollout_id"]): row for row in run.metrics.iter_rows(named=True)}
+
+
+def logged_drops(run: RunLog) -> dict[int, list[int]]:
+    """Per call, the group numbers of the log's "dropping stale" lines, in log order."""
+    drops: dict[int, list[int]] = {}
+    events = run.log_events.filter(pl.col("kind") == "dropped_stale")
+    for rollout_id, number in events.select("rollout_id", "number").iter_rows():
+        if rollout_id is not None:
+            drops.setdefault(rollout_id, []).append(number)
+    return drops

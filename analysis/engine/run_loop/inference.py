@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from analysis.engine.decisions import Decision
 from analysis.engine.run_loop.checks import step_counts
 from analysis.engine.run_loop.collector import (
     Attempt,
@@ -126,6 +127,36 @@ def _matches_step(
         metrics.get(name) is None or value is None or float(metrics[name]) == value
         for name, value in step_counts(trial, rollout_id).items()
     )
+
+
+def _submission_ranks(attempts: list[Attempt]) -> list[int] | None:
+    """Each attempt's rank in submission order, when the files tell it for all of them
+    (async group ids, or draws of first attempts); None otherwise."""
+    if all(a.async_group_id is not None for a in attempts):
+        keys = [a.async_group_id or 0 for a in attempts]
+    elif all(a.retry_count == 0 and a.draw is not None for a in attempts):
+        keys = [a.draw or 0 for a in attempts]
+    else:
+        return None
+    return [sorted(keys).index(key) for key in keys]
+
+
+def _drops_agree(trial: Collector, rollout_id: int, before: int, logged: list[int] | None) -> bool:
+    """Whether the call's stale drops come in the order of the log's "dropping stale ...
+    group N" lines: Dressage numbers groups in submission order, so the drops' ranks in
+    submission order (where the files tell it) are the logged numbers' ranks."""
+    if not logged:
+        return True
+    dropped = [
+        trial.attempts[key]
+        for key in itertools.islice(trial.decisions, before, None)
+        if trial.decisions[key].decision is Decision.DROPPED_STALE
+        and trial.decisions[key].rollout_id == rollout_id
+    ]
+    if len(dropped) != len(logged) or len(set(logged)) != len(logged):
+        return True  # the counts are checked with the metrics; nothing to pair here
+    ranks = _submission_ranks(dropped)
+    return ranks is None or ranks == [sorted(logged).index(n) for n in logged]
 
 
 @dataclass(frozen=True)
@@ -257,7 +288,7 @@ def _advance(
     start: float,
     target_groups: int,
     final: bool,
-    step: tuple[set[str] | None, Mapping[str, Any] | None],
+    step: tuple[set[str] | None, Mapping[str, Any] | None, list[int] | None],
     timing: PollTiming,
     bounds: TieSearch,
     search: bool,
@@ -286,7 +317,10 @@ def _advance(
             first = trial.delivered
             kept = trial.run_call(rollout_id, start, target_groups, final=final)
             cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first)
-            if not _matches_step(trial, rollout_id, kept, *step):
+            if not (
+                _matches_step(trial, rollout_id, kept, step[0], step[1])
+                and _drops_agree(trial, rollout_id, before, step[2])
+            ):
                 if swaps == 0:  # the order of the files
                     fallback.append(_Hypothesis(trial, cost, set(hypothesis.ambiguous)))
                 continue
@@ -313,10 +347,12 @@ def resolve_ties(
     *,
     timing: PollTiming,
     bounds: TieSearch | None = None,
+    dropped_by_step: Mapping[int, list[int]] | None = None,
 ) -> TieResolution:
     """Run the calls, choosing among the orders the files allow for near-simultaneous
     completions (:func:`may_precede`) those whose replay gives each step's dump and
-    metrics: a bounded beam over the calls, the least reordered hypothesis first.
+    metrics (and the order of the log's stale drops, ``dropped_by_step``): a bounded beam
+    over the calls, the least reordered hypothesis first.
     Hypotheses that leave the same state behind are merged, the attempts they decide
     differently marked ambiguous."""
     bounds = bounds or TieSearch()
@@ -326,7 +362,11 @@ def resolve_ties(
     work, misses = 0, 0
     for rollout_id, start in sorted(starts.items()):
         final = rollout_id == final_rollout_id
-        step = (kept_by_step.get(rollout_id), metrics.get(rollout_id))
+        step = (
+            kept_by_step.get(rollout_id),
+            metrics.get(rollout_id),
+            (dropped_by_step or {}).get(rollout_id),
+        )
         search = work < bounds.budget and misses < bounds.unmatched
         before = beam
         beam, matched, cut, done = _advance(

@@ -25,6 +25,7 @@ from analysis.engine.run_loop.collector import (
     attempts_from,
     completion_order,
     kept_groups_by_step,
+    logged_drops,
     step_metrics,
 )
 from analysis.engine.run_loop.inference import infer_call_starts, resolve_ties
@@ -217,7 +218,14 @@ def replay_run(
         timing=timing,
     )
     resolution = resolve_ties(
-        collector, starts, run.target_groups, final, kept_by_step, metrics, timing=timing
+        collector,
+        starts,
+        run.target_groups,
+        final,
+        kept_by_step,
+        metrics,
+        timing=timing,
+        dropped_by_step=logged_drops(run),
     )
     collector = resolution.collector
     warnings += resolution.notes
