@@ -172,10 +172,11 @@ class TieSearch:
     """Orders tried per hypothesis and call."""
     hypotheses: int = 8
     """Hypotheses kept from one call to the next (the least reordered first)."""
-    budget: int = 40_000
-    """Replayed calls in all; past it, the files' order is kept."""
+    budget: int = 1_000
+    """Attempts taken by the replayed calls, in all, per attempt of the run; past it, the
+    files' order is kept."""
     unmatched: int = 3
-    """Calls in a row that no order reproduces (a setting other than the run's) after
+    """Calls no order reproduces (a setting other than the run's, most likely) after
     which the files' order is kept."""
 
 
@@ -308,9 +309,10 @@ def _advance(
             probe = hypothesis.collector.clone()
             probe.run_call(rollout_id, start, target_groups, final=final)
             orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
+            taken = probe.delivered - hypothesis.collector.delivered
+            work += (len(orders) + 1) * (taken + len(hypothesis.collector.queue) + 1)
         else:
             orders = [(0, hypothesis.collector)]
-        work += len(orders) + search
         capped = capped or len(orders) >= bounds.candidates
         for swaps, trial in orders:
             trial = trial.clone() if trial is hypothesis.collector else trial
@@ -359,7 +361,7 @@ def resolve_ties(
     beam = [_Hypothesis(collector, 0, set())]
     notes: list[str] = []
     capped = False
-    work, misses = 0, 0
+    work, misses, limit = 0, 0, bounds.budget * len(collector.order)
     for rollout_id, start in sorted(starts.items()):
         final = rollout_id == final_rollout_id
         step = (
@@ -367,21 +369,21 @@ def resolve_ties(
             metrics.get(rollout_id),
             (dropped_by_step or {}).get(rollout_id),
         )
-        search = work < bounds.budget and misses < bounds.unmatched
+        search = work < limit and misses < bounds.unmatched
         before = beam
         beam, matched, cut, done = _advance(
             before, rollout_id, start, target_groups, final, step, timing, bounds, search
         )
         work += done
-        if not matched and search:  # once more, wider
+        if not matched and search and work < limit:  # once more, wider, from the best two
             wider = replace(bounds, candidates=bounds.candidates * 4, swaps=bounds.swaps + 1)
             retry = _advance(
-                before, rollout_id, start, target_groups, final, step, timing, wider, search
+                before[:2], rollout_id, start, target_groups, final, step, timing, wider, search
             )
             work += retry[3]
             if retry[1]:
                 beam, matched, cut = retry[0], True, retry[2]
-        misses = 0 if matched else misses + 1
+        misses += not matched
         if not matched and search:
             notes.append(
                 f"call {rollout_id}: no order of near-simultaneous completions reproduces "
@@ -401,8 +403,8 @@ def resolve_ties(
         notes.append(
             "the search of near-simultaneous completions' orders was cut short (bounds: "
             f"{bounds.frontier} more completions, {bounds.swaps} moves, {bounds.candidates} "
-            f"orders, {bounds.hypotheses} hypotheses per call, {bounds.budget:,} replayed "
-            f"calls, {bounds.unmatched} unreproduced calls in a row): other orders may "
+            f"orders, {bounds.hypotheses} hypotheses per call, {bounds.budget:,} attempts "
+            f"taken per attempt, {bounds.unmatched} unreproduced calls): other orders may "
             "also reproduce the run, and order_ambiguous may miss some"
         )
     return TieResolution(best.collector, frozenset(ambiguous), tuple(notes))
