@@ -204,10 +204,12 @@ def replay_log(
     bias: bool = False,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    max_retries: int | None = None,
 ) -> Replayed:
     """Replay ``source`` under ``config`` or ``policy`` on the engine that fits (see the
     module's docstring); ``options`` say how to read paths; ``bias`` also compares who
-    gets dropped; ``note`` hears each note as it arises (they are also in the result).
+    gets dropped; ``note`` hears each note as it arises (they are also in the result);
+    ``max_retries`` is a run folder's retry limit (default: as its files say).
 
     Settings of the simple loop that a run folder's own loop cannot apply are refused
     with :class:`NotUsedError`; ``max_preempts`` is noted as not applied (the run's own
@@ -244,7 +246,15 @@ def replay_log(
     else:
         inputs = _paths(source)
         if policy is None and picks_run_loop(inputs, options):
-            return _replay_run_folder(inputs[0], config, options, order_by, bias, said, notes)
+            return _replay_run_folder(
+                inputs[0], config, options, order_by, bias, said, notes, max_retries
+            )
+        if max_retries is not None:
+            raise ConfigError(
+                setting("max_retries")
+                + " is Dressage's retry limit in a run folder's own loop; this input is "
+                "replayed on the simple loop, which does not retry: leave it out"
+            )
         log = load_log(
             inputs, options=options, order_by=order_by, batch_groups=config.batch_groups,
             whole_table=bias, progress=bars, note=said,
@@ -387,6 +397,7 @@ def _replay_run_folder(
     bias: bool,
     said: Callable[[str], None],
     notes: list[str],
+    max_retries: int | None = None,
 ) -> Replayed:
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
@@ -408,7 +419,11 @@ def _replay_run_folder(
             setting("max_preempts", config.max_preempts) + " is not applied: a run folder is "
             "replayed with the run's own M (its span rejections are on disk, in traj_err/)"
         )
-    result = replay_run(read_run(folder, limits=options.limits), keep_versions=config.keep_versions)
+    result = replay_run(
+        read_run(folder, limits=options.limits),
+        keep_versions=config.keep_versions,
+        max_retries=max_retries,
+    )
     return Replayed(Engine.RUN_LOOP, result, (folder,), notes=tuple(notes))
 
 
@@ -429,6 +444,7 @@ def replay(
     bias: bool = False,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    max_retries: int | None = None,
 ) -> Replayed: ...
 
 

@@ -25,6 +25,7 @@ FLAGS = {
     "admission": "--admission",
     "policy": "--policy",  # docs/semantics.md §13
     "bias": "--bias",
+    "max_retries": "--max-retries",
     # the limits that protect memory (analysis.table.limits): --limit NAME=VALUE
     "limits": "--limit",
     "max_record_bytes": "--limit max_record_bytes=",

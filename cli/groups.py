@@ -25,6 +25,7 @@ from cli.options import (
     LogFormatOption,
     LogInputs,
     MaxPreemptsList,
+    MaxRetries,
     OnBadRecord,
     OrderBy,
     Quiet,
@@ -152,6 +153,24 @@ def reads_logs(*, placed: dict[str, str] | None = None) -> Callable[[Command], C
 
 READ = ReadFlags()
 """The default of a command's ``read`` parameter (:func:`reads_logs` replaces it)."""
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """Settings that only a Dressage run folder's own loop reads, given to the command
+    as this one value."""
+
+    max_retries: int | None = None
+    given: frozenset[str] = frozenset()
+
+
+def takes_run_settings() -> Callable[[Command], Command]:
+    """A command's ``run: RunFlags`` parameter becomes the run-loop options."""
+    return takes_group("run", RunFlags, declared(RunFlags, {"max_retries": MaxRetries}))
+
+
+RUN = RunFlags()
+"""The default of a command's ``run`` parameter (:func:`takes_run_settings` replaces it)."""
 
 
 @dataclass(frozen=True)

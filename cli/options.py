@@ -389,3 +389,16 @@ def reading(
         limit=limit,
     )  # fmt: skip
     return LogInputs(inputs, options, order_by, quiet)
+
+
+MaxRetries = Annotated[
+    int | None,
+    typer.Option(
+        "--max-retries",
+        help="A run folder's DRESSAGE_ROLLOUT_MAX_RETRIES (default: read from its files).",
+        min=0,
+        metavar=INT,
+        show_default=False,
+    ),
+]
+"""The retry limit of a run folder's own loop (replay RUN, verify RUN)."""

@@ -174,7 +174,11 @@ def _token_weighted_line(figures: dict[str, float | None]) -> str:
     )
 
 
-_LOOP_ROWS = (*_COLUMNS, (Decision.LEFTOVER.value, Decision.LEFTOVER.words))
+_LOOP_ROWS = (
+    *_COLUMNS,
+    (Decision.LEFTOVER.value, Decision.LEFTOVER.words),
+    (Decision.UNKNOWN.value, Decision.UNKNOWN.words),
+)
 
 
 def print_run_summary(result: LoopReplay, console: Console) -> None:
@@ -187,6 +191,8 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
     headers = [("outcome", "left"), *((unit, "right") for unit in counts)]
     rows = [["total", *(_cell(c["total"], None) for c in counts.values())]]
     for key, label in _LOOP_ROWS:
+        if key == Decision.UNKNOWN and not any(c.get(key) for c in counts.values()):
+            continue  # only when the files leave some decision open
         rows.append([label, *(_cell(c.get(key, 0), c["total"]) for c in counts.values())])
     _print_fitted(console, title, headers, rows, keys=1)
     gap, checks = figures["version_gap"], figures["checks"]
@@ -195,6 +201,7 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         f"versions observed   {figures['versions_observed']}",
         f"version gap, kept   min {_number(gap['min'])}  mean {_number(gap['mean'])}"
         f"  max {_number(gap['max'])}  (per trajectory)",
+        f"retry limit         {result.max_retries_words}  ({result.max_retries_how})",
         f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
         f"order-ambiguous     {figures['order_ambiguous']['groups']:,} groups, "
         f"{figures['order_ambiguous']['trajectories']:,} trajectories",
@@ -202,11 +209,11 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         console.print(line, highlight=False)
     if checks["agree"] != checks["total"]:
         console.print(
-            "note: the run's files disagree with this replay. That is expected for a setting "
+            f"warning: {checks['total'] - checks['agree']:,} of the replay's checks disagree "
+            "with the run's files. That is expected for a setting "
             "other than the run's own (a what-if, replayed on the attempts as they happened: "
             "retries and completion times would have differed); `dressage-replay verify RUN` "
             "finds the run's own setting and shows where a replay at it disagrees.",
-            style="dim",
             highlight=False,
         )
 

@@ -21,6 +21,9 @@ class Decision(StrEnum):
     FAILED = "failed"
     LEFTOVER = "leftover"
     """Only in the run-loop replay: completed, but never consumed before the run ended."""
+    UNKNOWN = "unknown"
+    """Only in the run-loop replay: the run's files cannot tell the decision (no traj_err/,
+    no dressage_log.txt); the possible decisions are listed beside it."""
 
     @property
     def words(self) -> str:
@@ -34,6 +37,7 @@ _DECISION_WORDS = {
     Decision.REJECTED_SPAN: "span rejected",
     Decision.FAILED: "failed",
     Decision.LEFTOVER: "left over",
+    Decision.UNKNOWN: "unknown",
 }
 
 
@@ -84,12 +88,16 @@ _OUTCOME_DECISION = {
 }
 _OUTCOME_STAGE = {Outcome.DROPPED_ARRIVAL: Stage.ARRIVAL, Outcome.DROPPED_PENDING: Stage.PENDING}
 
-DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision if d is not Decision.LEFTOVER)
+RUN_LOOP_ONLY = frozenset({Decision.LEFTOVER, Decision.UNKNOWN})
+"""Decisions that only the run-loop replay makes (a log replay decides every group)."""
+
+DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision if d not in RUN_LOOP_ONLY)
 """The four decisions of a replay of a log, in the order outputs list them."""
 
 LOOP_DECISIONS: tuple[str, ...] = tuple(d.value for d in Decision)
-"""What the run-loop replay decides for an attempt: the four of a simple replay, and
-``leftover``: completed, but never consumed before the run ended."""
+"""What the run-loop replay decides for an attempt: the four of a simple replay,
+``leftover`` (completed, but never consumed before the run ended) and ``unknown`` (the
+run's files cannot tell)."""
 
 DECISION_NAMES: dict[int, str] = {int(o): o.decision.value for o in Outcome}
 """Code to decision, for ``replace_strict`` on a column of codes."""

@@ -9,7 +9,7 @@ import typer
 
 import analysis
 from cli.flags import FLAGS, flagged
-from cli.groups import READ, ReadFlags, reads_logs
+from cli.groups import READ, RUN, ReadFlags, RunFlags, reads_logs, takes_run_settings
 from cli.options import (
     FLAG,
     BatchGroups,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 
 @reads_logs()
+@takes_run_settings()
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
@@ -75,6 +76,7 @@ def replay(
         ),
     ] = False,
     policy: PolicyOption = None,
+    run: RunFlags = RUN,
     read: ReadFlags = READ,
 ) -> None:
     """Replay both staleness controls for one setting and summarise what they would do.
@@ -104,7 +106,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
             inputs, config, policy=chosen, options=read.options(order_by=order_by),
             order_by=order_by, bias=bias,
             progress=lambda doing: progress_bar(doing, quiet=read.quiet),
-            note=say_note,
+            note=say_note, max_retries=run.max_retries,
         )  # fmt: skip
     except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
         raise typer.BadParameter(

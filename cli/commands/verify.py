@@ -10,6 +10,7 @@ import typer
 
 import analysis
 from cli.flags import flagged
+from cli.groups import RUN, RunFlags, takes_run_settings
 from cli.options import FLAG, INT, LimitOption, Traceback, one_keep_versions, run_limits
 from cli.output import print_json, results_out, stdout_console
 
@@ -24,6 +25,7 @@ RunFolder = Annotated[
 ]
 
 
+@takes_run_settings()
 def verify(
     run_folder: RunFolder,
     keep_versions: Annotated[
@@ -42,12 +44,16 @@ def verify(
     all_checks: Annotated[
         bool, typer.Option("--all", help="List every check, not only disagreements.", metavar=FLAG)
     ] = False,
+    run: RunFlags = RUN,
     limit: LimitOption = None,
     traceback_: Traceback = False,
 ) -> None:
     """Check, step by step, that the replay reproduces what the run's own files say."""
     verified = analysis.verify_run(
-        run_folder, keep_versions=keep_versions, limits=run_limits(limit)
+        run_folder,
+        keep_versions=keep_versions,
+        max_retries=run.max_retries,
+        limits=run_limits(limit),
     )
     result = verified.result
     with results_out():
@@ -57,31 +63,31 @@ def verify(
             from cli.render import print_checks
 
             print_checks(result, stdout_console(), all_rows=all_checks)
-    say_verdict(result, list(verified.found), given=verified.given)
+    say_verdict(verified)
     for warning in result.warnings:
         typer.echo(f"warning: {flagged(warning)}", err=True)
     if not verified.consistent:
         raise typer.Exit(analysis.ExitCode.DISAGREES)
 
 
-def say_verdict(result: analysis.LoopReplay, found: list[int], *, given: bool) -> None:
-    """The total, on stderr: whether the replay can be trusted for this run."""
-    agree, total = int(result.checks["agrees"].sum()), result.checks.height
-    how = (
-        "as given"
-        if given
-        else "found"
-        if found
-        else "no K reproduces the run: each from 0 to its versions + 1 was tried; shown at 0"
-    )
+def say_verdict(verified: analysis.Verification) -> None:
+    """The settings and the total, on stderr: whether the replay can be trusted for this run."""
+    result, found = verified.result, list(verified.found)
+    agree, total = verified.agree, result.checks.height
+    how = "as given" if verified.given else f"the best of {verified.tried} settings tried"
+    words = result.max_retries_words
+    retries = f"max_retries{words.replace(' ', '')}" if words[0] in "<>" else f"max_retries={words}"
     typer.echo(
-        f"keep_versions={result.keep_versions} ({how}): the replay agrees with the run's own "
-        f"files on {agree:,} of {total:,} checks"
+        f"loop={verified.loop}  keep_versions={result.keep_versions}  "
+        f"max_preempts={verified.max_preempts_words}  {retries} "
+        f"({how}): the replay agrees with the run's own files on {agree:,} of {total:,} checks"
         + ("" if agree == total else f"; {total - agree:,} disagree"),
         err=True,
     )
+    typer.echo(f"max_retries: {result.max_retries_how}", err=True)
     if len(found) > 1:
         typer.echo(
-            f"note: K = {', '.join(map(str, found))} all reproduce the run; the smallest is used",
-            err=True,
+            f"note: K = {', '.join(map(str, found))} agree alike; the smallest is shown", err=True
         )
+    for reason in verified.unexplained:
+        typer.echo(f"note: disagreements may remain because {reason}", err=True)

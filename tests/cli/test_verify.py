@@ -48,8 +48,9 @@ def test_replay_of_a_run_folder_reproduces_what_dressage_decided(
     rows = pl.read_csv(out, schema_overrides={"stage": pl.String})
     assert rows.columns == [
         "trajectory_id", "group_id", "decision", "stage", "batch", "version_gap", "span",
-        "order_ambiguous",
+        "possible", "order_ambiguous",
     ]  # fmt: skip
+    assert rows["possible"].null_count() == rows.height  # every file is there: all known
     assert disagreements(rows, truth[name], run["rollout_ids"]) == []
     summary = json.loads(
         runner.invoke(
@@ -61,7 +62,7 @@ def test_replay_of_a_run_folder_reproduces_what_dressage_decided(
     assert summary["checks"]["agree"] == summary["checks"]["total"] > 0
     # one shape and order of keys for every run (the stages' order once varied)
     assert list(summary["groups"]) == [
-        "total", "kept", "dropped_stale", "rejected_span", "failed", "leftover",
+        "total", "kept", "dropped_stale", "rejected_span", "failed", "leftover", "unknown",
         "dropped_stale_arrival", "dropped_stale_pending",
     ]  # fmt: skip
     stale = [a for a in truth[name] if a["outcome"] == "dropped_stale"]
@@ -81,6 +82,35 @@ def test_verify_finds_the_runs_k_and_full_agreement(
     assert verdict["keep_versions_reproducing"] == [run_settings[name]["keep_versions"]]
     assert verdict["agree"] == verdict["total"] > 100
     assert "agrees with the run's own files" in result.stderr
+    # the settings named: loop, K, M from the span rejections, the retry limit and how
+    wanted_m = run_settings[name]["max_preempts"]
+    assert verdict["loop"] == "partial"
+    assert verdict["max_preempts"] == (None if wanted_m is None else [wanted_m])
+    assert verdict["max_retries"] == run_settings[name]["max_retries"]
+    assert verdict["max_retries_from"].startswith("from the run's files")
+    m_words = "off/unknown" if wanted_m is None else str(wanted_m)
+    assert f"loop=partial  keep_versions={verdict['keep_versions']}  max_preempts={m_words}" in (
+        result.stderr
+    )
+
+
+def test_verify_keeps_the_best_k_when_one_check_disagrees(
+    run_folders: dict[str, Path], run_settings: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """One check that no K can meet (an edited metric) must not make verify give up the
+    run's K: it shows the K that agrees with the most checks and exits 9."""
+    folder = shutil.copytree(run_folders["k2-m1"], tmp_path / "run")
+    metrics = folder / "dressage_metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["dressage/partial_rollout_returned_groups"] = 99
+    metrics.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    result = runner.invoke(app, ["verify", str(folder), "--json"])
+    assert result.exit_code == 9
+    verdict = json.loads(result.stdout)
+    assert verdict["keep_versions"] == run_settings["k2-m1"]["keep_versions"]
+    assert verdict["total"] - verdict["agree"] == 1
+    assert verdict["why_disagreements_may_remain"]
 
 
 def test_verify_with_the_wrong_k_shows_where_the_replay_disagrees(

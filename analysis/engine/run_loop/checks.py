@@ -3,7 +3,7 @@ lines and metrics) beside what the replay gives, and the output frames of a repl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import polars as pl
@@ -18,6 +18,8 @@ def output_frames(
     attempts: list[Attempt],
     collector: Collector,
     batches: Mapping[int, int],
+    possible: Mapping[str, tuple[str, ...]] | None = None,
+    ambiguous: Collection[str] = (),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     decisions = collector.decisions
     by_id = {a.attempt_id: a for a in attempts}
@@ -43,6 +45,8 @@ def output_frames(
                 "completed_at": attempt.completed_at,
                 "trajectories": len(attempt.sessions),
                 "new_versions": _listed(collector.new_versions.get(attempt.attempt_id)),
+                "possible": "|".join((possible or {}).get(row["attempt_id"], ())) or None,
+                "order_ambiguous": row["attempt_id"] in ambiguous,
             }
         )
     attempt_frame = pl.DataFrame(attempt_rows, schema=ATTEMPT_COLUMNS)
@@ -57,7 +61,16 @@ def output_frames(
                 "group_id": t["attempt_id"],
                 **{
                     k: a[k]
-                    for k in ("decision", "stage", "batch", "retried", "span_verdict", "leftover")
+                    for k in (
+                        "decision",
+                        "stage",
+                        "batch",
+                        "retried",
+                        "span_verdict",
+                        "leftover",
+                        "possible",
+                        "order_ambiguous",
+                    )
                 },
                 "version_gap": d.gaps.get(t["trajectory_id"]),
                 "span": t["span"],
@@ -230,6 +243,8 @@ TRAJECTORY_COLUMNS: dict[str, Any] = {
     "retried": pl.Boolean,
     "span_verdict": pl.Boolean,
     "leftover": pl.String,
+    "possible": pl.String,
+    "order_ambiguous": pl.Boolean,
 }
 
 
@@ -248,6 +263,8 @@ ATTEMPT_COLUMNS: dict[str, Any] = {
     "completed_at": pl.Float64,
     "trajectories": pl.Int64,
     "new_versions": pl.List(pl.String),
+    "possible": pl.String,
+    "order_ambiguous": pl.Boolean,
 }
 
 

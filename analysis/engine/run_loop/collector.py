@@ -54,6 +54,8 @@ class Attempt:
     """(trajectory, end version) of its completed trajectories in sample order: what
     Dressage's tracker reads (failed trajectories are placeholders without versions)."""
     retry_of: Attempt | None = None
+    incomplete: bool = False
+    """Short of trajectories without traj_err/: failed, of a kind and at a time unknown."""
 
 
 @dataclass(slots=True)
@@ -444,6 +446,7 @@ def attempts_from(run: RunLog) -> list[Attempt]:
             sessions=tuple(sessions.get(row["attempt_id"], ())),
             spans=tuple(spans.get(row["attempt_id"], ())),
             end_versions=tuple(versions.get(row["attempt_id"], ())),
+            incomplete=bool(row.get("incomplete")),
         )
         for row in run.attempts.iter_rows(named=True)
     }

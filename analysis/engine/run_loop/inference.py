@@ -1,5 +1,7 @@
-"""Rollout calls placed without Dressage's log: for each call, the cuts of the completion
-order whose replay gives the step's dump and metrics (docs/semantics.md §12.2)."""
+"""What the files leave open, searched with the run's own records as constraints
+(docs/semantics.md §12.2): rollout calls placed without Dressage's log (for each call, the
+cuts of the completion order whose replay gives the step's dump and metrics), and the
+order of near-simultaneous completions (:func:`resolve_ties`)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def infer_call_starts(
     max_retries: int,
     timing: PollTiming,
     lookahead: int = 4,
-    ambiguous: set[str] | None = None,
+    latest: bool = False,
+    unmatched: set[int] | None = None,
 ) -> tuple[dict[int, float], list[str]]:
     """Rollout call starts without ``dressage_log.txt``.
 
@@ -39,8 +42,9 @@ def infer_call_starts(
     step, every cut of the completion order from the previous call's end to a few
     completions past the last attempt the step's dump holds is replayed; cuts whose kept
     sessions equal the dump and whose counts equal the metrics row are kept, the earliest
-    wins, and a note says when matching cuts decide differently (the attempts they decide
-    differently are added to ``ambiguous``).
+    wins (the latest with ``latest``: the replay tries both to see which decisions depend
+    on it), and a note says when matching cuts decide differently. Calls that no cut
+    reproduces are added to ``unmatched``.
     """
     collector = Collector(
         completion_order(attempts, timing),
@@ -72,18 +76,17 @@ def infer_call_starts(
             notes.append(
                 f"call {rollout_id}: no start reproduces the recorded step; took the earliest"
             )
+            if unmatched is not None:
+                unmatched.add(rollout_id)
             start = collector.last_fetch + 1e-6
             collector.run_call(rollout_id, start, target_groups, final=final)
         else:
             if len({m[2] for m in matches}) > 1:
-                if ambiguous is not None:
-                    for _, other, _ in matches[1:]:
-                        ambiguous |= _differing(matches[0][1], other)
                 notes.append(
                     f"call {rollout_id}: {len({m[2] for m in matches})} different replays match "
                     "the recorded step; took the earliest start"
                 )
-            start, collector, _ = matches[0]
+            start, collector, _ = matches[-1 if latest else 0]
         starts[rollout_id] = start
         if final:
             break

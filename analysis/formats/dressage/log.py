@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 
 from analysis.errors import InputNotFoundError, LogFormatError
+from analysis.formats.dressage.sessions import named_max_preempts
 from analysis.table.limits import DEFAULT_LIMITS, Limits, over_limit
 
 CALL_SCHEMA: dict[str, Any] = {
@@ -54,6 +55,21 @@ _EVENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("final_drained", re.compile(r"drained (\d+) completed partial rollout groups")),
 )
 _FINAL = re.compile(r"final rollout (\d+) completed")
+_KNOWN_STARTS = (
+    "starting Dressage partial async rollout",
+    "dropping stale Dressage partial async rollout group",
+    "returned group",
+    "partial rollout group",
+    "dropping ",
+    "drained ",
+    "final rollout",
+    "weights updated",
+)
+"""How the lines the replay reads begin: such a line that its pattern does not match
+(``rollout_id=abc``, a line cut short) is malformed, and warned about."""
+_DATED = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d")
+"""A line that begins as a logging line does (a cut one that _LINE does not match is
+malformed; tracebacks and other writers' lines do not begin so)."""
 _WEIGHTS = re.compile(r"weights updated \(weight_update_after_rollout_(\d+)\): version (\S+)")
 
 
@@ -81,6 +97,22 @@ class DressageLog:
     zone_offset_s: float = 0.0
     zone_from: str = "none"
     """How the zone was found: ``failures`` (error.json times), ``first_call`` or ``none``."""
+    max_preempts: tuple[int, ...] = ()
+    """The ``max_preempts`` named by span rejections quoted in retry and exhaustion lines."""
+    malformed: tuple[tuple[int, str], ...] = ()
+    """(line number, what is wrong) of each line not read: bad bytes, or a line the
+    replay reads that does not parse."""
+
+    def warnings(self, path: str) -> list[str]:
+        """One warning naming the malformed lines (the first few), if any."""
+        if not self.malformed:
+            return []
+        shown = "; ".join(f"line {number}: {what}" for number, what in self.malformed[:5])
+        more = f"; and {len(self.malformed) - 5} more" if len(self.malformed) > 5 else ""
+        return [
+            f"{path}: {len(self.malformed)} malformed line(s) not read ({shown}{more}); the "
+            "replay's log checks may disagree where they are: correct or remove them"
+        ]
 
 
 def log_lines(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple[int, str]]:
@@ -102,12 +134,29 @@ def log_lines(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple[int
         raise InputNotFoundError(f"{path}: cannot read ({exc.strerror})") from exc
 
 
-def _parse_lines(path: Path, limits: Limits) -> list[tuple[float, str, int]]:
-    """(naive time read as UTC, message, line number) of every line in the logging format."""
+def _line_fault(line: str) -> str | None:
+    """What makes a line of the log unreadable as text, if anything."""
+    if "\x00" in line:
+        return "a NUL byte"
+    if "\ufffd" in line:
+        return "bytes that are not UTF-8"
+    return None
+
+
+def _parse_lines(
+    path: Path, limits: Limits, malformed: list[tuple[int, str]]
+) -> list[tuple[float, str, int]]:
+    """(naive time read as UTC, message, line number) of every line in the logging format;
+    lines with bad bytes, or dated but cut short, go to ``malformed``."""
     lines: list[tuple[float, str, int]] = []
     for number, line in log_lines(path, limits):
+        if (fault := _line_fault(line)) is not None:
+            malformed.append((number, fault))
+            continue
         match = _LINE.match(line)
         if match is None:
+            if _DATED.match(line):
+                malformed.append((number, "not a whole logging line"))
             continue  # tracebacks and other writers' lines carry nothing the replay uses
         try:
             stamp = dt.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
@@ -158,7 +207,8 @@ def read_dressage_log(
     ``error_times`` (session id -> ``error.json`` timestamp) and ``first_finish`` (the
     earliest trajectory finish) calibrate the log's time zone (see :func:`zone_offset`).
     """
-    lines = _parse_lines(path, limits)
+    malformed: list[tuple[int, str]] = []
+    lines = _parse_lines(path, limits, malformed)
     offset, zone_from = zone_offset(
         [(at, message) for at, message, _ in lines], error_times, first_finish
     )
@@ -167,8 +217,10 @@ def read_dressage_log(
     events: list[LogEvent] = []
     failed: list[tuple[float, str]] = []
     updates: list[tuple[float, int, str]] = []
+    preempts: set[int] = set()
     for local, message, number in lines:
         at, where = local + offset, f"{path}:{number}"
+        preempts |= named_max_preempts(message)
 
         if match := _CALL_START.match(message):
             starts[_log_int(match.group(1), where)] = at
@@ -186,6 +238,9 @@ def read_dressage_log(
                 if event := pattern.match(message):
                     events.append(LogEvent(at, kind, _log_int(event.group(1), where)))
                     break
+            else:
+                if message.startswith(_KNOWN_STARTS):
+                    malformed.append((number, "a line the replay reads, not in its format"))
     return DressageLog(
         call_starts=starts,
         target_groups=target_groups,
@@ -196,6 +251,8 @@ def read_dressage_log(
         weight_updates=tuple(updates),
         zone_offset_s=offset,
         zone_from=zone_from,
+        max_preempts=tuple(sorted(preempts)),
+        malformed=tuple(sorted(malformed)),
     )
 
 

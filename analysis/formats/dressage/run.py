@@ -9,7 +9,7 @@ are required; every other file is optional and its absence is reported in ``warn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from analysis.formats.dressage.log import (
     read_dressage_log,
 )
 from analysis.formats.dressage.records import attempt_label
+from analysis.formats.dressage.retries import RetryLimit, infer_retry_limit
 from analysis.formats.dressage.run_metrics import USED_METRICS, read_metrics, read_prompt_order
 from analysis.formats.dressage.sessions import (
     ERRORS,
@@ -85,6 +86,7 @@ ATTEMPT_SCHEMA: dict[str, Any] = {
     "async_group_id": pl.Int64,
     "trajectories": pl.Int64,
     "order_known": pl.Boolean,
+    "incomplete": pl.Boolean,
 }
 
 
@@ -110,6 +112,11 @@ class RunLog:
     zone_offset_s: float
     sources: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    retry_limit: RetryLimit = field(default_factory=RetryLimit)
+    """What the files say of ``DRESSAGE_ROLLOUT_MAX_RETRIES`` (bounds and their evidence)."""
+    max_preempts: tuple[int, ...] = ()
+    """The ``max_preempts`` values named in the run's span rejections (the proxy's 502
+    bodies in ``traj_err/`` or the log); empty when no rejection names it."""
 
 
 def find_run_root(path: Path) -> Path | None:
@@ -205,6 +212,7 @@ def read_run(
                 first_finish=min(t.finished_at for t in trajectories),
                 limits=limits,
             )
+            warnings += log.warnings(LOG)
         else:
             warnings.append(
                 "no dressage_log.txt: rollout call starts are inferred from the dumps and "
@@ -215,6 +223,16 @@ def read_run(
     attempts = _build_attempts(trajectories, prompts, warnings)
     if ERRORS not in sources and not trajectories_only:
         _mark_incomplete(attempts, samples_per_prompt, warnings)
+    retry_limit, retry_warnings = infer_retry_limit(
+        (row["retry_count"] for row in attempts),
+        {
+            t.async_group_id: t.retry_count
+            for t in trajectories
+            if t.async_group_id is not None and not t.completed
+        },
+        ((event.kind, event.number) for event in (log.events if log else ())),
+    )
+    warnings += retry_warnings
     return RunLog(
         root=root,
         trajectories=_trajectory_frame(trajectories),
@@ -229,10 +247,18 @@ def read_run(
         zone_offset_s=log.zone_offset_s if log else 0.0,
         sources=tuple(sources),
         warnings=tuple(warnings),
+        retry_limit=retry_limit,
+        max_preempts=tuple(
+            sorted({m for t in trajectories for m in t.max_preempts}.union(*_log_preempts(log)))
+        ),
     )
 
 
 # --------------------------------------------------------------------------- trajectories
+
+
+def _log_preempts(log: DressageLog | None) -> list[set[int]]:
+    return [set(log.max_preempts)] if log is not None else []
 
 
 def _enrich_from_dumps(trajectories: list[Trajectory], dumps: list[dict[str, Any]]) -> None:
@@ -305,6 +331,7 @@ def _build_attempts(
             "async_group_id": group_ids[0] if group_ids else None,
             "trajectories": len(members),
             "order_known": known,
+            "incomplete": False,
         }
     _assign_draws(attempts, prompts)
     trajectories[:] = ordered
@@ -347,6 +374,7 @@ def _mark_incomplete(
     short = [row for row in attempts if row["trajectories"] < samples_per_prompt]
     for row in short:
         row["fail_kind"] = "other"
+        row["incomplete"] = True
     if short:
         warnings.append(
             f"no traj_err/: {len(short)} attempt(s) with fewer than {samples_per_prompt} "

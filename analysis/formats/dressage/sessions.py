@@ -31,6 +31,17 @@ SPAN_MARKER = "partial_rollout_staleness_exceeded"
 """The proxy's error for a trajectory whose version span exceeds the limit (HTTP 502)."""
 
 
+_MAX_PREEMPTS = re.compile(r'max_preempts\\*"\s*:\s*(\d{1,9})\b')
+
+
+def named_max_preempts(text: str) -> set[int]:
+    """The ``max_preempts`` values a span rejection's body names (the proxy's 502 JSON,
+    escaped once or twice as it is nested in a log line or an error.json)."""
+    if SPAN_MARKER not in text:
+        return set()
+    return {int(found) for found in _MAX_PREEMPTS.findall(text)}
+
+
 FAIL_KINDS = ("span", "backend_timeout", "agent_failed_state", "other")
 
 
@@ -51,6 +62,8 @@ class Trajectory:
     response_tokens: int | None = None
     span_marker: bool = False
     async_group_id: int | None = None
+    max_preempts: tuple[int, ...] = ()
+    """The ``max_preempts`` its span rejection names (failed trajectories only)."""
     sample_index: int | None = None
     group_index: int | None = None
     attempt_id: str = ""
@@ -333,6 +346,13 @@ def _read_error_session(folder: Path, limits: Limits) -> Trajectory:
         span=len(real) if real else None,
         span_marker=kind == "span" or _mentions_marker(meta),
         async_group_id=optional_int(meta.get("dressage_async_group_id")),
+        max_preempts=tuple(
+            sorted(
+                named_max_preempts(
+                    str(_object(_object(error.get("http")).get("response")).get("body") or "")
+                )
+            )
+        ),
         sample_index=optional_int(sample.get("index")),
         group_index=optional_int(sample.get("group_index")),
     )
