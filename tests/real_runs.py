@@ -17,6 +17,11 @@ import polars as pl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real_runs"
 RUNS = ("k2-m1", "k1-mnone", "k3-m2-n8")
+TIE_RUNS = ("pa-k2-m1-s201-comp",)
+"""Runs with compressed timing (30 steps, many groups finishing within one 10 ms worker
+tick of each other), for the order of near-simultaneous completions (docs/semantics.md
+§12.2); not in :data:`RUNS`: without traj_err/ or the log they are not yet replayed with
+only unknown or right rows."""
 CONSUMED = ("kept", "dropped_stale", "rejected_span", "failed")
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from analysis.engine.decisions import Decision
@@ -20,11 +22,12 @@ from analysis.engine.run_loop.collector import (
     may_precede,
     queue_order,
 )
-from analysis.engine.run_loop.inference import _drops_agree
+from analysis.engine.run_loop.inference import TieSearch, _drops_agree
 from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS, replay_run
-from analysis.formats.dressage.run import RunLog
+from analysis.formats.dressage.run import RunLog, read_run
 from analysis.formats.dressage.step_dumps import KEPT_SCHEMA
 from tests.analysis.test_loop_differential import attempt, run_log, seconds
+from tests.real_runs import CONSUMED, TIE_RUNS, by_trajectory
 from tests.reference_ticks import RefGroup, queue_order_reference, tick_times
 
 TIMING = PollTiming()
@@ -195,3 +198,48 @@ def test_the_logs_stale_drops_order_the_hypotheses() -> None:
     collector.attempts[retried.attempt_id] = retried
     collector.decisions[retried.attempt_id] = AttemptDecision(Decision.DROPPED_STALE, 0)
     assert _drops_agree(collector, 0, 0, [40, 41, 39])  # a retry's number is not known
+
+
+@pytest.mark.parametrize("name", TIE_RUNS)
+def test_a_compressed_run_is_replayed_as_dressage_queued_it(
+    name: str,
+    run_folders: dict[str, Path],
+    run_settings: dict[str, dict[str, Any]],
+    truth: dict[str, list[dict[str, Any]]],
+) -> None:
+    """A run whose groups often finish within one worker tick of each other: in the files'
+    order (by time, by submission within 10 ms) steps take other groups than Dressage did
+    and the run's own checks disagree; choosing among the orders the files allow by the
+    run's dumps, metrics and log, every check agrees and every trajectory that disagrees
+    with Dressage is reported order-ambiguous (under 1%)."""
+    settings = run_settings[name]
+    run = read_run(run_folders[name])
+    replayed = replay_run(
+        run, keep_versions=settings["keep_versions"], max_retries=settings["max_retries"]
+    )
+    rows = by_trajectory(replayed.trajectories)
+    wrong = set()
+    for group in truth[name]:
+        if group["outcome"] not in CONSUMED:
+            continue
+        kept = group["outcome"] == "kept"
+        batch = settings["rollout_ids"].index(group["rollout_id"]) if kept else None
+        for session in group["session_ids"]:
+            row = rows[session]
+            if (row["decision"], row["stage"], row["batch"]) != (
+                group["outcome"],
+                group["stage"],
+                batch,
+            ):
+                wrong.add(session)
+    flagged = {session for session, row in rows.items() if row["order_ambiguous"]}
+    assert wrong <= flagged
+    assert len(flagged) <= 0.01 * len(rows)
+    assert replayed.consistent
+    files_order = replay_run(
+        run,
+        keep_versions=settings["keep_versions"],
+        max_retries=settings["max_retries"],
+        ties=TieSearch(swaps=0),
+    )
+    assert not files_order.consistent  # the search is what reproduces the run

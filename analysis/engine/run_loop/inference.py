@@ -378,7 +378,7 @@ def resolve_ties(
             before, rollout_id, start, target_groups, final, step, timing, bounds, search
         )
         work += done
-        if not matched and search and work < limit:  # once more, wider, from the best two
+        if not matched and search and bounds.swaps and work < limit:  # wider, the best two
             wider = replace(bounds, candidates=bounds.candidates * 4, swaps=bounds.swaps + 1)
             retry = _advance(
                 before[:2], rollout_id, start, target_groups, final, step, timing, wider, search
