@@ -54,6 +54,8 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         f"  max {shown_number(gap['max'])}  (per trajectory)",
         f"retry limit         {result.max_retries_words}  ({result.max_retries_how})",
         f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
+        f"order-ambiguous     {figures['order_ambiguous']['groups']:,} groups, "
+        f"{figures['order_ambiguous']['trajectories']:,} trajectories",
     ):
         console.print(line, highlight=False)
     if checks["agree"] != checks["total"]:

@@ -48,7 +48,7 @@ def test_replay_of_a_run_folder_reproduces_what_dressage_decided(
     rows = pl.read_csv(out, schema_overrides={"stage": pl.String})
     assert rows.columns == [
         "trajectory_id", "group_id", "decision", "stage", "batch", "version_gap", "span",
-        "possible",
+        "possible", "order_ambiguous",
     ]  # fmt: skip
     assert rows["possible"].null_count() == rows.height  # every file is there: all known
     assert disagreements(rows, truth[name], run["rollout_ids"]) == []

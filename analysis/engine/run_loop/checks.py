@@ -3,7 +3,7 @@ lines and metrics) beside what the replay gives, and the output frames of a repl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import polars as pl
@@ -19,6 +19,7 @@ def output_frames(
     collector: Collector,
     batches: Mapping[int, int],
     possible: Mapping[str, tuple[str, ...]] | None = None,
+    ambiguous: Collection[str] = (),
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     decisions = collector.decisions
     by_id = {a.attempt_id: a for a in attempts}
@@ -45,6 +46,7 @@ def output_frames(
                 "trajectories": len(attempt.sessions),
                 "new_versions": _listed(collector.new_versions.get(attempt.attempt_id)),
                 "possible": "|".join((possible or {}).get(row["attempt_id"], ())) or None,
+                "order_ambiguous": row["attempt_id"] in ambiguous,
             }
         )
     attempt_frame = pl.DataFrame(attempt_rows, schema=ATTEMPT_COLUMNS)
@@ -67,6 +69,7 @@ def output_frames(
                         "span_verdict",
                         "leftover",
                         "possible",
+                        "order_ambiguous",
                     )
                 },
                 "version_gap": d.gaps.get(t["trajectory_id"]),
@@ -262,6 +265,7 @@ TRAJECTORY_COLUMNS: dict[str, Any] = {
     "leftover": pl.String,
     "possible": pl.String,
     "response_tokens": pl.Int64,
+    "order_ambiguous": pl.Boolean,
 }
 
 
@@ -281,6 +285,7 @@ ATTEMPT_COLUMNS: dict[str, Any] = {
     "trajectories": pl.Int64,
     "new_versions": pl.List(pl.String),
     "possible": pl.String,
+    "order_ambiguous": pl.Boolean,
 }
 
 

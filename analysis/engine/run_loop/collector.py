@@ -5,9 +5,12 @@ rollout calls; :mod:`analysis.engine.run_loop.replay` runs it over a run."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
+
+import polars as pl
 
 from analysis.engine.decisions import Decision, Stage
 from analysis.formats.dressage.run import RunLog
@@ -24,6 +27,14 @@ class PollTiming:
     """Completions closer than this are ordered by submission, as the worker puts them."""
     queue_delay_s: float = 0.0
     """Assumed delay from a group's last trajectory end to the worker's output queue."""
+    order_uncertainty_s: float = 0.025
+    """Completions closer than this in the files may have reached the queue in either
+    order: a group is queued at the first worker tick after its task is done, some
+    3-25 ms after its last trajectory's recorded end (§12.2)."""
+    stall_s: float = 0.2
+    """A worker tick held up (the worker shares the process) queues every group done
+    meanwhile at once, in submission order: a group submitted earlier may reach the queue
+    before one whose files say it completed up to this much earlier."""
 
 
 @dataclass(slots=True, eq=False)
@@ -96,38 +107,77 @@ class Tracker:
         }
 
 
-def _submission_bound(attempt: Attempt, call_starts: Mapping[int, float]) -> float:
-    """Earliest time the worker can have submitted an attempt: during its start rollout
-    call (first attempts), or after the attempt it retries completed."""
-    if attempt.retry_of is not None:
-        return max(attempt.retry_of.completed_at, _submission_bound(attempt.retry_of, call_starts))
-    if attempt.start_rollout_id is None:
-        return float("-inf")
-    return call_starts.get(attempt.start_rollout_id, float("-inf"))
-
-
-def _submitted_before(a: Attempt, b: Attempt, call_starts: Mapping[int, float]) -> bool:
+def known_submitted_before(a: Attempt, b: Attempt) -> bool | None:
+    """Whether the worker submitted ``a`` before ``b``, when the files tell (async group
+    ids, or two fresh draws); None when they do not."""
     if a.async_group_id is not None and b.async_group_id is not None:
         return a.async_group_id < b.async_group_id
     if a.retry_of is None and b.retry_of is None and a.draw is not None and b.draw is not None:
-        return a.draw < b.draw  # fresh draws are submitted in draw order
-    return (_submission_bound(a, call_starts), a.draw or 0) < (
-        _submission_bound(b, call_starts),
-        b.draw or 0,
-    )
+        return a.draw < b.draw
+    return None
 
 
-def completion_order(
-    attempts: list[Attempt], timing: PollTiming, call_starts: Mapping[int, float]
-) -> list[Attempt]:
-    """Order in which attempts reach the worker's output queue: by completion time, and
-    by submission among completions closer than one worker tick."""
+def _retries(later: Attempt, earlier: Attempt) -> bool:
+    attempt = later.retry_of
+    while attempt is not None:
+        if attempt is earlier:
+            return True
+        attempt = attempt.retry_of
+    return False
+
+
+def may_precede(later: Attempt, earlier: Attempt, timing: PollTiming) -> bool:
+    """Whether ``later`` (after ``earlier`` in the queue order) may have reached the queue
+    first: their completions are closer than the files can order (different ticks), or a
+    held-up tick queued both and ``later`` was submitted first."""
+    if _retries(later, earlier):
+        return False
+    gap = later.completed_at - earlier.completed_at
+    if gap < timing.order_uncertainty_s:
+        return True
+    return gap < timing.stall_s and known_submitted_before(later, earlier) is True
+
+
+@dataclass(frozen=True)
+class QueueOrder:
+    """The worker's output queue as the files give it: the most likely ``order``, and the
+    runs of it (``ambiguous``, positions ``[start, end)``) within which the files cannot
+    order the completions (:func:`may_precede`)."""
+
+    order: list[Attempt]
+    ambiguous: tuple[tuple[int, int], ...]
+
+
+def queue_order(attempts: list[Attempt], timing: PollTiming) -> QueueOrder:
+    """:func:`completion_order` and its ambiguous runs; for either loop's collector."""
+    order = completion_order(attempts, timing)
+    runs: list[tuple[int, int]] = []
+    for i, earlier in enumerate(order):
+        end = i + 1
+        for j in range(i + 1, len(order)):
+            if order[j].completed_at - earlier.completed_at >= timing.stall_s:
+                break
+            if may_precede(order[j], earlier, timing):
+                end = j + 1
+        if end > i + 1:
+            if runs and i < runs[-1][1]:
+                runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+            else:
+                runs.append((i, end))
+    return QueueOrder(order, tuple(runs))
+
+
+def completion_order(attempts: list[Attempt], timing: PollTiming) -> list[Attempt]:
+    """Most likely order in which attempts reach the worker's output queue: by completion
+    time, and by submission among completions closer than one worker tick when the files
+    tell the submission order (:func:`known_submitted_before`)."""
     by_time = sorted(attempts, key=lambda a: a.completed_at)
 
     def compare(x: Attempt, y: Attempt) -> int:
-        if _submitted_before(x, y, call_starts):
-            return -1
-        return 1 if _submitted_before(y, x, call_starts) else 0
+        known = known_submitted_before(x, y)
+        if known is None:
+            return (x.completed_at > y.completed_at) - (x.completed_at < y.completed_at)
+        return -1 if known else 1
 
     ordered: list[Attempt] = []
     i = 0
@@ -156,6 +206,10 @@ def _chains(attempts: list[Attempt], gap: float) -> dict[str, int]:
     return chains
 
 
+_FRESH_POLLS = itertools.count(-1, -1)
+"""Ids of polls a hypothesis splits off (the chains' ids are >= 0)."""
+
+
 class Collector:
     """The collector's state between rollout calls: the persistent tracker, the worker's
     output queue and how far completions have been delivered."""
@@ -167,25 +221,33 @@ class Collector:
         keep_versions: int,
         max_retries: int,
         timing: PollTiming,
+        chains: tuple[dict[str, int], dict[str, int]] | None = None,
+        by_id: dict[str, Attempt] | None = None,
     ) -> None:
         self.order = order
+        self.attempts = {a.attempt_id: a for a in order} if by_id is None else by_id
         self.keep_versions, self.max_retries, self.timing = keep_versions, max_retries, timing
         self.tracker = Tracker(keep_versions)
         self.queue: list[Attempt] = []  # put-back leftovers first
         self.delivered = 0  # attempts of ``order`` already on the queue
         self.last_fetch = float("-inf")
-        self.tie = _chains(order, timing.tick_tie_s)
-        self.poll = _chains(order, timing.same_poll_s)
+        if chains is None:
+            chains = _chains(order, timing.tick_tie_s), _chains(order, timing.same_poll_s)
+        self.tie = chains[0]
+        self.poll = dict(chains[1])  # an attempt moved ahead joins the poll it passes
         self.decisions: dict[str, AttemptDecision] = {}
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
 
-    def clone(self) -> Collector:
-        copy = Collector(
+    def clone(self) -> Self:
+        """A copy to try a call on (a subclass, a loop variant, copies as itself)."""
+        copy = type(self)(
             list(self.order),  # a copy: delivery may move an attempt within its tie
             keep_versions=self.keep_versions,
             max_retries=self.max_retries,
             timing=self.timing,
+            chains=(self.tie, self.poll),
+            by_id=self.attempts,
         )
         copy.tracker = Tracker(self.keep_versions, self.tracker.versions)
         copy.queue, copy.delivered, copy.last_fetch = (
@@ -196,6 +258,45 @@ class Collector:
         copy.decisions, copy.current_after = dict(self.decisions), dict(self.current_after)
         copy.new_versions = dict(self.new_versions)
         return copy
+
+    def move_ahead(self, position: int) -> None:
+        """Swap the undelivered attempts at ``position`` and ``position + 1``: the later
+        one reached the queue first, in the poll of the one it passes."""
+        earlier, later = self.order[position], self.order[position + 1]
+        self.order[position], self.order[position + 1] = later, earlier
+        self.poll[later.attempt_id] = self.poll[earlier.attempt_id]
+
+    def toggle_poll(self, position: int) -> None:
+        """Move the poll boundary between the undelivered attempts at ``position`` and
+        ``position + 1``: split one poll there (the rest of it a poll of its own), or
+        join the second to the first's poll (they shared a tick, or a poll took two)."""
+        first, second = self.order[position], self.order[position + 1]
+        if self.poll[first.attempt_id] != self.poll[second.attempt_id]:
+            self.poll[second.attempt_id] = self.poll[first.attempt_id]
+            return
+        fresh, old = next(_FRESH_POLLS), self.poll[first.attempt_id]
+        for attempt in self.order[position + 1 :]:
+            if self.poll[attempt.attempt_id] != old:
+                break
+            self.poll[attempt.attempt_id] = fresh
+
+    def poll_breaks(self, start: int, end: int) -> tuple[bool, ...]:
+        """Whether each attempt of ``order[start:end]`` after the first begins a poll."""
+        ids = [self.poll[a.attempt_id] for a in self.order[start:end]]
+        return tuple(a != b for a, b in itertools.pairwise(ids))
+
+    def state_key(self, window: int = 16) -> tuple[Any, ...]:
+        """What the rest of the replay depends on: two hypotheses with one key decide the
+        remaining calls alike. Hypotheses differ only near the next completion (the rest
+        of the order is the files'), so ``window`` completions from it are compared."""
+        end = self.delivered + window
+        return (
+            self.delivered,
+            tuple(a.attempt_id for a in self.queue),
+            tuple(a.attempt_id for a in self.order[self.delivered : end]),
+            self.poll_breaks(self.delivered, end),
+            tuple(self.tracker.versions),
+        )
 
     def _deliver(self, upto: float) -> None:
         """The first poll of a call: queue everything completed by ``upto``, in queue
@@ -366,3 +467,13 @@ def step_metrics(run: RunLog) -> dict[int, dict[str, Any]]:
     if not run.metrics.height:
         return {}
     return {int(row["rollout_id"]): row for row in run.metrics.iter_rows(named=True)}
+
+
+def logged_drops(run: RunLog) -> dict[int, list[int]]:
+    """Per call, the group numbers of the log's "dropping stale" lines, in log order."""
+    drops: dict[int, list[int]] = {}
+    events = run.log_events.filter(pl.col("kind") == "dropped_stale")
+    for rollout_id, number in events.select("rollout_id", "number").iter_rows():
+        if rollout_id is not None:
+            drops.setdefault(rollout_id, []).append(number)
+    return drops

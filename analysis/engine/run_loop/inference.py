@@ -1,5 +1,8 @@
-"""Rollout calls placed without Dressage's log: for each call, the cuts of the completion
-order whose replay gives the step's dump and metrics (docs/semantics.md §12.2)."""
+"""Rollout calls placed where no log line tells their start, with the run's own records as
+constraints (docs/semantics.md §12.2, §12.4): for each call, the cuts of the completion
+order whose replay gives the step's dump and metrics (without Dressage's log), or the
+earliest sequence of such cuts, backtracking (the fully-async loop, which logs no call
+start). The order of near-simultaneous completions is searched in :mod:`.ties`."""
 
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ def infer_call_starts(
     (:class:`Collector`, or the fully-async loop's).
     """
     collector = collector_class(
-        completion_order(attempts, timing, {}),
+        completion_order(attempts, timing),
         keep_versions=keep_versions,
         max_retries=max_retries,
         timing=timing,
@@ -56,7 +59,7 @@ def infer_call_starts(
             trial = collector.clone()
             before = set(trial.decisions)
             kept = trial.run_call(rollout_id, start, target_groups, final=final)
-            if _matches_step(
+            if matches_step(
                 trial, rollout_id, kept, kept_by_step.get(rollout_id), metrics.get(rollout_id)
             ):
                 decided = tuple(
@@ -110,7 +113,7 @@ def _candidate_starts(collector: Collector, wanted: set[str] | None, lookahead: 
     return starts
 
 
-def _matches_step(
+def matches_step(
     trial: Collector,
     rollout_id: int,
     kept: list[Attempt],
@@ -154,7 +157,7 @@ def search_call_starts(
     if final_rollout_id is not None:
         steps = [step for step in steps if step <= final_rollout_id]
     collector = collector_class(
-        completion_order(attempts, timing, {}),
+        completion_order(attempts, timing),
         keep_versions=keep_versions,
         max_retries=max_retries,
         timing=timing,
@@ -175,7 +178,7 @@ def search_call_starts(
             spent += 1
             trial = collector.clone()
             kept = trial.run_call(step, start, target_groups, final=step == final_rollout_id)
-            if not _matches_step(trial, step, kept, kept_by_step.get(step), metrics.get(step)):
+            if not matches_step(trial, step, kept, kept_by_step.get(step), metrics.get(step)):
                 continue
             path.append((start, trial))
             if walk(depth + 1, trial, path):

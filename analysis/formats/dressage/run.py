@@ -21,7 +21,13 @@ from analysis.errors import (
     ReplayError,
     UnknownFormatError,
 )
-from analysis.formats.dressage.identity import detect_loop, tell_attempts_apart
+from analysis.formats.dressage.identity import (
+    build_attempts,
+    detect_loop,
+    enrich_from_dumps,
+    mark_incomplete,
+    tell_attempts_apart,
+)
 from analysis.formats.dressage.log import (
     DressageLog,
     calls_frame,
@@ -228,13 +234,13 @@ def read_run(
                 "no dressage_log.txt: rollout call starts are inferred from the dumps and "
                 "metrics, and the log's drop / retry lines cannot be checked"
             )
-    _enrich_from_dumps(trajectories, dumps)
+    enrich_from_dumps(trajectories, dumps)
     samples_per_prompt = _samples_per_prompt(log, metrics, trajectories, dumps)
     ambiguous = tell_attempts_apart(trajectories, samples_per_prompt, warnings)
-    attempts = _build_attempts(trajectories, prompts, warnings)
+    attempts = build_attempts(trajectories, prompts, warnings)
     loop, loop_reason = detect_loop(log, trajectories, dumps)
     if ERRORS not in sources and not trajectories_only:
-        _mark_incomplete(attempts, samples_per_prompt, warnings)
+        mark_incomplete(attempts, samples_per_prompt, warnings)
     retry_limit, retry_warnings = infer_retry_limit(
         (row["retry_count"] for row in attempts),
         {
@@ -276,133 +282,7 @@ def _log_preempts(log: DressageLog | None) -> list[set[int]]:
     return [set(log.max_preempts)] if log is not None else []
 
 
-def _enrich_from_dumps(trajectories: list[Trajectory], dumps: list[dict[str, Any]]) -> None:
-    """Dumps name what artifacts lack for kept trajectories: sample index, async group id."""
-    by_id = {t.trajectory_id: t for t in trajectories}
-    for row in dumps:
-        if (found := by_id.get(row["trajectory_id"])) is not None:
-            found.sample_index = row["sample_index"]
-            found.async_group_id = row["async_group_id"]
-            found.group_index = row["group_index"]
-
-
 # --------------------------------------------------------------------------- attempts
-
-
-def _sample_order(members: list[Trajectory]) -> tuple[list[Trajectory], bool]:
-    """Sample order of an attempt: by slime index where known; the rest after, in ascending
-    numeric end version (a neutral guess: it matters only when one attempt brings two new
-    labels at once)."""
-
-    def by_version(t: Trajectory) -> tuple[int, float, str]:
-        try:
-            return (0, float(t.end_version or ""), t.trajectory_id)
-        except ValueError:
-            return (1, 0.0, str(t.end_version))
-
-    known = sorted(
-        (t for t in members if t.sample_index is not None), key=lambda t: t.sample_index or 0
-    )
-    unknown = sorted((t for t in members if t.sample_index is None), key=by_version)
-    return known + unknown, not unknown
-
-
-def _build_attempts(
-    trajectories: list[Trajectory], prompts: list[str] | None, warnings: list[str]
-) -> list[dict[str, Any]]:
-    """Group trajectories into attempts (rows of ``ATTEMPT_SCHEMA``) and give each
-    trajectory its attempt id and sample position; reorders ``trajectories`` to match."""
-    buckets: dict[tuple[str, int | None, int, int | None], list[Trajectory]] = {}
-    for t in trajectories:
-        buckets.setdefault((t.instance_id, t.start_rollout_id, t.retry_count, t.draw), []).append(t)
-    attempts: dict[tuple[str, int | None, int, int | None], dict[str, Any]] = {}
-    ordered: list[Trajectory] = []
-    for key, members in buckets.items():
-        label = attempt_label(*key)
-        in_order, known = _sample_order(members)
-        for position, t in enumerate(in_order):
-            t.attempt_id, t.sample_position = label, position
-        ordered += in_order
-        group_ids = sorted({t.async_group_id for t in members if t.async_group_id is not None})
-        if len(group_ids) > 1:
-            warnings.append(
-                f"attempt {label} holds trajectories of async groups {group_ids}: two draws of "
-                "one prompt in one rollout call are merged"
-            )
-        kinds = [t.fail_kind for t in members if t.fail_kind is not None]
-        indices = [t.group_index for t in members if t.group_index is not None]
-        attempts[key] = {
-            "attempt_id": label,
-            "instance_id": key[0],
-            "start_rollout_id": key[1],
-            "retry_count": key[2],
-            "completed_at": max(t.finished_at for t in members),
-            "retry_of": attempt_label(key[0], key[1], key[2] - 1, key[3])
-            if (key[0], key[1], key[2] - 1, key[3]) in buckets
-            else None,
-            "draw": min(indices) if indices else None,
-            "fail_kind": ("span" if "span" in kinds else kinds[0]) if kinds else None,
-            "span_verdict": any(t.span_marker for t in members),
-            "async_group_id": group_ids[0] if group_ids else None,
-            "trajectories": len(members),
-            "order_known": known,
-            "incomplete": False,
-        }
-    _assign_draws(attempts, prompts)
-    trajectories[:] = ordered
-    return list(attempts.values())
-
-
-def _assign_draws(
-    attempts: dict[tuple[str, int | None, int, int | None], dict[str, Any]],
-    prompts: list[str] | None,
-) -> None:
-    """Dataset draw ordinal (slime ``group_index``) of every attempt whose files lack it.
-
-    Prompts are drawn in ``prompts.jsonl`` order, epoch after epoch: an instance's k-th
-    first attempt (by start rollout) has ordinal k * P + its position. Retries keep
-    their draw; a known ``group_index`` wins.
-    """
-    order = prompts or sorted({key[0] for key in attempts})
-    position = {instance: i for i, instance in enumerate(order)}
-    firsts: dict[str, list[tuple[str, int | None, int, int | None]]] = {}
-    for key, row in attempts.items():
-        if row["retry_of"] is None:
-            firsts.setdefault(key[0], []).append(key)
-    for instance, keys in firsts.items():
-        keys.sort(
-            key=lambda k: (
-                -1 if k[1] is None else k[1],
-                -1 if k[3] is None else k[3],
-                attempts[k]["completed_at"],
-            )
-        )
-        for epoch, key in enumerate(keys):
-            if attempts[key]["draw"] is None:
-                attempts[key]["draw"] = epoch * len(order) + position.get(instance, 0)
-    for key in sorted(attempts, key=lambda k: k[2]):
-        row = attempts[key]
-        earlier = attempts.get((key[0], key[1], key[2] - 1, key[3]))
-        if row["draw"] is None and earlier is not None:
-            row["draw"] = earlier["draw"]
-
-
-def _mark_incomplete(
-    attempts: list[dict[str, Any]], samples_per_prompt: int | None, warnings: list[str]
-) -> None:
-    """Without ``traj_err/``, an attempt with fewer than n trajectories failed (kind unknown)."""
-    if samples_per_prompt is None:
-        return
-    short = [row for row in attempts if row["trajectories"] < samples_per_prompt]
-    for row in short:
-        row["fail_kind"] = "other"
-        row["incomplete"] = True
-    if short:
-        warnings.append(
-            f"no traj_err/: {len(short)} attempt(s) with fewer than {samples_per_prompt} "
-            "trajectories are taken as failed of unknown kind (reported as 'other'); their "
-            "failed trajectories, span rejections and failure kinds cannot be known"
-        )
 
 
 # --------------------------------------------------------------------------- facts and frames
