@@ -204,6 +204,24 @@ def test_corrupted_files_in_every_format(tmp_path: Path, kind: str) -> None:
     check()
 
 
+def test_a_parquet_column_name_that_is_not_utf8_is_no_internal_error(tmp_path: Path) -> None:
+    """Each place a column's name is stored, one byte of it made invalid UTF-8 (hypothesis
+    found one in the footer's schema paths that the span check's metadata scan decoded)."""
+    data, name = _valid_bytes("parquet", tmp_path)
+    places = [i for i in range(len(data)) if data.startswith(b"trajectory_id", i)]
+    assert places
+    for place in places:
+        folder = tmp_path / f"at{place}"
+        folder.mkdir()
+        log = folder / name
+        log.write_bytes(data[: place + 2] + b"\xff" + data[place + 3 :])
+        output = folder / "out.parquet"
+        assert_clean_exit(
+            runner.invoke(app, ["convert", str(log), "-o", str(output)]), folder, output
+        )
+        assert_clean_exit(runner.invoke(app, ["inspect", str(log), "--json"]), folder)
+
+
 # --------------------------------------------------------------------------- degenerate logs
 
 

@@ -205,8 +205,8 @@ def _check_parquet_spans(source: Source, metadata: pq.FileMetaData, limits: Limi
                         f"runs of token versions (spans), over {most:,} a row"
                     )
                     raise over_limit(source.path, what, "max_spans", most)
-    except (OSError, pa.ArrowException):
-        return  # a damaged file: reading it says so
+    except (OSError, pa.ArrowException, UnicodeDecodeError):
+        return  # a damaged file (a column name that is not UTF-8, too): reading it says so
 
 
 def _check_spans(frame: pl.DataFrame, source: Source, limits: Limits) -> None:
