@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from analysis.engine.decisions import Decision
 from analysis.engine.run_loop.checks import step_counts
 from analysis.engine.run_loop.collector import (
     Attempt,
@@ -196,9 +197,11 @@ def search_call_starts(
     at the cut whose kept sessions come closest to its dump, with a note, and the search
     goes on from there.
     """
-    steps = sorted(set(kept_by_step) | set(metrics))
-    if final_rollout_id is not None:
-        steps = [step for step in steps if step <= final_rollout_id]
+    steps = [
+        step
+        for step in sorted(set(kept_by_step) | set(metrics))
+        if final_rollout_id is None or step <= final_rollout_id
+    ]
     collector = collector_class(
         completion_order(attempts, timing),
         keep_versions=keep_versions,
@@ -207,6 +210,7 @@ def search_call_starts(
     )
     spent = 0
     deepest: list[tuple[float, Collector]] = []
+    retried = {a.retry_of.attempt_id for a in attempts if a.retry_of is not None}
 
     def walk(depth: int, collector: Collector, path: list[tuple[float, Collector]]) -> bool:
         nonlocal spent, deepest
@@ -226,6 +230,8 @@ def search_call_starts(
             spent += 1
             if not matches_step(trial, step, kept, wanted, metrics.get(step)):
                 continue
+            if _discards_retried(trial, collector, retried):
+                continue
             path.append((start, trial))
             if walk(depth + 1, trial, path):
                 return True
@@ -240,7 +246,7 @@ def search_call_starts(
         spent, deepest = 0, []
         if walk(depth, collector, path):
             starts.update(zip(steps[depth:], (start for start, _ in path), strict=True))
-            collector = path[-1][1] if path else collector
+            collector = path[-1][1]  # depth < len(steps): one call at least
             break
         # The longest run of reproduced steps, then the closest cut for the next, then on.
         for start, trial in deepest:
@@ -263,6 +269,16 @@ def search_call_starts(
         starts[step], collector = best
         depth += 1
     return starts, notes, collector
+
+
+def _discards_retried(trial: Collector, before: Collector, retried: set[str]) -> bool:
+    """Whether the call threw away an attempt the run retried (a group thrown away is
+    never retried: only one the collector took and found failed is)."""
+    return any(
+        trial.decisions[key].decision is Decision.DISCARDED_SURPLUS
+        for key in retried
+        if key in trial.decisions and key not in before.decisions
+    )
 
 
 def _call_replays(
@@ -299,6 +315,11 @@ def _join(end: int, extra: int, trial: Collector) -> None:
             trial.toggle_poll(position - 1)
 
 
+def _split(position: int, trial: Collector) -> None:
+    """Completions less than a tick apart reached two polls: one begins at ``position``."""
+    trial.toggle_poll(position - 1)
+
+
 def _swap(position: int, trial: Collector) -> None:
     """The completions at ``position`` and ``position + 1`` reached the queue the other way."""
     trial.move_ahead(position)
@@ -314,7 +335,8 @@ def _variants(
     """The replays of one call to try, most likely first: each cut as the files order the
     completions; then, at each cut, the call's last poll held up (it took the next
     completions too, which the fully-async loop throws away: only those done before the
-    next call started); then one pair of near-simultaneous completions the other way
+    next call started); then one poll of completions less than a tick apart split in two;
+    then one pair of near-simultaneous completions the other way
     (:func:`may_precede`). ``ends`` receives (cut, completions delivered) of the first
     replays as they are tried."""
     order, timing = collector.order, collector.timing
@@ -328,6 +350,10 @@ def _variants(
             if later is not None and order[last].completed_at >= later:
                 break
             yield start, functools.partial(_join, end, extra)
+    for start, end in list(ends):
+        for position in range(collector.delivered + 1, min(end, len(order))):
+            if collector.poll_breaks(position - 1, position + 1) == (False,):
+                yield start, functools.partial(_split, position)
     for start, end in list(ends):
         for position in range(collector.delivered, min(end + 1, len(order) - 1)):
             if may_precede(order[position + 1], order[position], timing):
