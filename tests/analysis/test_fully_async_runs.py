@@ -24,11 +24,6 @@ from tests.real_runs import (
     extract_runs,
 )
 
-NEEDS_TICK_ORDER = {"fa-k2-m1-n4-s33", "fa-k2-m1-n4-s37-p16"}
-"""Runs where two groups completed within a few tens of ms reach Dressage's queue in the
-other order than their files' times (issue 29, item 3: the worker's tick), which moves
-what a call keeps and discards."""
-
 
 @pytest.fixture(scope="module")
 def fully_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
@@ -105,20 +100,7 @@ def test_prompts_drawn_again_are_apart_in_the_16_prompt_run(
     assert max(firsts.count(instance) for instance in set(firsts)) >= 3
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="needs the worker's tick order (issue 29 item 3)"
-            ),
-        )
-        if name in NEEDS_TICK_ORDER
-        else name
-        for name in FULLY_RUNS
-    ],
-)
+@pytest.mark.parametrize("name", FULLY_RUNS)
 def test_every_trajectory_matches_dressage(
     name: str,
     fully_replays: dict[str, LoopReplay],

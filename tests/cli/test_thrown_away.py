@@ -19,7 +19,6 @@ from analysis.engine.run_loop.replay import replay_run
 from analysis.formats.dressage.run import read_run
 from analysis.verification import keep_versions_told
 from cli.app import app
-from tests.analysis.test_fully_async_runs import NEEDS_TICK_ORDER
 from tests.real_runs import FULLY_FIXTURES, FULLY_RUNS, extract_runs
 
 runner = CliRunner()
@@ -58,20 +57,7 @@ def truth_thrown_away(folder: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="needs the worker's tick order (issue 29 item 3)"
-            ),
-        )
-        if name in NEEDS_TICK_ORDER
-        else name
-        for name in FULLY_RUNS
-    ],
-)
+@pytest.mark.parametrize("name", FULLY_RUNS)
 def test_thrown_away_is_what_dressage_discarded(name: str, folders: dict[str, Path]) -> None:
     folder = folders[name]
     settings = json.loads((folder / "run.json").read_text())

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from analysis.engine.decisions import Decision
-from analysis.engine.run_loop.collector import Attempt, Collector, Tracker
+from analysis.engine.run_loop.collector import Attempt, Collector
 
 LOOPS = ("partial", "fully")
 """Dressage's two collector loops: ``partial_async_rollout.py`` and ``fully_async_rollout.py``."""
@@ -28,23 +28,6 @@ UNPOLLED = "unconsumed_after_final"
 
 class FullyCollector(Collector):
     """The fully-async loop's collector: :class:`Collector` without the put-back."""
-
-    def clone(self) -> FullyCollector:
-        copy = FullyCollector(
-            list(self.order),
-            keep_versions=self.keep_versions,
-            max_retries=self.max_retries,
-            timing=self.timing,
-        )
-        copy.tracker = Tracker(self.keep_versions, self.tracker.versions)
-        copy.queue, copy.delivered, copy.last_fetch = (
-            list(self.queue),
-            self.delivered,
-            self.last_fetch,
-        )
-        copy.decisions, copy.current_after = dict(self.decisions), dict(self.current_after)
-        copy.new_versions = dict(self.new_versions)
-        return copy
 
     def run_call(
         self, rollout_id: int, start: float, target_groups: int, *, final: bool

@@ -6,15 +6,18 @@ start). The order of near-simultaneous completions is searched in :mod:`.ties`."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from analysis.engine.decisions import Decision
 from analysis.engine.run_loop.checks import step_counts
 from analysis.engine.run_loop.collector import (
     Attempt,
     Collector,
     PollTiming,
     completion_order,
+    may_precede,
 )
 
 
@@ -91,8 +94,15 @@ def infer_call_starts(
     return starts, notes
 
 
-def _candidate_starts(collector: Collector, wanted: set[str] | None, lookahead: int) -> list[float]:
-    """One start time per cut of the completion order a call may begin at."""
+def _candidate_starts(
+    collector: Collector,
+    wanted: set[str] | None,
+    lookahead: int,
+    around: float | None = None,
+) -> list[float]:
+    """One start time per cut of the completion order a call may begin at. With
+    ``around`` (when the trainer started the call, :func:`expected_starts`), only the cuts
+    a start then can make, nearest first; all of them when none can (a log off in time)."""
     order, first = collector.order, collector.delivered
     last_needed = first
     if wanted:
@@ -100,7 +110,10 @@ def _candidate_starts(collector: Collector, wanted: set[str] | None, lookahead: 
             if wanted.intersection(order[j].sessions):
                 last_needed = j + 1
     starts = []
+    cuts: list[tuple[float, float, float]] = []  # (start, after, before)
     for j in range(first, min(len(order), last_needed + lookahead) + 1):
+        after = collector.last_fetch if j == first else order[j - 1].completed_at
+        before = order[j].completed_at if j < len(order) else float("inf")
         if j == first:
             if collector.last_fetch > float("-inf"):
                 starts.append(collector.last_fetch + 1e-6)
@@ -110,7 +123,33 @@ def _candidate_starts(collector: Collector, wanted: set[str] | None, lookahead: 
             starts.append((order[j - 1].completed_at + order[j].completed_at) / 2)
         else:
             starts.append(order[j - 1].completed_at + 1e-3)
-    return starts
+        cuts.append((starts[-1], after, before))
+    if around is None:
+        return starts
+    timing = collector.timing
+    near = [
+        (max(after - around, around - before, 0.0), start, after, before)
+        for start, after, before in cuts
+        # queued by then: done before it (the log's ms and the call's own start aside);
+        # not queued yet: done after it, or so shortly before that its tick had not come
+        if after < around + START_LATENCY_S and before > around - timing.order_uncertainty_s
+    ]
+    if not near:
+        return starts
+    near.sort(key=lambda cut: cut[0])
+    return [start if not after < around < before else around for _, start, after, before in near]
+
+
+START_LATENCY_S = 0.05
+"""How long after the log's weight-update line the next call may poll first: the line's
+millisecond, the trainer handing the call to the rollout manager."""
+
+
+def expected_starts(weight_updates: Iterable[tuple[float, int]]) -> dict[int, float]:
+    """When the trainer started each rollout call, as its log tells: Dressage's training
+    loop starts call r + 2 right after the weight update that follows call r + 1 (logged
+    "weights updated (weight_update_after_rollout_r)"); calls 0 and 1 have no such line."""
+    return {rollout_id + 2: at for at, rollout_id in weight_updates}
 
 
 def matches_step(
@@ -141,21 +180,28 @@ def search_call_starts(
     max_retries: int,
     timing: PollTiming,
     collector_class: type[Collector],
+    expected: Mapping[int, float] | None = None,
     lookahead: int = 12,
     budget: int = 20_000,
-) -> tuple[dict[int, float], list[str]]:
+) -> tuple[dict[int, float], list[str], Collector]:
     """Rollout call starts for a loop whose calls leave no start line (the fully-async
     loop): the earliest cuts, step after step, such that every step's dump and metrics are
     reproduced, backtracking when a later step cannot be (a call that polled more than it
     needed throws the rest away, which only a later step's dump shows).
 
+    ``expected`` (rollout id -> when the trainer started the call, from the log's weight
+    updates: :func:`expected_starts`) narrows each call's cuts to those a start then can
+    make, nearest first.
+
     A step that no sequence of cuts reproduces (within ``budget`` calls replayed) is placed
     at the cut whose kept sessions come closest to its dump, with a note, and the search
     goes on from there.
     """
-    steps = sorted(set(kept_by_step) | set(metrics))
-    if final_rollout_id is not None:
-        steps = [step for step in steps if step <= final_rollout_id]
+    steps = [
+        step
+        for step in sorted(set(kept_by_step) | set(metrics))
+        if final_rollout_id is None or step <= final_rollout_id
+    ]
     collector = collector_class(
         completion_order(attempts, timing),
         keep_versions=keep_versions,
@@ -164,6 +210,7 @@ def search_call_starts(
     )
     spent = 0
     deepest: list[tuple[float, Collector]] = []
+    retried = {a.retry_of.attempt_id for a in attempts if a.retry_of is not None}
 
     def walk(depth: int, collector: Collector, path: list[tuple[float, Collector]]) -> bool:
         nonlocal spent, deepest
@@ -172,13 +219,18 @@ def search_call_starts(
         if depth == len(steps):
             return True
         step = steps[depth]
-        for start in _candidate_starts(collector, kept_by_step.get(step), lookahead):
+        wanted = kept_by_step.get(step)
+        replays = _call_replays(
+            collector, step, target_groups, wanted, lookahead,
+            final=step == final_rollout_id, expected=expected or {},
+        )  # fmt: skip
+        for start, trial, kept in replays:
             if spent >= budget:
                 return False
             spent += 1
-            trial = collector.clone()
-            kept = trial.run_call(step, start, target_groups, final=step == final_rollout_id)
-            if not matches_step(trial, step, kept, kept_by_step.get(step), metrics.get(step)):
+            if not matches_step(trial, step, kept, wanted, metrics.get(step)):
+                continue
+            if _discards_retried(trial, collector, retried):
                 continue
             path.append((start, trial))
             if walk(depth + 1, trial, path):
@@ -194,6 +246,7 @@ def search_call_starts(
         spent, deepest = 0, []
         if walk(depth, collector, path):
             starts.update(zip(steps[depth:], (start for start, _ in path), strict=True))
+            collector = path[-1][1]  # depth < len(steps): one call at least
             break
         # The longest run of reproduced steps, then the closest cut for the next, then on.
         for start, trial in deepest:
@@ -207,6 +260,7 @@ def search_call_starts(
             kept_by_step.get(step),
             lookahead,
             final=step == final_rollout_id,
+            around=(expected or {}).get(step),
         )
         notes.append(
             f"call {step}: no placement of the calls reproduces this step's dump and metrics "
@@ -214,7 +268,96 @@ def search_call_starts(
         )
         starts[step], collector = best
         depth += 1
-    return starts, notes
+    return starts, notes, collector
+
+
+def _discards_retried(trial: Collector, before: Collector, retried: set[str]) -> bool:
+    """Whether the call threw away an attempt the run retried (a group thrown away is
+    never retried: only one the collector took and found failed is)."""
+    return any(
+        trial.decisions[key].decision is Decision.DISCARDED_SURPLUS
+        for key in retried
+        if key in trial.decisions and key not in before.decisions
+    )
+
+
+def _call_replays(
+    collector: Collector,
+    step: int,
+    target_groups: int,
+    wanted: set[str] | None,
+    lookahead: int,
+    *,
+    final: bool,
+    expected: Mapping[int, float],
+) -> Iterator[tuple[float, Collector, list[Attempt]]]:
+    """One call replayed from ``collector`` at each of its :func:`_variants`, in turn:
+    (start, the collector after it, the attempts it keeps)."""
+    cuts = _candidate_starts(collector, wanted, lookahead, expected.get(step))
+    ends: list[tuple[float, int]] = []
+    for start, variant in _variants(collector, cuts, ends, expected.get(step + 1), lookahead):
+        trial = collector.clone()
+        variant(trial)
+        kept = trial.run_call(step, start, target_groups, final=final)
+        if variant is _as_is:
+            ends.append((start, trial.delivered))
+        yield start, trial, kept
+
+
+def _as_is(trial: Collector) -> None:
+    """The variant of a call's replay that changes nothing."""
+
+
+def _join(end: int, extra: int, trial: Collector) -> None:
+    """The call's last poll, held up, also took the ``extra`` completions from ``end``."""
+    for position in range(end, end + extra):
+        if trial.poll_breaks(position - 1, position + 1) == (True,):
+            trial.toggle_poll(position - 1)
+
+
+def _split(position: int, trial: Collector) -> None:
+    """Completions less than a tick apart reached two polls: one begins at ``position``."""
+    trial.toggle_poll(position - 1)
+
+
+def _swap(position: int, trial: Collector) -> None:
+    """The completions at ``position`` and ``position + 1`` reached the queue the other way."""
+    trial.move_ahead(position)
+
+
+def _variants(
+    collector: Collector,
+    cuts: list[float],
+    ends: list[tuple[float, int]],
+    later: float | None,
+    lookahead: int,
+) -> Iterator[tuple[float, Callable[[Collector], None]]]:
+    """The replays of one call to try, most likely first: each cut as the files order the
+    completions; then, at each cut, the call's last poll held up (it took the next
+    completions too, which the fully-async loop throws away: only those done before the
+    next call started); then one poll of completions less than a tick apart split in two;
+    then one pair of near-simultaneous completions the other way
+    (:func:`may_precede`). ``ends`` receives (cut, completions delivered) of the first
+    replays as they are tried."""
+    order, timing = collector.order, collector.timing
+    for start in cuts:
+        yield start, _as_is
+    for start, end in list(ends):
+        for extra in range(1, lookahead + 1):
+            last = end + extra - 1
+            if end < 1 or last >= len(order):
+                break
+            if later is not None and order[last].completed_at >= later:
+                break
+            yield start, functools.partial(_join, end, extra)
+    for start, end in list(ends):
+        for position in range(collector.delivered + 1, min(end, len(order))):
+            if collector.poll_breaks(position - 1, position + 1) == (False,):
+                yield start, functools.partial(_split, position)
+    for start, end in list(ends):
+        for position in range(collector.delivered, min(end + 1, len(order) - 1)):
+            if may_precede(order[position + 1], order[position], timing):
+                yield start, functools.partial(_swap, position)
 
 
 def _closest_cut(
@@ -225,10 +368,11 @@ def _closest_cut(
     lookahead: int,
     *,
     final: bool,
+    around: float | None = None,
 ) -> tuple[float, Collector]:
     """The cut whose call keeps the most of the step's dump (and least else); earliest wins."""
     best: tuple[int, float, Collector] | None = None
-    for start in _candidate_starts(collector, wanted, lookahead):
+    for start in _candidate_starts(collector, wanted, lookahead, around):
         trial = collector.clone()
         got = {
             s for a in trial.run_call(step, start, target_groups, final=final) for s in a.sessions

@@ -22,7 +22,11 @@ from analysis.engine.run_loop.collector import (
     step_metrics,
 )
 from analysis.engine.run_loop.fully import FullyCollector
-from analysis.engine.run_loop.inference import infer_call_starts, search_call_starts
+from analysis.engine.run_loop.inference import (
+    expected_starts,
+    infer_call_starts,
+    search_call_starts,
+)
 from analysis.engine.run_loop.ties import TieSearch, resolve_ties
 from analysis.errors import MissingFieldError
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
@@ -68,6 +72,7 @@ def one_pass(
     )
     notes: list[str] = []
     unmatched: set[int] = set()
+    found: Collector | None = None  # the fully loop's search: its order and polls
     if not starts:
         if not kept_by_step and not metrics:
             raise MissingFieldError(
@@ -76,7 +81,7 @@ def one_pass(
             )
         assert run.target_groups is not None
         if loop == "fully":  # it logs no call start: the cuts that reproduce the dumps
-            starts, notes = search_call_starts(
+            starts, notes, found = search_call_starts(
                 attempts,
                 run.target_groups,
                 final,
@@ -86,6 +91,7 @@ def one_pass(
                 max_retries=max_retries,
                 timing=timing,
                 collector_class=FullyCollector,
+                expected=expected_starts(run.weight_updates),
             )
         else:
             starts, notes = infer_call_starts(
@@ -102,8 +108,9 @@ def one_pass(
             )
     assert run.target_groups is not None
     collector = (FullyCollector if loop == "fully" else Collector)(
-        completion_order(attempts, timing),
+        completion_order(attempts, timing) if found is None else list(found.order),
         keep_versions=keep_versions, max_retries=max_retries, timing=timing,
+        chains=None if found is None else (found.tie, found.poll),
     )  # fmt: skip
     resolution = resolve_ties(
         collector, starts, run.target_groups, final, kept_by_step, metrics,

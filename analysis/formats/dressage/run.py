@@ -133,6 +133,9 @@ class RunLog:
     ambiguous_attempts: int = 0
     """Attempts without a start rollout told apart by finish times alone where their
     times could interleave (§12.1)."""
+    weight_updates: tuple[tuple[float, int], ...] = ()
+    """(Unix time, rollout id) of the log's "weights updated (weight_update_after_rollout_r)"
+    lines: the trainer starts rollout call r + 2 right after that update (§12.4)."""
 
 
 def find_run_root(path: Path) -> Path | None:
@@ -272,6 +275,7 @@ def read_run(
         loop=loop,
         loop_reason=loop_reason,
         ambiguous_attempts=ambiguous,
+        weight_updates=tuple((at, r) for at, r, _ in (log.weight_updates if log else ())),
     )
 
 
