@@ -24,8 +24,7 @@ FULLY_RUNS = ("fa-k2-m1-n4-s33", "fa-k3-mnone-n4-s36", "fa-k2-m1-n4-s37-p16")
 TIE_RUNS = ("pa-k2-m1-s201-comp",)
 """Runs with compressed timing (30 steps, many groups finishing within one 10 ms worker
 tick of each other), for the order of near-simultaneous completions (docs/semantics.md
-§12.2); not in :data:`RUNS`: without traj_err/ or the log they are not yet replayed with
-only unknown or right rows."""
+§12.2); not in :data:`RUNS`."""
 CONSUMED = ("kept", "dropped_stale", "rejected_span", "failed")
 FULLY_DECIDED = (*CONSUMED, "discarded_surplus", "leftover")
 

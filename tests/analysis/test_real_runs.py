@@ -19,7 +19,15 @@ from analysis.engine.run_loop.replay import RUN_DECISION_COLUMNS, LoopReplay, re
 from analysis.errors import LogFormatError
 from analysis.formats.dressage.run import RunLog, find_run_root, is_run_folder, read_run
 from analysis.formats.dressage.run_metrics import USED_METRICS
-from tests.real_runs import RUNS, by_trajectory, disagreements
+from tests.real_runs import (
+    FULLY_FIXTURES,
+    FULLY_RUNS,
+    RUNS,
+    TIE_RUNS,
+    by_trajectory,
+    disagreements,
+    extract_runs,
+)
 
 
 @pytest.fixture(scope="session")
@@ -186,36 +194,61 @@ def _definite_disagreements(
             if attempt["outcome"] == "leftover":
                 wanted = ("leftover", None)
             batch = rollout_ids.index(attempt["rollout_id"]) if wanted[0] == "kept" else None
-            if (row["decision"], row["stage"], row["batch"]) != (*wanted, batch):
+            # a kept row whose step the files cannot tell has no batch
+            got_batch = batch if wanted[0] == "kept" and row["batch"] is None else row["batch"]
+            if (row["decision"], row["stage"], got_batch) != (*wanted, batch):
                 problems.append(f"{session}: {row['decision']} != {wanted}")
             elif row["retried"] not in (None, attempt.get("retried")):
                 problems.append(f"{session}: retried {row['retried']}")
     return problems
 
 
-@pytest.mark.parametrize("name", RUNS)
-@pytest.mark.parametrize(
-    "removed", [("traj_err",), ("dressage_log.txt",), ("traj_err", "dressage_log.txt")]
-)
+@pytest.fixture(scope="session")
+def every_run_folder(
+    run_folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """The partial-async, compressed-timing and fully-async fixture runs."""
+    fully = extract_runs(FULLY_FIXTURES, tmp_path_factory.mktemp("fully_async_runs"))
+    return {**run_folders, **fully}
+
+
+REMOVALS = [("traj_err",), ("dressage_log.txt",), ("traj_err", "dressage_log.txt")]
+
+
+@pytest.mark.parametrize("name", RUNS + TIE_RUNS + FULLY_RUNS)
+@pytest.mark.parametrize("removed", REMOVALS, ids="+".join)
 def test_missing_evidence_gives_unknown_rows_never_a_wrong_definite_one(
-    name: str,
-    removed: tuple[str, ...],
-    run_folders: dict[str, Path],
-    run_settings: dict[str, Any],
-    truth: dict[str, list[dict[str, Any]]],
-    tmp_path: Path,
+    name: str, removed: tuple[str, ...], every_run_folder: dict[str, Path], tmp_path: Path
 ) -> None:
-    folder = run_folders[name]
+    folder = every_run_folder[name]
+    settings = json.loads((folder / "run.json").read_text())
+    truth = [json.loads(line) for line in (folder / "truth.jsonl").read_text().splitlines()]
     for i, part in enumerate(removed):
         folder = copy_without(folder, part, tmp_path / str(i))
-    replay = replay_run(read_run(folder), keep_versions=run_settings[name]["keep_versions"])
-    assert _definite_disagreements(replay, truth[name], run_settings[name]["rollout_ids"]) == []
+    # without the log nothing may tell the fully-async loop: given, as a user would
+    loop = settings.get("loop", "partial")
+    replay = replay_run(read_run(folder), keep_versions=settings["keep_versions"], loop=loop)
+    assert _definite_disagreements(replay, truth, settings["rollout_ids"]) == []
     unknown = replay.trajectories.filter(pl.col("decision") == "unknown")
     assert replay.to_dict()["trajectories"]["unknown"] == unknown.height
     assert unknown.filter(pl.col("possible").is_null()).height == 0
-    if name != "k1-mnone":  # a run with failures: their kind is open without traj_err/
+    failures = any(a["outcome"] in ("failed", "rejected_span") for a in truth)
+    if "traj_err" in removed and failures:  # their kind is open without traj_err/
         assert unknown.height > 0
         assert any("unknown" in w for w in replay.warnings)
+
+
+def test_with_every_file_no_row_is_unknown(every_run_folder: dict[str, Path]) -> None:
+    """The unknown readings apply to missing files only: a complete run is decided."""
+    for name in (RUNS[0], TIE_RUNS[0], FULLY_RUNS[0]):
+        folder = every_run_folder[name]
+        settings = json.loads((folder / "run.json").read_text())
+        replay = replay_run(
+            read_run(folder),
+            keep_versions=settings["keep_versions"],
+            loop=settings.get("loop", "partial"),
+        )
+        assert replay.to_dict()["trajectories"]["unknown"] == 0, name
 
 
 def test_run_folder_is_found_with_or_without_its_run_level(run_folders: dict[str, Path]) -> None:

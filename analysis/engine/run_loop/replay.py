@@ -289,8 +289,7 @@ def replay_run(
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
-    dumps_agree = bool(checks.filter(pl.col("check") == "kept_groups")["agrees"].all())
-    possible = unknowns(run, base, others, fitting, dumps_agree)
+    possible = unknowns(run, base, others, fitting, checks, loop_name, timing)
     for key in possible:
         d = collector.decisions[key]
         collector.decisions[key] = AttemptDecision(
