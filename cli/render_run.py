@@ -39,9 +39,7 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
     print_fitted(console, title, headers, rows, keys=1)
     gap, checks = figures["version_gap"], figures["checks"]
     thrown = (
-        [
-            f"thrown away         {thrown_away_words(result.thrown_away())} (surplus polled, not needed)"
-        ]
+        [f"thrown away         {thrown_away_words(result.thrown_away())}"]
         if result.loop == "fully"
         else []
     )
