@@ -6,6 +6,7 @@ otherwise by another such order are order-ambiguous."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -154,10 +155,18 @@ def _reorderings(
     return found
 
 
-def _settle(trial: Collector, base: Collector, rank: Mapping[str, int], first: int) -> int:
+def _settle(
+    trial: Collector,
+    base: Collector,
+    rank: Mapping[str, int],
+    first: int,
+    natural: Mapping[str, int],
+) -> int:
     """Put the completions the call did not deliver back in the base order (a reordering
-    nothing observed is no hypothesis); the moves among those it delivered (swaps and
-    poll boundaries)."""
+    nothing observed is no hypothesis); the moves of those it delivered (swaps and poll
+    boundaries). Swaps are counted against ``natural``, the order the unchanged
+    hypothesis delivers in (the first poll's own moves, :meth:`Collector._deliver`, are
+    none), and passing a completion the call leaves undelivered is one too."""
     end = trial.delivered
     while end < len(trial.order) and (
         trial.order[end] is not base.order[end]
@@ -168,8 +177,10 @@ def _settle(trial: Collector, base: Collector, rank: Mapping[str, int], first: i
     trial.order[trial.delivered : end] = tail
     for attempt in tail:
         trial.poll[attempt.attempt_id] = base.poll[attempt.attempt_id]
-    delivered = [rank[a.attempt_id] for a in trial.order[first : trial.delivered]]
+    delivered = [natural[a.attempt_id] for a in trial.order[first : trial.delivered]]
     swaps = sum(1 for i, x in enumerate(delivered) for y in delivered[i + 1 :] if y < x)
+    passed = sorted(set(range(first, max(delivered, default=first))) - set(delivered))
+    swaps += sum(bisect.bisect(passed, x) for x in delivered)
     breaks = trial.poll_breaks(first, trial.delivered)
     pairs = itertools.pairwise(trial.order[first : trial.delivered])
     base_breaks = tuple(base.poll[a.attempt_id] != base.poll[b.attempt_id] for a, b in pairs)
@@ -198,9 +209,11 @@ def _advance(
     for hypothesis in beam:
         rank = {a.attempt_id: i for i, a in enumerate(hypothesis.collector.order)}
         before = len(hypothesis.collector.decisions)
+        natural = rank
         if search:
             probe = hypothesis.collector.clone()
             probe.run_call(rollout_id, start, target_groups, final=final)
+            natural = {a.attempt_id: i for i, a in enumerate(probe.order)}
             orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
             taken = probe.delivered - hypothesis.collector.delivered
             work += (len(orders) + 1) * (taken + len(hypothesis.collector.queue) + 1)
@@ -211,7 +224,9 @@ def _advance(
             trial = trial.clone() if trial is hypothesis.collector else trial
             first = trial.delivered
             kept = trial.run_call(rollout_id, start, target_groups, final=final)
-            cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first)
+            if not search:  # the unchanged order only: its own, no moves
+                natural = {a.attempt_id: i for i, a in enumerate(trial.order)}
+            cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first, natural)
             if not (
                 matches_step(trial, rollout_id, kept, step[0], step[1])
                 and _drops_agree(trial, rollout_id, before, step[2])
