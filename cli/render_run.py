@@ -9,7 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from analysis import Decision
+from analysis import Decision, counted
 from cli.render import OUTCOME_COLUMNS, outcome_cell, print_fitted, shown_number, thrown_away_words
 
 if TYPE_CHECKING:  # only named in annotations: a replay need not import the run readers
@@ -52,17 +52,19 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
         f"  max {shown_number(gap['max'])}  (per trajectory)",
         f"retry limit         {result.max_retries_words}  ({result.max_retries_how})",
         f"agrees with the run's own files on {checks['agree']:,} of {checks['total']:,} checks",
-        f"order-ambiguous     {figures['order_ambiguous']['groups']:,} groups, "
-        f"{figures['order_ambiguous']['trajectories']:,} trajectories",
+        f"order-ambiguous     {counted(figures['order_ambiguous']['groups'], 'group')}, "
+        f"{counted(figures['order_ambiguous']['trajectories'], 'trajectory', 'trajectories')}",
     ):
         console.print(line, highlight=False)
     if checks["agree"] != checks["total"]:
         console.print(
-            f"warning: {checks['total'] - checks['agree']:,} of the replay's checks disagree "
-            "with the run's files. That is expected for a setting "
-            "other than the run's own (a what-if, replayed on the attempts as they happened: "
-            "retries and completion times would have differed); `dressage-replay verify RUN` "
-            "finds the run's own setting and shows where a replay at it disagrees.",
+            f"warning: {checks['total'] - checks['agree']:,} of the replay's "
+            f"{checks['total']:,} checks disagree with the run's files. Expected when "
+            f"keep_versions={result.keep_versions} is not the run's own setting (a what-if, "
+            "replayed on the attempts as they happened: retries and completion times would "
+            "have differed); otherwise the replay differs from what Dressage did. "
+            "`dressage-replay verify RUN` finds the run's own setting and shows where a replay "
+            "at it disagrees.",
             highlight=False,
         )
 

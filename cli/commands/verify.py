@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from analysis import counted
 from cli.flags import flagged
 from cli.groups import RUN, RunFlags, takes_run_settings
 from cli.options import FLAG, INT, LimitOption, Traceback, one_keep_versions, run_limits
@@ -65,7 +66,7 @@ def verify(
 
             print_checks(result, stdout_console(), all_rows=all_checks)
     say_verdict(verified)
-    for warning in result.warnings:
+    for warning in (*verified.warnings, *result.warnings):
         typer.echo(f"warning: {flagged(warning)}", err=True)
     if not verified.consistent:
         raise typer.Exit(analysis.ExitCode.DISAGREES)
@@ -75,21 +76,51 @@ def say_verdict(verified: analysis.Verification) -> None:
     """The settings and the total, on stderr: whether the replay can be trusted for this run."""
     result, found = verified.result, list(verified.found)
     agree, total = verified.agree, result.checks.height
-    how = "as given" if verified.given else f"the best of {verified.tried} settings tried"
     words = result.max_retries_words
     retries = f"max_retries{words.replace(' ', '')}" if words[0] in "<>" else f"max_retries={words}"
+    k = f"keep_versions={result.keep_versions}" + ("+" if verified.stands_for_more else "")
     typer.echo(
-        f"loop={verified.loop}  keep_versions={result.keep_versions}  "
-        f"max_preempts={verified.max_preempts_words}  {retries} "
-        f"({how}): the replay agrees with the run's own files on {agree:,} of {total:,} checks"
+        f"loop={verified.loop}  {k}  max_preempts={verified.max_preempts_words}  {retries}: "
+        f"the replay agrees with the run's own files on {agree:,} of {total:,} checks"
         + ("" if agree == total else f"; {total - agree:,} disagree"),
         err=True,
     )
+    how = verified.keep_versions_from
+    if not verified.given:
+        how += "; " + counted(verified.tried, "setting") + " replayed"
+        if verified.pruned:
+            how += (
+                ", " + counted(verified.pruned, "other K", "other K's") + " ruled out: each "
+                "contradicts the metrics' cutoff index at more steps than the best replay has "
+                "disagreements"
+            )
+    typer.echo(f"keep_versions: {how}", err=True)
+    if verified.stands_for_more:
+        typer.echo(
+            f"note: keep_versions={result.keep_versions} or more: the run observed "
+            f"{counted(len(result.versions), 'version')}, so every larger K replays alike",
+            err=True,
+        )
     typer.echo(f"loop: {result.loop_reason}", err=True)
     typer.echo(f"max_retries: {result.max_retries_how}", err=True)
+    typer.echo(
+        "max_preempts: "
+        + (
+            "as the run's span rejections name it"
+            if verified.max_preempts
+            else "no span rejection names it (M off, or nothing was rejected)"
+        ),
+        err=True,
+    )
     if len(found) > 1:
         typer.echo(
-            f"note: K = {', '.join(map(str, found))} agree alike; the smallest is shown", err=True
+            f"note: K = {', '.join(map(str, found))} agree alike; "
+            + (
+                "the one the metrics tell is shown"
+                if verified.told is not None
+                else "the smallest is shown"
+            ),
+            err=True,
         )
     for reason in verified.unexplained:
         typer.echo(f"note: disagreements may remain because {reason}", err=True)

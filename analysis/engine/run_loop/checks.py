@@ -155,8 +155,13 @@ def _metric_values(collector: Collector, step: int, kept: list[Attempt]) -> dict
     """What Dressage's metrics for ``step`` should read if the replay is right."""
     decided = [(a, collector.decisions[a.attempt_id]) for a in collector.order]
     failures = [a for a, d in decided if d.rollout_id == step and d.decision in _FAILURES]
+    current, keep = collector.current_after.get(step), collector.tracker.keep_versions
     values: dict[str, Any] = {
         **step_counts(collector, step),
+        # Dressage's tracker: max(0, versions - K), written beside the current index (off: none)
+        "staleness/cutoff_version_index": (
+            None if current is None or not keep else max(0, current + 1 - keep)
+        ),
         "staleness/partial_rollout_rejected_groups": sum(a.span_verdict for a in failures),
         "dressage/partial_rollout_returned_groups": len(kept),
     }
