@@ -1,5 +1,5 @@
 """One replay of Dressage's loop per reading of what a run's files leave open
-(docs/semantics.md §12.3-12.5): the retry limit the files allow, attempts short of
+(docs/semantics.md §12.3, §12.5, §12.6): the retry limit the files allow, attempts short of
 trajectories without ``traj_err/``, call starts without the log; the attempts decided
 otherwise under another reading are ``unknown``."""
 

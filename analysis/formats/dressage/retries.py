@@ -1,5 +1,5 @@
 """What a run's files say of its retry limit (``DRESSAGE_ROLLOUT_MAX_RETRIES``,
-docs/semantics.md §12.5).
+docs/semantics.md §12.6).
 
 Dressage retries a failed group while its ``dressage_retry_count`` r is below the limit L
 (and then counts it up), else drops it with an "exhausted retries" line. So an attempt
