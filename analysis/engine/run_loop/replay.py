@@ -31,6 +31,7 @@ from analysis.engine.run_loop.readings import (
     one_pass,
     retried_differs,
     retry_limit,
+    settle_label_orders,
     unknowns,
 )
 from analysis.engine.run_loop.ties import TieSearch
@@ -260,7 +261,7 @@ def replay_run(
                 f"{where}: took step {final} (the last of the dumps and metrics) as the last call"
             )
 
-    def replay(limit: int, **reading: bool) -> Pass:
+    def replay(limit: int, **reading: Any) -> Pass:
         return one_pass(
             run, keep_versions=keep_versions, max_retries=limit, timing=timing,
             final=final, loop=loop_name, ties=ties or TieSearch(), **reading,
@@ -270,6 +271,7 @@ def replay_run(
     found = retry_limit(run, max_retries, by_limit, replay)
     limit = found.value
     base = by_limit.get(limit) or replay(limit)
+    base = settle_label_orders(run, base, lambda orders: replay(limit, label_orders=orders))
     fitting = [by_limit[c] for c in found.fitting if c in by_limit]
     if retried_differs(base, fitting):
         warnings.append(
