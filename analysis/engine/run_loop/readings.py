@@ -105,6 +105,7 @@ def one_pass(
                 timing=timing,
                 collector_class=FullyCollector,
                 expected=expected_starts(run.weight_updates),
+                latest=latest_starts,
             )
         else:
             starts, notes = infer_call_starts(
@@ -131,6 +132,13 @@ def one_pass(
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)
+
+
+def untimed_calls(run: RunLog, final: int | None) -> bool:
+    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
+    updated" line before them): then where they begin is searched both ways."""
+    expected = expected_starts(run.weight_updates)
+    return final is None or any(r not in expected for r in range(2, final + 1))
 
 
 def label_order_variants(
@@ -325,13 +333,16 @@ class Evidence:
             return self.open_after_departure(attempt, seen)
         if key in self.base.ambiguous or key in self.regrouped:
             return self.open_after_departure(attempt, seen)
-        if (
-            self.no_log
-            and own.decision is Decision.DROPPED_STALE
-            and not (own.stage is Stage.ARRIVAL and not self.near_new_version(attempt))
-        ):
+        if self.no_log and self.stage_open(attempt, own):
             return seen  # dropped at arrival or while pending: the call start decides
         return set()
+
+    def stage_open(self, attempt: Attempt, own: AttemptDecision) -> bool:
+        """Whether a stale drop's stage depends on where a call the files do not time
+        began: a drop while pending, or at arrival near a new version's first arrival."""
+        return own.decision is Decision.DROPPED_STALE and not (
+            own.stage is Stage.ARRIVAL and not self.near_new_version(attempt)
+        )
 
 
 def unknowns(

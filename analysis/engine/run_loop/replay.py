@@ -33,6 +33,7 @@ from analysis.engine.run_loop.readings import (
     retry_limit,
     settle_label_orders,
     unknowns,
+    untimed_calls,
 )
 from analysis.engine.run_loop.ties import TieSearch
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
@@ -287,7 +288,7 @@ def replay_run(
     others = []
     if any(a.incomplete for a in base.attempts):
         others.append(replay(limit, late_incomplete=True))
-    if not run.calls.height and loop_name != "fully":
+    if not run.calls.height and (loop_name != "fully" or untimed_calls(run, final)):
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
