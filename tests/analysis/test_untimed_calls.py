@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analysis.engine.run_loop.collector import Collector, PollTiming
 from analysis.engine.run_loop.fully import FullyCollector
-from analysis.engine.run_loop.inference import _call_replays
+from analysis.engine.run_loop.inference import _call_replays, search_call_starts
 from tests.analysis.test_ticks import make_attempt
 
 TIMING = PollTiming()
@@ -54,3 +54,26 @@ def test_the_latest_reading_tries_the_latest_cut_first() -> None:
     latest = list(dict.fromkeys(s for s, changed in kinds({}, latest=True) if not changed))
     assert len(plain) > 1
     assert latest == sorted(plain, reverse=True)
+
+
+def test_a_call_no_placement_reproduces_is_reported_unmatched() -> None:
+    """A step whose dump no cut of the completions gives (here: call 1 keeping g0 again,
+    which call 0 kept) is placed where it comes closest and reported, so that its
+    decisions can be left unknown."""
+    base = collector()
+    unmatched: set[int] = set()
+    starts, notes, _ = search_call_starts(
+        base.order, 1, 1, {0: {"g0/t0"}, 1: {"g0/t0"}}, {},
+        keep_versions=0, max_retries=2, timing=TIMING, collector_class=FullyCollector,
+        unmatched=unmatched,
+    )  # fmt: skip
+    assert unmatched == {1}
+    assert set(starts) == {0, 1}
+    assert any("call 1" in note for note in notes)
+    unmatched.clear()
+    search_call_starts(
+        base.order, 1, 1, {0: {"g0/t0"}, 1: {"g1/t0"}}, {},
+        keep_versions=0, max_retries=2, timing=TIMING, collector_class=FullyCollector,
+        unmatched=unmatched,
+    )  # fmt: skip
+    assert unmatched == set()

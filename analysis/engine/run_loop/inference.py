@@ -184,6 +184,7 @@ def search_call_starts(
     lookahead: int = 12,
     budget: int = 20_000,
     latest: bool = False,
+    unmatched: set[int] | None = None,
 ) -> tuple[dict[int, float], list[str], Collector]:
     """Rollout call starts for a loop whose calls leave no start line (the fully-async
     loop): the earliest cuts, step after step, such that every step's dump and metrics are
@@ -198,8 +199,8 @@ def search_call_starts(
     tries both, to see which decisions depend on where such calls begin).
 
     A step that no sequence of cuts reproduces (within ``budget`` calls replayed) is placed
-    at the cut whose kept sessions come closest to its dump, with a note, and the search
-    goes on from there.
+    at the cut whose kept sessions come closest to its dump, with a note (and added to
+    ``unmatched``), and the search goes on from there.
     """
     steps = [
         step
@@ -213,6 +214,8 @@ def search_call_starts(
         timing=timing,
     )
     spent = 0
+    timed: Mapping[int, float] = expected or {}
+    placed = set() if unmatched is None else unmatched  # steps placed where closest
     deepest: list[tuple[float, Collector]] = []
     retried = {a.retry_of.attempt_id for a in attempts if a.retry_of is not None}
 
@@ -226,7 +229,7 @@ def search_call_starts(
         wanted = kept_by_step.get(step)
         replays = _call_replays(
             collector, step, target_groups, wanted, lookahead,
-            final=step == final_rollout_id, expected=expected or {}, latest=latest,
+            final=step == final_rollout_id, expected=timed, latest=latest,
         )  # fmt: skip
         for start, trial, kept in replays:
             if spent >= budget:
@@ -257,20 +260,20 @@ def search_call_starts(
             starts[steps[depth]], collector = start, trial
             depth += 1
         step = steps[depth]
-        best = _closest_cut(
+        starts[step], collector = _closest_cut(
             collector,
             step,
             target_groups,
             kept_by_step.get(step),
             lookahead,
             final=step == final_rollout_id,
-            around=(expected or {}).get(step),
+            around=timed.get(step),
         )
         notes.append(
             f"call {step}: no placement of the calls reproduces this step's dump and metrics "
             "after the steps before it; placed where it comes closest"
         )
-        starts[step], collector = best
+        placed.add(step)
         depth += 1
     return starts, notes, collector
 

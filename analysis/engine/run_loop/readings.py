@@ -106,6 +106,7 @@ def one_pass(
                 collector_class=FullyCollector,
                 expected=expected_starts(run.weight_updates),
                 latest=latest_starts,
+                unmatched=unmatched,
             )
         else:
             starts, notes = infer_call_starts(
@@ -189,6 +190,13 @@ def settle_label_orders(
             "the run's records"
         )
     return base
+
+
+def reproduced_by_ties(base: Pass, checks: pl.DataFrame, loop: str) -> None:
+    """The fully loop's calls the start search placed where they came closest and the tie
+    search then reproduced are no longer unmatched (their decisions need not be unknown)."""
+    if loop == "fully":
+        base.unmatched &= set(checks.filter(~pl.col("agrees"))["step"].drop_nulls())
 
 
 def agreeing(run: RunLog, done: Pass) -> int:

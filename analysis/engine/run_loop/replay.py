@@ -29,6 +29,7 @@ from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
 from analysis.engine.run_loop.readings import (
     Pass,
     one_pass,
+    reproduced_by_ties,
     retried_differs,
     retry_limit,
     settle_label_orders,
@@ -292,6 +293,7 @@ def replay_run(
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
+    reproduced_by_ties(base, checks, loop_name)
     possible = unknowns(run, base, others, fitting, checks, loop_name, timing)
     for key in possible:
         d = collector.decisions[key]
