@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,38 @@ def test_without_a_log_nothing_tells_and_the_partial_loop_is_assumed_with_a_warn
     told = replay_run(run, keep_versions=3, loop="fully")
     assert told.loop == "fully" and told.loop_reason.startswith("given")
     assert not any("--loop fully" in w for w in told.warnings)
+
+
+@pytest.mark.parametrize("name", FULLY_RUNS)
+def test_without_the_trainers_weight_lines_nothing_wrong_is_definite(
+    name: str,
+    fully_runs: dict[str, RunLog],
+    fully_truth: dict[str, list[dict[str, Any]]],
+    fully_settings: dict[str, dict[str, Any]],
+) -> None:
+    """Dressage's own log may lack the trainer's "weights updated" lines that time the
+    fully loop's calls: the calls are then placed at the earliest and at the latest cuts
+    that reproduce the run, and every trajectory the replay gets wrong is unknown (the
+    two placements decide it otherwise) or order-ambiguous, never a definite wrong row."""
+    run = fully_runs[name]
+    assert run.weight_updates  # the fixture has them: removing them changes the reading
+    replayed = replay_run(
+        replace(run, weight_updates=()), keep_versions=fully_settings[name]["keep_versions"]
+    )
+    rows = by_trajectory(replayed.trajectories)
+    wrong = {
+        problem.split(":")[0]
+        for problem in disagreements(
+            replayed.trajectories,
+            fully_truth[name],
+            fully_settings[name]["rollout_ids"],
+            outcomes=FULLY_DECIDED,
+        )
+    }
+    open_rows = {
+        f"group {a['group_id']}"
+        for a in fully_truth[name]
+        for s in a["session_ids"]
+        if rows[s]["decision"] == "unknown" or rows[s]["order_ambiguous"]
+    }
+    assert wrong <= open_rows

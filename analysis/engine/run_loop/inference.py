@@ -183,6 +183,8 @@ def search_call_starts(
     expected: Mapping[int, float] | None = None,
     lookahead: int = 12,
     budget: int = 20_000,
+    latest: bool = False,
+    unmatched: set[int] | None = None,
 ) -> tuple[dict[int, float], list[str], Collector]:
     """Rollout call starts for a loop whose calls leave no start line (the fully-async
     loop): the earliest cuts, step after step, such that every step's dump and metrics are
@@ -193,9 +195,12 @@ def search_call_starts(
     updates: :func:`expected_starts`) narrows each call's cuts to those a start then can
     make, nearest first.
 
+    ``latest`` tries the cuts of a call the log does not time latest first (the replay
+    tries both, to see which decisions depend on where such calls begin).
+
     A step that no sequence of cuts reproduces (within ``budget`` calls replayed) is placed
-    at the cut whose kept sessions come closest to its dump, with a note, and the search
-    goes on from there.
+    at the cut whose kept sessions come closest to its dump, with a note (and added to
+    ``unmatched``), and the search goes on from there.
     """
     steps = [
         step
@@ -209,6 +214,8 @@ def search_call_starts(
         timing=timing,
     )
     spent = 0
+    timed: Mapping[int, float] = expected or {}
+    placed = set() if unmatched is None else unmatched  # steps placed where closest
     deepest: list[tuple[float, Collector]] = []
     retried = {a.retry_of.attempt_id for a in attempts if a.retry_of is not None}
 
@@ -222,7 +229,7 @@ def search_call_starts(
         wanted = kept_by_step.get(step)
         replays = _call_replays(
             collector, step, target_groups, wanted, lookahead,
-            final=step == final_rollout_id, expected=expected or {},
+            final=step == final_rollout_id, expected=timed, latest=latest,
         )  # fmt: skip
         for start, trial, kept in replays:
             if spent >= budget:
@@ -253,20 +260,20 @@ def search_call_starts(
             starts[steps[depth]], collector = start, trial
             depth += 1
         step = steps[depth]
-        best = _closest_cut(
+        starts[step], collector = _closest_cut(
             collector,
             step,
             target_groups,
             kept_by_step.get(step),
             lookahead,
             final=step == final_rollout_id,
-            around=(expected or {}).get(step),
+            around=timed.get(step),
         )
         notes.append(
             f"call {step}: no placement of the calls reproduces this step's dump and metrics "
             "after the steps before it; placed where it comes closest"
         )
-        starts[step], collector = best
+        placed.add(step)
         depth += 1
     return starts, notes, collector
 
@@ -290,12 +297,19 @@ def _call_replays(
     *,
     final: bool,
     expected: Mapping[int, float],
+    latest: bool = False,
 ) -> Iterator[tuple[float, Collector, list[Attempt]]]:
     """One call replayed from ``collector`` at each of its :func:`_variants`, in turn:
-    (start, the collector after it, the attempts it keeps)."""
+    (start, the collector after it, the attempts it keeps); with ``latest``, the cuts of a
+    call the log does not time latest first."""
     cuts = _candidate_starts(collector, wanted, lookahead, expected.get(step))
+    if latest and step not in expected:
+        cuts.reverse()
     ends: list[tuple[float, int]] = []
-    for start, variant in _variants(collector, cuts, ends, expected.get(step + 1), lookahead):
+    variants = _variants(
+        collector, cuts, ends, expected.get(step + 1), lookahead, per_cut=step not in expected
+    )
+    for start, variant in variants:
         trial = collector.clone()
         variant(trial)
         kept = trial.run_call(step, start, target_groups, final=final)
@@ -331,17 +345,23 @@ def _variants(
     ends: list[tuple[float, int]],
     later: float | None,
     lookahead: int,
+    per_cut: bool = False,
 ) -> Iterator[tuple[float, Callable[[Collector], None]]]:
     """The replays of one call to try, most likely first: each cut as the files order the
-    completions; then, at each cut, the call's last poll held up (it took the next
+    completions (with ``per_cut``, a call no log line times, each followed by its split
+    polls and swapped near-ties: an earlier start with a tie the other way is likelier
+    than a later one); then, at each cut, the call's last poll held up (it took the next
     completions too, which the fully-async loop throws away: only those done before the
     next call started); then one poll of completions less than a tick apart split in two;
     then one pair of near-simultaneous completions the other way
     (:func:`may_precede`). ``ends`` receives (cut, completions delivered) of the first
     replays as they are tried."""
-    order, timing = collector.order, collector.timing
+    order = collector.order
     for start in cuts:
         yield start, _as_is
+        if per_cut and ends:  # a call no log line times: a tie at this cut before later cuts
+            yield from _splits_at(collector, *ends[-1])
+            yield from _swaps_at(collector, *ends[-1])
     for start, end in list(ends):
         for extra in range(1, lookahead + 1):
             last = end + extra - 1
@@ -350,14 +370,31 @@ def _variants(
             if later is not None and order[last].completed_at >= later:
                 break
             yield start, functools.partial(_join, end, extra)
+    if per_cut:
+        return
     for start, end in list(ends):
-        for position in range(collector.delivered + 1, min(end, len(order))):
-            if collector.poll_breaks(position - 1, position + 1) == (False,):
-                yield start, functools.partial(_split, position)
+        yield from _splits_at(collector, start, end)
     for start, end in list(ends):
-        for position in range(collector.delivered, min(end + 1, len(order) - 1)):
-            if may_precede(order[position + 1], order[position], timing):
-                yield start, functools.partial(_swap, position)
+        yield from _swaps_at(collector, start, end)
+
+
+def _splits_at(
+    collector: Collector, start: float, end: int
+) -> Iterator[tuple[float, Callable[[Collector], None]]]:
+    """At one cut: one poll of completions less than a tick apart split in two."""
+    for position in range(collector.delivered + 1, min(end, len(collector.order))):
+        if collector.poll_breaks(position - 1, position + 1) == (False,):
+            yield start, functools.partial(_split, position)
+
+
+def _swaps_at(
+    collector: Collector, start: float, end: int
+) -> Iterator[tuple[float, Callable[[Collector], None]]]:
+    """At one cut: one pair of near-simultaneous completions the other way."""
+    order = collector.order
+    for position in range(collector.delivered, min(end + 1, len(order) - 1)):
+        if may_precede(order[position + 1], order[position], collector.timing):
+            yield start, functools.partial(_swap, position)
 
 
 def _closest_cut(

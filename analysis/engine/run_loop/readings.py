@@ -5,7 +5,8 @@ otherwise under another reading are ``unknown``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -29,7 +30,7 @@ from analysis.engine.run_loop.inference import (
     infer_call_starts,
     search_call_starts,
 )
-from analysis.engine.run_loop.ties import TieSearch, resolve_ties
+from analysis.engine.run_loop.ties import TieSearch, differing, resolve_ties
 from analysis.errors import MissingFieldError
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
@@ -59,11 +60,21 @@ def one_pass(
     ties: TieSearch | None = None,
     late_incomplete: bool = False,
     latest_starts: bool = False,
+    label_orders: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Pass:
     """The loop replayed once: ``late_incomplete`` puts the attempts short of trajectories
     (no traj_err/: their last finish unknown) after every other completion;
-    ``latest_starts`` takes the latest of the call starts that fit (no log)."""
+    ``latest_starts`` takes the latest of the call starts that fit (no log);
+    ``label_orders`` (attempt id -> version labels) makes the tracker meet an attempt's
+    labels in that order (:func:`label_order_variants`)."""
     attempts = attempts_from(run)
+    for attempt in attempts:
+        order = (label_orders or {}).get(attempt.attempt_id)
+        if order is not None:
+            rank = {label: i for i, label in enumerate(order)}
+            attempt.end_versions = tuple(
+                sorted(attempt.end_versions, key=lambda e: rank.get(e[1], len(rank)))
+            )
     if late_incomplete:
         last = max((a.completed_at for a in attempts), default=0.0)
         for i, attempt in enumerate(a for a in attempts if a.incomplete):
@@ -94,6 +105,8 @@ def one_pass(
                 timing=timing,
                 collector_class=FullyCollector,
                 expected=expected_starts(run.weight_updates),
+                latest=latest_starts,
+                unmatched=unmatched,
             )
         else:
             starts, notes = infer_call_starts(
@@ -120,6 +133,70 @@ def one_pass(
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)
+
+
+def untimed_calls(run: RunLog, final: int | None) -> bool:
+    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
+    updated" line before them): then where they begin is searched both ways."""
+    expected = expected_starts(run.weight_updates)
+    return final is None or any(r not in expected for r in range(2, final + 1))
+
+
+def label_order_variants(
+    run: RunLog, base: Pass, most: int = 4
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The other orders in which Dressage's tracker may have met the version labels of an
+    attempt that brought two or more new ones at once and whose sample order the files do
+    not tell (no dump holds it: a drop, a failure, surplus): the tracker numbers labels in
+    order of first observation, sample by sample, so the order decides which label counts
+    as the older (docs/semantics.md §12.4). At most ``most``, by completion."""
+    known = dict(run.attempts.select("attempt_id", "order_known").iter_rows())
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for attempt in sorted(base.attempts, key=lambda a: a.completed_at):
+        new = base.collector.new_versions.get(attempt.attempt_id, ())
+        if known.get(attempt.attempt_id, True) or len(new) < 2 or len(new) > 3:
+            continue
+        found += [(attempt.attempt_id, p) for p in itertools.permutations(new) if p != new]
+    return found[:most]
+
+
+def settle_label_orders(
+    run: RunLog, base: Pass, replay: Callable[[Mapping[str, tuple[str, ...]]], Pass]
+) -> Pass:
+    """The pass whose label orders (:func:`label_order_variants`) reproduce the run's own
+    records best, one attempt at a time; where another order reproduces them as well and
+    decides an attempt otherwise, that attempt is order-ambiguous."""
+    variants = label_order_variants(run, base)
+    if not variants:
+        return base
+    score = agreeing(run, base)
+    chosen: dict[str, tuple[str, ...]] = {}
+    ties: list[Pass] = []
+    for key, order in variants:
+        trial = replay({**chosen, key: order})
+        got = agreeing(run, trial)
+        if got > score:
+            base, score, chosen, ties = trial, got, {**chosen, key: order}, []
+        elif got == score:
+            ties.append(trial)
+    ambiguous = set(base.ambiguous)
+    for other in ties:
+        ambiguous |= differing(base.collector, other.collector)
+    base.ambiguous = frozenset(ambiguous)
+    if chosen:
+        base.notes.append(
+            f"{len(chosen)} attempt(s) whose sample order the files do not tell brought two "
+            "version labels at once: replayed with the order of the labels that reproduces "
+            "the run's records"
+        )
+    return base
+
+
+def reproduced_by_ties(base: Pass, checks: pl.DataFrame, loop: str) -> None:
+    """The fully loop's calls the start search placed where they came closest and the tie
+    search then reproduced are no longer unmatched (their decisions need not be unknown)."""
+    if loop == "fully":
+        base.unmatched &= set(checks.filter(~pl.col("agrees"))["step"].drop_nulls())
 
 
 def agreeing(run: RunLog, done: Pass) -> int:
@@ -264,13 +341,16 @@ class Evidence:
             return self.open_after_departure(attempt, seen)
         if key in self.base.ambiguous or key in self.regrouped:
             return self.open_after_departure(attempt, seen)
-        if (
-            self.no_log
-            and own.decision is Decision.DROPPED_STALE
-            and not (own.stage is Stage.ARRIVAL and not self.near_new_version(attempt))
-        ):
+        if self.no_log and self.stage_open(attempt, own):
             return seen  # dropped at arrival or while pending: the call start decides
         return set()
+
+    def stage_open(self, attempt: Attempt, own: AttemptDecision) -> bool:
+        """Whether a stale drop's stage depends on where a call the files do not time
+        began: a drop while pending, or at arrival near a new version's first arrival."""
+        return own.decision is Decision.DROPPED_STALE and not (
+            own.stage is Stage.ARRIVAL and not self.near_new_version(attempt)
+        )
 
 
 def unknowns(

@@ -29,9 +29,12 @@ from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
 from analysis.engine.run_loop.readings import (
     Pass,
     one_pass,
+    reproduced_by_ties,
     retried_differs,
     retry_limit,
+    settle_label_orders,
     unknowns,
+    untimed_calls,
 )
 from analysis.engine.run_loop.ties import TieSearch
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
@@ -260,7 +263,7 @@ def replay_run(
                 f"{where}: took step {final} (the last of the dumps and metrics) as the last call"
             )
 
-    def replay(limit: int, **reading: bool) -> Pass:
+    def replay(limit: int, **reading: Any) -> Pass:
         return one_pass(
             run, keep_versions=keep_versions, max_retries=limit, timing=timing,
             final=final, loop=loop_name, ties=ties or TieSearch(), **reading,
@@ -270,6 +273,7 @@ def replay_run(
     found = retry_limit(run, max_retries, by_limit, replay)
     limit = found.value
     base = by_limit.get(limit) or replay(limit)
+    base = settle_label_orders(run, base, lambda orders: replay(limit, label_orders=orders))
     fitting = [by_limit[c] for c in found.fitting if c in by_limit]
     if retried_differs(base, fitting):
         warnings.append(
@@ -285,10 +289,11 @@ def replay_run(
     others = []
     if any(a.incomplete for a in base.attempts):
         others.append(replay(limit, late_incomplete=True))
-    if not run.calls.height and loop_name != "fully":
+    if not run.calls.height and (loop_name != "fully" or untimed_calls(run, final)):
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
+    reproduced_by_ties(base, checks, loop_name)
     possible = unknowns(run, base, others, fitting, checks, loop_name, timing)
     for key in possible:
         d = collector.decisions[key]

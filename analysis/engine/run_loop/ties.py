@@ -96,7 +96,7 @@ def _outcome(decision: AttemptDecision) -> tuple[Any, ...]:
     return (decision.decision, decision.rollout_id, decision.stage, decision.retried)
 
 
-def _differing(a: Collector, b: Collector, since: tuple[int, int] | None = None) -> set[str]:
+def differing(a: Collector, b: Collector, since: tuple[int, int] | None = None) -> set[str]:
     """The attempts ``a`` and ``b`` decide differently; with ``since`` (how many
     decisions each held before the call), among those decided since only."""
     keys: Iterable[str]
@@ -239,7 +239,7 @@ def _advance(
             parent = parents.setdefault(state, hypothesis)
             if same.collector is not trial:
                 since = (before, before) if parent is hypothesis else None
-                same.ambiguous |= hypothesis.ambiguous | _differing(same.collector, trial, since)
+                same.ambiguous |= hypothesis.ambiguous | differing(same.collector, trial, since)
                 if cost < same.swaps:
                     same.collector, same.swaps = trial, cost
     if matched:
@@ -306,7 +306,7 @@ def resolve_ties(
     ambiguous = set(best.ambiguous)
     for other in beam[1:]:
         other.collector.finish(final_rollout_id)
-        ambiguous |= other.ambiguous | _differing(best.collector, other.collector)
+        ambiguous |= other.ambiguous | differing(best.collector, other.collector)
     if capped:
         notes.append(
             "the search of near-simultaneous completions' orders was cut short (bounds: "
