@@ -403,6 +403,13 @@ class Collector:
                 self._take(fetched.pop(0), pending, rollout_id)
         for attempt in pending:  # gaps as Dressage's metrics: after the call's last poll
             self._decide(attempt, Decision.KEPT, rollout_id)
+        self._unneeded(fetched, rollout_id, final=final)
+        self.current_after[rollout_id] = self.tracker.current
+        return pending
+
+    def _unneeded(self, fetched: list[Attempt], rollout_id: int, *, final: bool) -> None:
+        """What the call polled and did not need: the partial loop puts it back on the
+        worker's queue for the next call (after the final call it stays unconsumed)."""
         if final:
             for attempt in fetched:
                 self._decide(
@@ -410,8 +417,6 @@ class Collector:
                 )
         else:
             self.queue = fetched + self.queue  # put back for the next call
-        self.current_after[rollout_id] = self.tracker.current
-        return pending
 
     def finish(self, final_rollout_id: int | None) -> None:
         """Everything never decided was still queued or running at the final drain."""

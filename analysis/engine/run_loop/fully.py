@@ -29,32 +29,13 @@ UNPOLLED = "unconsumed_after_final"
 class FullyCollector(Collector):
     """The fully-async loop's collector: :class:`Collector` without the put-back."""
 
-    def run_call(
-        self, rollout_id: int, start: float, target_groups: int, *, final: bool
-    ) -> list[Attempt]:
-        """One call of ``generate_rollout_async``; returns the attempts it keeps. ``final``
-        changes nothing: the fully-async loop has no final drain."""
+    def _unneeded(self, fetched: list[Attempt], rollout_id: int, *, final: bool) -> None:
+        """Polled, not needed: gone with the call's local ``completed_by_id`` dict (failed
+        groups too, without a retry); ``final`` changes nothing, the fully-async loop has
+        no final drain."""
         del final
-        pending: list[Attempt] = []
-        fetched: list[Attempt] = []  # the call's local completed_by_id, in insertion order
-        first = True
-        while len(pending) < target_groups:
-            if first:
-                self._deliver(start)
-                first = False
-            elif not self.queue and not self._deliver_next_poll():
-                break  # nothing more will ever complete
-            chunk, self.queue = self.queue, []
-            pending = self._observe(chunk, pending, rollout_id)
-            fetched += chunk
-            while fetched and len(pending) < target_groups:
-                self._take(fetched.pop(0), pending, rollout_id)
-        for attempt in pending:
-            self._decide(attempt, Decision.KEPT, rollout_id)
-        for attempt in fetched:  # polled, not needed: gone with the call's local dict
+        for attempt in fetched:
             self._decide(attempt, Decision.DISCARDED_SURPLUS, rollout_id)
-        self.current_after[rollout_id] = self.tracker.current
-        return pending
 
     def finish(self, final_rollout_id: int | None) -> None:
         """What the worker queued (or completed at exit) and no call polled."""
