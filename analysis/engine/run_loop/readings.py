@@ -199,6 +199,18 @@ def reproduced_by_ties(base: Pass, checks: pl.DataFrame, loop: str) -> None:
         base.unmatched &= set(checks.filter(~pl.col("agrees"))["step"].drop_nulls())
 
 
+def disagreeing_steps(
+    checks: pl.DataFrame, wanted: bool | None = True, at_told: bool = True
+) -> frozenset[int]:
+    """The steps some check of which (a dump, a metric, a log line of that step) disagrees
+    with the replay; run-wide checks (no step) name no call and are left out. None when
+    not ``wanted``; ``wanted`` None: only for a replay ``at_told`` K (not a what-if)."""
+    if not (at_told if wanted is None else wanted):
+        return frozenset()
+    wrong = checks.filter(~pl.col("agrees"))["step"].drop_nulls()
+    return frozenset(int(step) for step in wrong.to_list())
+
+
 def agreeing(run: RunLog, done: Pass) -> int:
     checks = self_checks(
         run, done.attempts, done.collector, done.starts,
@@ -285,6 +297,9 @@ class Evidence:
     checks: pl.DataFrame
     loop: str
     timing: PollTiming
+    disagreeing: frozenset[int] = frozenset()
+    """Steps whose own checks disagree (:func:`disagreeing_steps`); with a file missing the
+    departure rule covers them already."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -299,11 +314,20 @@ class Evidence:
         self.dumps_agree = bool(kept_checks["agrees"].all())
         self.appear = version_appearance(self.base.attempts)
         self.regrouped = regrouped(run)
+        if self.missing:
+            self.disagreeing = frozenset()
 
     def in_dump(self, attempt: Attempt) -> int | None:
         """The step whose dump holds every trajectory of the attempt, if one does."""
         steps = {self.dump_step.get(s) for s in attempt.sessions}
         return steps.pop() if len(steps) == 1 and attempt.sessions else None
+
+    def dump_fact(self, attempt: Attempt, own: AttemptDecision) -> int | None:
+        """The step whose dump holds the attempt, where the replay is not trusted to have
+        kept it there (a file missing, or that step or the replay's disagrees)."""
+        step = self.in_dump(attempt)
+        trusted = not self.missing and not {step, own.rollout_id} & self.disagreeing
+        return None if step is None or trusted else step
 
     def confirmed(self, attempt: Attempt, d: AttemptDecision) -> bool:
         return (
@@ -312,6 +336,19 @@ class Evidence:
             and d.rollout_id is not None
             and set(attempt.sessions) <= self.kept_by_step.get(d.rollout_id, set())
         )
+
+    def plausible(self, attempt: Attempt, own: AttemptDecision) -> set[str]:
+        """What an attempt decided in a step whose checks disagree may have been instead
+        (kept only if it is not in a dump, where every dump is present); empty for other
+        steps and for failures traj_err/ records."""
+        if own.rollout_id not in self.disagreeing or own.decision is Decision.FAILED:
+            return set()
+        possible = {Decision.KEPT.value, Decision.DROPPED_STALE.value, Decision.LEFTOVER.value}
+        if self.loop == "fully":
+            possible.add(Decision.DISCARDED_SURPLUS.value)
+        if self.dumps_complete and self.in_dump(attempt) is None:
+            possible.discard(Decision.KEPT.value)
+        return possible
 
     def near_new_version(self, attempt: Attempt) -> bool:
         """Whether a version may first reach the collector close enough to the attempt's
@@ -361,6 +398,7 @@ def unknowns(
     checks: pl.DataFrame,
     loop: str = "partial",
     timing: PollTiming | None = None,
+    disagreeing: frozenset[int] = frozenset(),
 ) -> dict[str, tuple[str, ...]]:
     """Attempts whose decision the files cannot tell, with the decisions possible
     (docs/semantics.md §12.4): those that differ between readings of what the files leave
@@ -375,14 +413,19 @@ def unknowns(
     every other decision is unknown; so are attempts whose decision depends on an order of
     near-simultaneous completions the files cannot tell (order-ambiguous), attempts of a
     repeated prompt told apart by times alone without traj_err/, and, without call lines,
-    the stage of a stale drop near a new version's arrival."""
-    evidence = Evidence(run, base, checks, loop, timing or PollTiming())
+    the stage of a stale drop near a new version's arrival.
+
+    With every file present, the decisions of the steps in ``disagreeing`` (steps whose
+    own checks disagree with the replay: :func:`disagreeing_steps`) are unknown too, but
+    for attempts a dump holds (kept in that dump's step) and failures traj_err/ records
+    (a file missing: the departure rule above covers those steps already)."""
+    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing)
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
     for attempt in base.attempts:
         key = attempt.attempt_id
         own = decisions[key]
-        step = evidence.in_dump(attempt) if evidence.missing else None
+        step = evidence.dump_fact(attempt, own)
         if step is not None:  # the dump of `step` holds it: kept there, whatever the replay
             if own.decision is not Decision.KEPT or own.rollout_id != step:
                 decisions[key] = AttemptDecision(
@@ -403,6 +446,8 @@ def unknowns(
                 found |= {Decision.DISCARDED_SURPLUS.value, Decision.LEFTOVER.value}
         if own.rollout_id in base.unmatched:
             found |= possible | {own.decision.value, Decision.LEFTOVER.value}
+        if plausible := evidence.plausible(attempt, own):
+            found |= possible | plausible
         if evidence.missing:
             found |= evidence.left_open(attempt, own, possible)
         if found:
