@@ -336,3 +336,15 @@ def at_told_k(metrics: pl.DataFrame, keep_versions: int) -> bool:
     cutoff = "staleness/cutoff_version_index"
     reached = cutoff in metrics.columns and bool((metrics[cutoff].drop_nulls() > 0).any())
     return told > 0 and not reached and keep_versions > told
+
+
+def disagreeing_steps(
+    checks: pl.DataFrame, wanted: bool | None = True, at_told: bool = True
+) -> frozenset[int]:
+    """The steps some check of which (a dump, a metric, a log line of that step) disagrees
+    with the replay; run-wide checks (no step) name no call and are left out. None when
+    not ``wanted``; ``wanted`` None: only for a replay ``at_told`` K (not a what-if)."""
+    if not (at_told if wanted is None else wanted):
+        return frozenset()
+    wrong = checks.filter(~pl.col("agrees"))["step"].drop_nulls()
+    return frozenset(int(step) for step in wrong.to_list())

@@ -199,18 +199,6 @@ def reproduced_by_ties(base: Pass, checks: pl.DataFrame, loop: str) -> None:
         base.unmatched &= set(checks.filter(~pl.col("agrees"))["step"].drop_nulls())
 
 
-def disagreeing_steps(
-    checks: pl.DataFrame, wanted: bool | None = True, at_told: bool = True
-) -> frozenset[int]:
-    """The steps some check of which (a dump, a metric, a log line of that step) disagrees
-    with the replay; run-wide checks (no step) name no call and are left out. None when
-    not ``wanted``; ``wanted`` None: only for a replay ``at_told`` K (not a what-if)."""
-    if not (at_told if wanted is None else wanted):
-        return frozenset()
-    wrong = checks.filter(~pl.col("agrees"))["step"].drop_nulls()
-    return frozenset(int(step) for step in wrong.to_list())
-
-
 def agreeing(run: RunLog, done: Pass) -> int:
     checks = self_checks(
         run, done.attempts, done.collector, done.starts,
@@ -298,8 +286,7 @@ class Evidence:
     loop: str
     timing: PollTiming
     disagreeing: frozenset[int] = frozenset()
-    """Steps whose own checks disagree (:func:`disagreeing_steps`); with a file missing the
-    departure rule covers them already."""
+    """Steps whose own checks disagree (a file missing: :func:`departure` covers them)."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -323,8 +310,8 @@ class Evidence:
         return steps.pop() if len(steps) == 1 and attempt.sessions else None
 
     def dump_fact(self, attempt: Attempt, own: AttemptDecision) -> int | None:
-        """The step whose dump holds the attempt, where the replay is not trusted to have
-        kept it there (a file missing, or that step or the replay's disagrees)."""
+        """The step whose dump holds the attempt, where the replay is not trusted (a file
+        missing, or that step or the replay's disagrees)."""
         step = self.in_dump(attempt)
         trusted = not self.missing and not {step, own.rollout_id} & self.disagreeing
         return None if step is None or trusted else step
@@ -337,18 +324,17 @@ class Evidence:
             and set(attempt.sessions) <= self.kept_by_step.get(d.rollout_id, set())
         )
 
-    def plausible(self, attempt: Attempt, own: AttemptDecision) -> set[str]:
-        """What an attempt decided in a step whose checks disagree may have been instead
-        (kept only if it is not in a dump, where every dump is present); empty for other
-        steps and for failures traj_err/ records."""
+    def plausible(self, attempt: Attempt, own: AttemptDecision, seen: set[str]) -> set[str]:
+        """What an attempt decided in a step whose checks disagree may have been (else: none)."""
         if own.rollout_id not in self.disagreeing or own.decision is Decision.FAILED:
             return set()
-        possible = {Decision.KEPT.value, Decision.DROPPED_STALE.value, Decision.LEFTOVER.value}
-        if self.loop == "fully":
-            possible.add(Decision.DISCARDED_SURPLUS.value)
-        if self.dumps_complete and self.in_dump(attempt) is None:
-            possible.discard(Decision.KEPT.value)
-        return possible
+        kept = not self.dumps_complete or self.in_dump(attempt) is not None
+        return seen | {  # kept only if a dump holds it or some dump is missing; no failure
+            d.value
+            for d in (Decision.KEPT, Decision.DROPPED_STALE, Decision.LEFTOVER)
+            + (Decision.DISCARDED_SURPLUS,) * (self.loop == "fully")
+            if kept or d is not Decision.KEPT
+        }
 
     def near_new_version(self, attempt: Attempt) -> bool:
         """Whether a version may first reach the collector close enough to the attempt's
@@ -415,10 +401,8 @@ def unknowns(
     repeated prompt told apart by times alone without traj_err/, and, without call lines,
     the stage of a stale drop near a new version's arrival.
 
-    With every file present, the decisions of the steps in ``disagreeing`` (steps whose
-    own checks disagree with the replay: :func:`disagreeing_steps`) are unknown too, but
-    for attempts a dump holds (kept in that dump's step) and failures traj_err/ records
-    (a file missing: the departure rule above covers those steps already)."""
+    With every file present, the decisions of the steps in ``disagreeing`` (their own
+    checks disagree) are unknown too, but for attempts a dump holds and recorded failures."""
     evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing)
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
@@ -446,8 +430,7 @@ def unknowns(
                 found |= {Decision.DISCARDED_SURPLUS.value, Decision.LEFTOVER.value}
         if own.rollout_id in base.unmatched:
             found |= possible | {own.decision.value, Decision.LEFTOVER.value}
-        if plausible := evidence.plausible(attempt, own):
-            found |= possible | plausible
+        found |= evidence.plausible(attempt, own, possible)
         if evidence.missing:
             found |= evidence.left_open(attempt, own, possible)
         if found:

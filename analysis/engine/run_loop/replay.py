@@ -18,7 +18,12 @@ from typing import Any, Literal
 import polars as pl
 
 from analysis.engine.decisions import LOOP_DECISIONS, Decision, Stage
-from analysis.engine.run_loop.checks import at_told_k, output_frames, self_checks
+from analysis.engine.run_loop.checks import (
+    at_told_k,
+    disagreeing_steps,
+    output_frames,
+    self_checks,
+)
 from analysis.engine.run_loop.collector import (
     AttemptDecision,
     PollTiming,
@@ -28,7 +33,6 @@ from analysis.engine.run_loop.collector import (
 from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
 from analysis.engine.run_loop.readings import (
     Pass,
-    disagreeing_steps,
     one_pass,
     reproduced_by_ties,
     retried_differs,
