@@ -22,6 +22,7 @@ from typing import Any, Literal
 import polars as pl
 
 from analysis.engine.decisions import Decision
+from analysis.engine.run_loop.checks import keep_versions_told as keep_versions_told
 from analysis.engine.run_loop.collector import step_metrics
 from analysis.engine.run_loop.fully import ThrownAway as ThrownAway
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
@@ -356,25 +357,3 @@ def run_thrown_away(
         result.thrown_away(),
         f"keep_versions={result.keep_versions} ({how}), {result.loop} loop ({result.loop_reason})",
     )
-
-
-def keep_versions_told(metrics: pl.DataFrame) -> int | None:
-    """The K Dressage's staleness metrics imply, or None without them: the tracker writes
-    ``staleness/*`` index metrics only when on (none: K = 0); its cutoff index is
-    ``max(0, versions - K)``, so a step with a cutoff above 0 gives K = current + 1 -
-    cutoff; a cutoff that stayed 0 acts as any K above the versions seen (the largest
-    current index + 1)."""
-    current, cutoff = "staleness/current_version_index", "staleness/cutoff_version_index"
-    if metrics.height == 0 or "rollout_id" not in metrics.columns:
-        return None
-    if current not in metrics.columns:
-        return 0
-    rows = metrics.select(current, *([cutoff] if cutoff in metrics.columns else []))
-    most = None
-    for row in rows.iter_rows():
-        if row[0] is None:
-            continue
-        if len(row) > 1 and row[1] is not None and row[1] > 0:
-            return int(row[0]) + 1 - int(row[1])
-        most = int(row[0]) if most is None else max(most, int(row[0]))
-    return None if most is None else most + 1

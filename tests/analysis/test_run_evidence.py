@@ -1,13 +1,18 @@
-"""What a run's files say of its retry limit, and the log lines that cannot be read."""
+"""What a run's files say of its retry limit, the log lines that cannot be read, and the
+decisions of a step whose own checks disagree."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
 
+from analysis.engine.run_loop.collector import kept_groups_by_step
 from analysis.engine.run_loop.replay import replay_run
 from analysis.formats.dressage.log import read_dressage_log
 from analysis.formats.dressage.retries import infer_retry_limit
@@ -81,3 +86,51 @@ def test_an_exhaustion_line_pins_the_limit(run_folders: dict[str, Path], tmp_pat
     )
     run = read_run(folder)
     assert run.retry_limit.high is None and "contradicts" in " ".join(run.warnings)
+
+
+def _edit_metric(folder: Path, step: int, name: str, by: float) -> None:
+    path = folder / "dressage_metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for row in rows:
+        if row["rollout_id"] == step:
+            row[name] += by
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_step_whose_checks_disagree_leaves_its_decisions_unknown(
+    run_folders: dict[str, Path], run_settings: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    own = run_settings["k2-m1"]["keep_versions"]
+    intact = replay_run(read_run(run_folders["k2-m1"]), keep_versions=own)
+    assert intact.consistent and intact.attempts.filter(pl.col("decision") == "unknown").is_empty()
+    dropped = intact.attempts.filter(pl.col("decision") != "kept")["decided_in"].drop_nulls()
+    step = min(
+        int(s) for s in dropped.to_list()
+    )  # the first step that decided more than what it kept
+    folder = shutil.copytree(run_folders["k2-m1"], tmp_path / "run")
+    _edit_metric(folder, step, "staleness/dropped_groups", 5)  # the step now disagrees
+    run = read_run(folder)
+    replay = replay_run(run, keep_versions=own)
+    wrong = replay.checks.filter(~pl.col("agrees"))
+    assert set(wrong["step"].to_list()) == {step}
+    dumped = {
+        s: set(replay.trajectories.filter(pl.col("trajectory_id").is_in(list(ids)))["group_id"])
+        for s, ids in kept_groups_by_step(run).items()
+    }
+    decided = intact.attempts.filter(pl.col("decided_in").is_in([step]))
+    assert decided.height > len(dumped[step])  # drops or leftovers decided there too
+    rows = {row["group_id"]: row for row in replay.attempts.iter_rows(named=True)}
+    for group in decided["group_id"]:
+        row = rows[group]
+        if group in dumped[step]:  # a dump holds it: kept in that dump's step
+            assert (row["decision"], row["decided_in"]) == ("kept", step)
+        elif row["decision"] != "failed":  # a failure traj_err/ records stays one
+            assert row["decision"] == "unknown", group
+            assert {"kept", "dropped_stale", "leftover"} & set(row["possible"].split("|"))
+    elsewhere = replay.attempts.filter(~pl.col("group_id").is_in(decided["group_id"].to_list()))
+    assert "unknown" not in set(elsewhere["decision"])
+    what_if = replay_run(run, keep_versions=own + 1)
+    assert what_if.checks.filter(~pl.col("agrees")).height
+    assert "unknown" not in set(what_if.attempts["decision"])
+    forced = replay_run(run, keep_versions=own + 1, unknown_where_checks_disagree=True)
+    assert "unknown" in set(forced.attempts["decision"])

@@ -301,3 +301,50 @@ CHECK_COLUMNS: dict[str, Any] = {
     "replayed": pl.String,
     "agrees": pl.Boolean,
 }
+
+
+def keep_versions_told(metrics: pl.DataFrame) -> int | None:
+    """The K Dressage's staleness metrics imply, or None without them: the tracker writes
+    ``staleness/*`` index metrics only when on (none: K = 0); its cutoff index is
+    ``max(0, versions - K)``, so a step with a cutoff above 0 gives K = current + 1 -
+    cutoff; a cutoff that stayed 0 acts as any K above the versions seen (the largest
+    current index + 1)."""
+    current, cutoff = "staleness/current_version_index", "staleness/cutoff_version_index"
+    if metrics.height == 0 or "rollout_id" not in metrics.columns:
+        return None
+    if current not in metrics.columns:
+        return 0
+    rows = metrics.select(current, *([cutoff] if cutoff in metrics.columns else []))
+    most = None
+    for row in rows.iter_rows():
+        if row[0] is None:
+            continue
+        if len(row) > 1 and row[1] is not None and row[1] > 0:
+            return int(row[0]) + 1 - int(row[1])
+        most = int(row[0]) if most is None else max(most, int(row[0]))
+    return None if most is None else most + 1
+
+
+def at_told_k(metrics: pl.DataFrame, keep_versions: int) -> bool:
+    """Whether a replay at ``keep_versions`` replays the K the run's metrics tell
+    (:func:`keep_versions_told`; a cutoff that stayed 0 is told by every K from the versions
+    seen up), or the metrics tell none: a replay whose checks are expected to agree, not a
+    what-if at another K."""
+    told = keep_versions_told(metrics)
+    if told is None or keep_versions == told:
+        return True
+    cutoff = "staleness/cutoff_version_index"
+    reached = cutoff in metrics.columns and bool((metrics[cutoff].drop_nulls() > 0).any())
+    return told > 0 and not reached and keep_versions > told
+
+
+def disagreeing_steps(
+    checks: pl.DataFrame, wanted: bool | None = True, at_told: bool = True
+) -> frozenset[int]:
+    """The steps some check of which (a dump, a metric, a log line of that step) disagrees
+    with the replay; run-wide checks (no step) name no call and are left out. None when
+    not ``wanted``; ``wanted`` None: only for a replay ``at_told`` K (not a what-if)."""
+    if not (at_told if wanted is None else wanted):
+        return frozenset()
+    wrong = checks.filter(~pl.col("agrees"))["step"].drop_nulls()
+    return frozenset(int(step) for step in wrong.to_list())

@@ -285,6 +285,8 @@ class Evidence:
     checks: pl.DataFrame
     loop: str
     timing: PollTiming
+    disagreeing: frozenset[int] = frozenset()
+    """Steps whose own checks disagree (a file missing: :func:`departure` covers them)."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -299,11 +301,20 @@ class Evidence:
         self.dumps_agree = bool(kept_checks["agrees"].all())
         self.appear = version_appearance(self.base.attempts)
         self.regrouped = regrouped(run)
+        if self.missing:
+            self.disagreeing = frozenset()
 
     def in_dump(self, attempt: Attempt) -> int | None:
         """The step whose dump holds every trajectory of the attempt, if one does."""
         steps = {self.dump_step.get(s) for s in attempt.sessions}
         return steps.pop() if len(steps) == 1 and attempt.sessions else None
+
+    def dump_fact(self, attempt: Attempt, own: AttemptDecision) -> int | None:
+        """The step whose dump holds the attempt, where the replay is not trusted (a file
+        missing, or that step or the replay's disagrees)."""
+        step = self.in_dump(attempt)
+        trusted = not self.missing and not {step, own.rollout_id} & self.disagreeing
+        return None if step is None or trusted else step
 
     def confirmed(self, attempt: Attempt, d: AttemptDecision) -> bool:
         return (
@@ -312,6 +323,18 @@ class Evidence:
             and d.rollout_id is not None
             and set(attempt.sessions) <= self.kept_by_step.get(d.rollout_id, set())
         )
+
+    def plausible(self, attempt: Attempt, own: AttemptDecision, seen: set[str]) -> set[str]:
+        """What an attempt decided in a step whose checks disagree may have been (else: none)."""
+        if own.rollout_id not in self.disagreeing or own.decision is Decision.FAILED:
+            return set()
+        kept = not self.dumps_complete or self.in_dump(attempt) is not None
+        return seen | {  # kept only if a dump holds it or some dump is missing; no failure
+            d.value
+            for d in (Decision.KEPT, Decision.DROPPED_STALE, Decision.LEFTOVER)
+            + (Decision.DISCARDED_SURPLUS,) * (self.loop == "fully")
+            if kept or d is not Decision.KEPT
+        }
 
     def near_new_version(self, attempt: Attempt) -> bool:
         """Whether a version may first reach the collector close enough to the attempt's
@@ -361,6 +384,7 @@ def unknowns(
     checks: pl.DataFrame,
     loop: str = "partial",
     timing: PollTiming | None = None,
+    disagreeing: frozenset[int] = frozenset(),
 ) -> dict[str, tuple[str, ...]]:
     """Attempts whose decision the files cannot tell, with the decisions possible
     (docs/semantics.md §12.4): those that differ between readings of what the files leave
@@ -375,14 +399,17 @@ def unknowns(
     every other decision is unknown; so are attempts whose decision depends on an order of
     near-simultaneous completions the files cannot tell (order-ambiguous), attempts of a
     repeated prompt told apart by times alone without traj_err/, and, without call lines,
-    the stage of a stale drop near a new version's arrival."""
-    evidence = Evidence(run, base, checks, loop, timing or PollTiming())
+    the stage of a stale drop near a new version's arrival.
+
+    With every file present, the decisions of the steps in ``disagreeing`` (their own
+    checks disagree) are unknown too, but for attempts a dump holds and recorded failures."""
+    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing)
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
     for attempt in base.attempts:
         key = attempt.attempt_id
         own = decisions[key]
-        step = evidence.in_dump(attempt) if evidence.missing else None
+        step = evidence.dump_fact(attempt, own)
         if step is not None:  # the dump of `step` holds it: kept there, whatever the replay
             if own.decision is not Decision.KEPT or own.rollout_id != step:
                 decisions[key] = AttemptDecision(
@@ -403,6 +430,7 @@ def unknowns(
                 found |= {Decision.DISCARDED_SURPLUS.value, Decision.LEFTOVER.value}
         if own.rollout_id in base.unmatched:
             found |= possible | {own.decision.value, Decision.LEFTOVER.value}
+        found |= evidence.plausible(attempt, own, possible)
         if evidence.missing:
             found |= evidence.left_open(attempt, own, possible)
         if found:

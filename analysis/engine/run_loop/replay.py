@@ -18,7 +18,12 @@ from typing import Any, Literal
 import polars as pl
 
 from analysis.engine.decisions import LOOP_DECISIONS, Decision, Stage
-from analysis.engine.run_loop.checks import output_frames, self_checks
+from analysis.engine.run_loop.checks import (
+    at_told_k,
+    disagreeing_steps,
+    output_frames,
+    self_checks,
+)
 from analysis.engine.run_loop.collector import (
     AttemptDecision,
     PollTiming,
@@ -219,6 +224,7 @@ def replay_run(
     loop: Literal["partial", "fully"] | None = None,
     timing: PollTiming | None = None,
     ties: TieSearch | None = None,
+    unknown_where_checks_disagree: bool | None = None,
 ) -> LoopReplay:
     """Replay Dressage's collector loop over a run, at staleness setting ``keep_versions``
     (K; 0 = off) and ``max_retries`` (``DRESSAGE_ROLLOUT_MAX_RETRIES``; None: as the run's
@@ -234,6 +240,13 @@ def replay_run(
     log, or the fully-async loop, which logs no call start) they are inferred from the
     dumps and metrics (:func:`infer_call_starts`). Where the files leave a decision open
     (no traj_err/, no log) it is ``unknown``, with the decisions possible in ``possible``.
+
+    ``unknown_where_checks_disagree``: the decisions of a step whose own checks (its dump,
+    metrics, log lines) disagree with the replay are ``unknown`` too, but for attempts a
+    dump holds (docs/semantics.md §12.5). None (the default) applies it when
+    ``keep_versions`` is the K the run's metrics tell, or they tell none
+    (:func:`at_told_k`); at another K the replay is a what-if whose checks are expected to
+    disagree, and its decisions stay as replayed.
     """
     _check_settings(keep_versions, max_retries)
     timing = timing or PollTiming()
@@ -294,7 +307,11 @@ def replay_run(
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
     reproduced_by_ties(base, checks, loop_name)
-    possible = unknowns(run, base, others, fitting, checks, loop_name, timing)
+    told = at_told_k(run.metrics, keep_versions)
+    disagreeing = disagreeing_steps(checks, unknown_where_checks_disagree, told)
+    possible = unknowns(
+        run, base, others, fitting, checks, loop_name, timing, disagreeing=disagreeing
+    )
     for key in possible:
         d = collector.decisions[key]
         collector.decisions[key] = AttemptDecision(
