@@ -328,7 +328,7 @@ class RunThrownAway:
 
 
 def run_thrown_away(
-    folder: str | PathLike[str],
+    folder: str | PathLike[str] | RunLog,
     *,
     limits: Limits | None = None,
     loop: Literal["partial", "fully"] | None = None,
@@ -336,8 +336,13 @@ def run_thrown_away(
     """What a run folder's fully-async loop threw away (docs/semantics.md §12.4), replayed
     at the K its staleness metrics tell (:func:`keep_versions_told`), without them at the K
     :func:`verify_run` finds; None for the partial loop (it throws nothing away)
-    and when nothing in the files tells the fully loop and ``loop`` does not either."""
-    run = read_run(Path(folder), limits=limits if limits is not None else Limits())
+    and when nothing in the files tells the fully loop and ``loop`` does not either.
+    ``folder`` may be the run already read (:func:`read_run`): it is not read again."""
+    run = (
+        folder
+        if isinstance(folder, RunLog)
+        else read_run(Path(folder), limits=limits if limits is not None else Limits())
+    )
     if (loop or run.loop) != "fully":
         return None
     told = keep_versions_told(run.metrics)
@@ -350,7 +355,7 @@ def run_thrown_away(
             else ""
         )
     else:  # no metrics: verify's search
-        verified = verify_run(folder, limits=limits, loop=loop)
+        verified = verify_run(run.root, limits=limits, loop=loop)
         result = verified.result
         how = "found as verify finds it" if verified.found else "no K reproduces the run; at 0"
     return RunThrownAway(

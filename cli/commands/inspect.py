@@ -49,9 +49,7 @@ def inspect(
     inspection = analysis.inspect_log(table, report)
     run_folder = analysis.picks_run_loop(inputs, logs.options)
     if run_folder:  # its batch size is in its dressage_log.txt, not in its records
-        target = analysis.run_target_groups(inputs[0], logs.options.limits)
-        inspection = dataclasses.replace(inspection, run_batch_groups=target)
-        inspection = with_thrown_away(inspection, inputs[0], logs.options.limits)
+        inspection = with_run_facts(inspection, inputs[0], logs.options.limits)
     bounds = [
         analysis.admission_violations(
             table, rule, formats=(*report.formats, *report.converted_from)
@@ -75,17 +73,24 @@ def inspect(
     warn(report)
 
 
-def with_thrown_away(
+def with_run_facts(
     inspection: analysis.LogInspection, folder: Path, limits: analysis.Limits
 ) -> analysis.LogInspection:
-    """``inspection`` with the generation a fully-async run folder's loop threw away
-    (docs/semantics.md §12.4); a run its loop cannot be replayed on (a file the reader
-    refuses, which ``--on-bad-record skip`` passed over) is said in a warning, not fatal."""
+    """``inspection`` with what only a run folder's own loop tells, from one read of the
+    run: its batch size and the generation a fully-async loop threw away (docs/semantics.md
+    §12.4). A run its loop cannot be replayed on (a file the reader refuses, which
+    ``--on-bad-record skip`` passed over) is said in a warning, not fatal; its batch size
+    is then read from its log alone."""
     try:
-        thrown = analysis.run_thrown_away(folder, limits=limits)
+        run = analysis.read_run(folder, limits=limits)
+        thrown = analysis.run_thrown_away(run)
     except analysis.ReplayError as error:
+        # the batch size from the log alone (a log past a limit is refused there, as every
+        # command reading the run refuses it); then the warning
+        target = analysis.run_target_groups(folder, limits)
         typer.echo(f"warning: the generation thrown away is not counted: {error}", err=True)
-        return inspection
+        return dataclasses.replace(inspection, run_batch_groups=target)
+    inspection = dataclasses.replace(inspection, run_batch_groups=run.target_groups)
     if thrown is None:  # the partial loop puts its surplus back
         return inspection
     return dataclasses.replace(

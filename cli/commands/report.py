@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import shlex
 from collections.abc import Sequence
@@ -12,7 +11,7 @@ from typing import Annotated
 import typer
 
 import analysis
-from cli.commands.inspect import with_thrown_away
+from cli.commands.inspect import with_run_facts
 from cli.flags import say_setting
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
@@ -55,11 +54,8 @@ def report(
     same_order = order_by is None
     inspection = analysis.inspect_log(table, loaded, prepared=prepared if same_order else None)
     if analysis.picks_run_loop(inputs, options):
-        target = analysis.read_run(
-            inputs[0], limits=options.limits
-        ).target_groups  # its own, whatever -b says
-        inspection = dataclasses.replace(inspection, run_batch_groups=target)
-        inspection = with_thrown_away(inspection, inputs[0], options.limits)
+        # its own batch size, whatever -b says, and what its loop threw away
+        inspection = with_run_facts(inspection, inputs[0], options.limits)
     with progress_bar("replaying settings", quiet=read.quiet) as update:
         document = analysis.build_report(
             prepared, table, inspection,
