@@ -29,8 +29,9 @@ from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.results import ReplayResult, replay as replay_table
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
+from analysis.engine.run_loop.sweep import sweep_run
 from analysis.errors import ConfigError, Message, setting
-from analysis.formats.dressage.run import is_run_folder, read_run
+from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.output.result_writers import (
@@ -139,8 +140,10 @@ class Replayed:
     def to_dict(self) -> dict[str, Any]:
         """The figures, as ``dressage-replay replay --json`` prints them."""
         if isinstance(self.result, LoopReplay):
-            return self.result.to_dict()
-        figures = (
+            return {"engine": Engine.RUN_LOOP.value, **self.result.to_dict()}
+        # a policy runs on the simple loop too (docs/semantics.md §13.7)
+        figures: dict[str, Any] = {"engine": Engine.SIMPLE_LOOP.value}
+        figures |= (
             self.result.to_dict()
             if isinstance(self.result, PolicyResult)
             else self.result.summary.to_dict()
@@ -351,12 +354,25 @@ def load_log(
 
 @dataclass(frozen=True)
 class Swept:
-    """Every setting of a grid, or every policy, over one load of a log."""
+    """Every setting of a grid, or every policy, over one load of a log; a run folder's
+    grid on Dressage's own loop (one replay per K)."""
 
     engine: Engine
-    """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M, :attr:`Engine.POLICY` for policies."""
+    """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M over a log, :attr:`Engine.RUN_LOOP`
+    for a run folder's grid, :attr:`Engine.POLICY` for policies."""
     result: SweepResult | PolicySweep
-    log: LoadedLog
+    log: LoadedLog | None
+    """The log as read for the simple loop (None for a run folder on its own loop)."""
+    run: RunLog | None = None
+    """The run folder as read for its own loop (None on the simple loop)."""
+
+    @property
+    def report(self) -> LoadReport:
+        """What reading warned of (a run folder's: nothing here; what reading and replaying
+        it warned of are the sweep's ``notes``)."""
+        if self.log is not None:
+            return self.log.report
+        return LoadReport()  # a run's warnings are the sweep's notes
 
 
 def sweep_log(
@@ -370,9 +386,14 @@ def sweep_log(
     order_by: str | None = None,
     progress: Progress | None = None,
     note: Callable[[str], None] | None = None,
+    max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
 ) -> Swept:
     """Sweep a log: every policy when ``policies`` are given (one row each), else every
-    (K, M) of the grid; read and prepared once (:func:`load_log`). ``progress`` makes a
+    (K, M) of the grid; read and prepared once (:func:`load_log`). A Dressage run folder's
+    grid (no policies, no ``log_format``) is replayed on Dressage's own loop, as
+    :func:`replay` replays it (:func:`analysis.engine.run_loop.sweep.sweep_run`): its row
+    at a K equals ``replay(RUN, ReplayConfig(keep_versions=K))``. ``progress`` makes a
     bar for ``"reading"``, then ``"replaying settings"`` or ``"replaying policies"``."""
     if policies and (keep_versions or max_preempts):
         raise ConfigError(
@@ -382,6 +403,21 @@ def sweep_log(
             + setting("max_preempts")
         )
     bars: Progress = progress or (lambda _: nullcontext(None))
+    options = options if options is not None else ReadOptions()
+    inputs = _paths(source)
+    if not policies and picks_run_loop(inputs, options):
+        run = read_run_folder(inputs[0], options, batch_groups=batch_groups, order_by=order_by)
+        with bars("replaying settings") as update:
+            swept_run = sweep_run(
+                run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
+                max_retries=max_retries, progress=update,
+            )  # fmt: skip
+        return Swept(Engine.RUN_LOOP, swept_run, None, run)
+    if loop is not None or max_retries is not None:
+        raise ConfigError(
+            setting("loop" if loop is not None else "max_retries")
+            + " applies to a Dressage run folder replayed as its own loop; leave it out"
+        )
     log = load_log(
         source, options=options, order_by=order_by, batch_groups=batch_groups,
         progress=bars, note=note,
@@ -404,6 +440,31 @@ def sweep_log(
     return Swept(Engine.SIMPLE_LOOP, swept, log)
 
 
+def read_run_folder(
+    folder: Path,
+    options: ReadOptions,
+    *,
+    batch_groups: int | None = None,
+    order_by: str | None = None,
+    bias: bool = False,
+) -> RunLog:
+    """A run folder read for its own loop, within the options' limits; settings of the
+    simple loop that its loop cannot apply are refused (:class:`NotUsedError`)."""
+    default = ReadOptions()  # a library call has no parser: an option is given when it differs
+    given = {
+        "batch_groups": batch_groups is not None,
+        "order_by": bool(order_by),
+        "bias": bias,
+        **{
+            name: getattr(options, name) != getattr(default, name)
+            for name in ("fields", "on_bad_record", "trust_pickle", "include_eval")
+        },
+    }
+    if unused := [name for name, is_given in given.items() if is_given]:
+        raise NotUsedError(unused)
+    return read_run(folder, limits=options.limits)
+
+
 def _replay_run_folder(
     folder: Path,
     config: ReplayConfig,
@@ -419,25 +480,16 @@ def _replay_run_folder(
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
     are read within the options' limits."""
-    default = ReadOptions()  # a library call has no parser: an option is given when it differs
-    given = {
-        "batch_groups": config.batch_groups is not None,
-        "order_by": bool(order_by),
-        "bias": bias,
-        **{
-            name: getattr(options, name) != getattr(default, name)
-            for name in ("fields", "on_bad_record", "trust_pickle", "include_eval")
-        },
-    }
-    if unused := [name for name, is_given in given.items() if is_given]:
-        raise NotUsedError(unused)
+    run = read_run_folder(
+        folder, options, batch_groups=config.batch_groups, order_by=order_by, bias=bias
+    )
     if config.max_preempts is not None:
         said(
             setting("max_preempts", config.max_preempts) + " is not applied: a run folder is "
             "replayed with the run's own M (its span rejections are on disk, in traj_err/)"
         )
     result = replay_run(
-        read_run(folder, limits=options.limits),
+        run,
         keep_versions=config.keep_versions,
         max_retries=max_retries,
         loop=loop,

@@ -15,11 +15,13 @@ from rich.table import Table
 
 from analysis import (
     PARETO_NOTE,
-    SWEEP_CAPTION,
+    RUN_SWEEP_NOTE,
     Outcome,
     k_label,
     m_label,
+    m_not_applied_note,
     policy_sweep_table,
+    sweep_caption,
     sweep_table,
 )
 from cli.flags import flagged
@@ -122,12 +124,15 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     config = summary.config
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
-        f"Replay: keep_versions={k_label(config.keep_versions)}  "
+        f"Replay on the simple loop: keep_versions={k_label(config.keep_versions)}  "
         f"max_preempts={m_label(config.max_preempts)}  "
         f"batch_groups={config.batch_groups}"
     )
     if policy is not None:
-        title = f"Replay: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
+        title = (
+            f"Replay on the simple loop: {policy.partition(':')[0]}  "
+            f"batch_groups={config.batch_groups}"
+        )
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
     rows = [["total", *(outcome_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in OUTCOME_COLUMNS:
@@ -309,9 +314,13 @@ def print_sweep(result: SweepResult, console: Console) -> None:
         (name.replace(", ", "\n").replace(" ", "\n"), "left" if not name else "right")
         for name in names
     ]
-    print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
+    print_fitted(console, sweep_caption(result.rows), headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+    if "own_setting" in result.rows.columns:
+        console.print(RUN_SWEEP_NOTE, highlight=False)
+        if (not_applied := m_not_applied_note(result.rows)) is not None:
+            console.print(not_applied, highlight=False)
     for note in result.notes:  # about the log, as replay prints them
         console.print(f"note: {flagged(note)}", style="dim", highlight=False)
 
@@ -327,11 +336,11 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
     short = [[*row[:key], f"P{n}", *row[key + 1 :]] for n, row in enumerate(body, start=1)]
     if len(_measured_parts(console, headers, short)) < len(_measured_parts(console, headers, body)):
         # Long specs in a narrow terminal: a short name in the table, the specs under it.
-        print_fitted(console, SWEEP_CAPTION, headers, short, keys=2)
+        print_fitted(console, sweep_caption(rows), headers, short, keys=2)
         for n, row in enumerate(body, start=1):
             console.print(f"P{n}  {row[key]}", highlight=False, soft_wrap=True)
     else:
-        print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
+        print_fitted(console, sweep_caption(rows), headers, body, keys=2)
     if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import polars as pl
 
@@ -14,6 +14,9 @@ from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.engine.results import ReplayResult, replay, resolve_config
 from analysis.errors import ConfigError, SettingSyntaxError, setting
+
+if TYPE_CHECKING:
+    from analysis.engine.run_loop.sweep import RunSettings
 
 SWEEP_SCHEMA: dict[str, Any] = {
     "keep_versions": pl.Int64,
@@ -36,7 +39,12 @@ SWEEP_SCHEMA: dict[str, Any] = {
     # docs/semantics.md §10.6: the same means with each trajectory weighted by its tokens
     "version_gap_mean_tokens": pl.Float64,
     "version_span_mean_tokens": pl.Float64,
+    # which replay gave the row: the simple loop here, Dressage's own loop for a run folder
+    "engine": pl.String,
 }
+
+SIMPLE_LOOP_ENGINE = "simple-loop"
+"""The ``engine`` of a row or a replay on the simple loop (docs/semantics.md §3)."""
 
 MAX_VALUES = 1_000
 """Most values one list may expand to (a sweep is every combination of two lists)."""
@@ -85,20 +93,23 @@ class SettingReplays(Sequence[ReplayResult]):
 @dataclass(frozen=True)
 class SweepResult:
     """One row per setting (``rows``); ``results[i]`` replays the setting of row ``i``
-    in full when asked for (:class:`SettingReplays`: the full results are not kept)."""
+    in full when asked for (:class:`SettingReplays`: the full results are not kept), or
+    for a run folder on Dressage's loop is its replay (``RunSettings``)."""
 
     rows: pl.DataFrame
-    results: SettingReplays
+    results: SettingReplays | RunSettings
     notes: tuple[str, ...] = ()
     """The notes about the log of every setting's replay, each once, in order (a version
     observed after a newer one, unknown tokens, no versions at all)."""
+    engine: str = SIMPLE_LOOP_ENGINE
+    """Which replay gave the rows: ``simple-loop`` or ``dressage-loop`` (a run folder)."""
 
     def __repr__(self) -> str:
         keep = sorted(set(self.rows["keep_versions"].to_list()))
         limits = sorted({m for m in self.rows["max_preempts"].to_list() if m is not None})
         off = ["none"] if self.rows["max_preempts"].null_count() else []
         return (
-            f"SweepResult({self.rows.height:,} settings: K {keep}, "
+            f"SweepResult({self.rows.height:,} settings on the {self.engine}: K {keep}, "
             f"M {off + limits}; .rows has one row per setting)"
         )
 
@@ -307,6 +318,7 @@ def sweep_row(result: ReplayResult) -> tuple[Any, ...]:
         False,
         summary.token_weighted.get("version_gap_mean"),
         summary.token_weighted.get("version_span_mean_kept"),
+        SIMPLE_LOOP_ENGINE,
     )
 
 

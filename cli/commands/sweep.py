@@ -53,12 +53,13 @@ def sweep(
             param_hint="--policy",
         )
     policies = some_policies(policy or [])
-    ks, ms = ([], []) if policies else grid.parse()
+    options = read.options(order_by=grid.order_by)
+    ks, ms = ([], []) if policies else grid.parse_for(inputs, options)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     swept = analysis.sweep_log(
         inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
-        options=read.options(order_by=grid.order_by), order_by=grid.order_by,
+        options=options, order_by=grid.order_by,
         progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
     )  # fmt: skip
     if output is not None:
@@ -75,7 +76,7 @@ def sweep(
             from cli.render import print_sweep
 
             print_sweep(swept.result, stdout_console())
-    warn(swept.log.report)
+    warn(swept.report)
 
 
 def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:
