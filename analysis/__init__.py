@@ -20,13 +20,11 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         LoadedLog as LoadedLog,
         NotUsedError as NotUsedError,
         Replayed as Replayed,
-        Swept as Swept,
         load_log as load_log,
         picks_run_loop as picks_run_loop,
         read_run_folder as read_run_folder,
         replay as replay,
         replay_log as replay_log,
-        sweep_log as sweep_log,
     )
     from analysis.compare import (
         ComparedLogs as ComparedLogs,
@@ -180,6 +178,10 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         report_content as report_content,
         run_report_content as run_report_content,
     )
+    from analysis.sweeps import (
+        Swept as Swept,
+        sweep_log as sweep_log,
+    )
     from analysis.table.fieldmap import (
         FieldMap as FieldMap,
     )
@@ -230,6 +232,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         write_report as write_report,
     )
     from analysis.views.tables import (
+        ENGINE_WORDS as ENGINE_WORDS,
         RUN_SWEEP_NOTE as RUN_SWEEP_NOTE,
         SWEEP_CAPTION as SWEEP_CAPTION,
         m_not_applied_note as m_not_applied_note,
@@ -353,13 +356,14 @@ _HOME: dict[str, str] = {
     "sweep": "analysis.engine",
     "SWEEP_CAPTION": "analysis.views.tables",
     "RUN_SWEEP_NOTE": "analysis.views.tables",
+    "ENGINE_WORDS": "analysis.views.tables",
     "m_not_applied_note": "analysis.views.tables",
     "sweep_caption": "analysis.views.tables",
-    "sweep_log": "analysis.api",
+    "sweep_log": "analysis.sweeps",
     "sweep_policies": "analysis.rules.policies",
     "sweep_table": "analysis.views.tables",
     "SweepResult": "analysis.engine",
-    "Swept": "analysis.api",
+    "Swept": "analysis.sweeps",
     "TrainDumps": "analysis.formats.slime_dumps.train_dumps",
     "trajectory_outcomes": "analysis.engine",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine",

@@ -24,12 +24,11 @@ from typing import Any, Literal, overload
 
 import polars as pl
 
-from analysis.engine import REPLAY_COLUMNS, PreparedLog, SweepResult, prepare, sweep
+from analysis.engine import REPLAY_COLUMNS, PreparedLog, prepare
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.results import ReplayResult, replay as replay_table
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
-from analysis.engine.run_loop.sweep import sweep_run
 from analysis.errors import ConfigError, Message, setting
 from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
 from analysis.formats.load import load_logs
@@ -44,9 +43,7 @@ from analysis.output.result_writers import (
 from analysis.rules.policies import (
     Policy,
     PolicyResult,
-    PolicySweep,
     replay_policy,
-    sweep_policies,
 )
 from analysis.rules.spec import parse_policy
 from analysis.table.options import ReadOptions
@@ -185,7 +182,7 @@ class Replayed:
             yield trajectories
 
 
-def _paths(source: Source) -> tuple[Path, ...]:
+def paths_of(source: Source) -> tuple[Path, ...]:
     if isinstance(source, str | PathLike):
         return (Path(source),)
     return tuple(Path(path) for path in source)
@@ -249,7 +246,7 @@ def replay_log(
         table, batch_groups = source, config.batch_groups
         prepared = prepare(source, order_by=order_by)
     else:
-        inputs = _paths(source)
+        inputs = paths_of(source)
         if loop is not None and not (policy is None and picks_run_loop(inputs, options)):
             raise ConfigError(
                 setting("loop")
@@ -330,7 +327,7 @@ def load_log(
     """Read and prepare logs once for any number of replays on the simple loop, and
     choose their batch size (:func:`analysis.batch_groups_for`; where it came from is said
     to ``note``)."""
-    inputs = _paths(source)
+    inputs = paths_of(source)
     options = options if options is not None else ReadOptions()
     if order_by and order_by not in options.extra_fields:
         options = ReadOptions.of(options, extra_fields=(*options.extra_fields, order_by))
@@ -350,94 +347,6 @@ def load_log(
     if found.note is not None and note is not None:
         note(found.note)
     return LoadedLog(inputs, table, prepared, report, found.batch_groups)
-
-
-@dataclass(frozen=True)
-class Swept:
-    """Every setting of a grid, or every policy, over one load of a log; a run folder's
-    grid on Dressage's own loop (one replay per K)."""
-
-    engine: Engine
-    """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M over a log, :attr:`Engine.RUN_LOOP`
-    for a run folder's grid, :attr:`Engine.POLICY` for policies."""
-    result: SweepResult | PolicySweep
-    log: LoadedLog | None
-    """The log as read for the simple loop (None for a run folder on its own loop)."""
-    run: RunLog | None = None
-    """The run folder as read for its own loop (None on the simple loop)."""
-
-    @property
-    def report(self) -> LoadReport:
-        """What reading warned of (a run folder's: nothing here; what reading and replaying
-        it warned of are the sweep's ``notes``)."""
-        if self.log is not None:
-            return self.log.report
-        return LoadReport()  # a run's warnings are the sweep's notes
-
-
-def sweep_log(
-    source: Source,
-    *,
-    keep_versions: Sequence[int] = (),
-    max_preempts: Sequence[int | None] = (),
-    policies: Sequence[Policy | str] = (),
-    batch_groups: int | None = None,
-    options: ReadOptions | None = None,
-    order_by: str | None = None,
-    progress: Progress | None = None,
-    note: Callable[[str], None] | None = None,
-    max_retries: int | None = None,
-    loop: Literal["partial", "fully"] | None = None,
-) -> Swept:
-    """Sweep a log: every policy when ``policies`` are given (one row each), else every
-    (K, M) of the grid; read and prepared once (:func:`load_log`). A Dressage run folder's
-    grid (no policies, no ``log_format``) is replayed on Dressage's own loop, as
-    :func:`replay` replays it (:func:`analysis.engine.run_loop.sweep.sweep_run`): its row
-    at a K equals ``replay(RUN, ReplayConfig(keep_versions=K))``. ``progress`` makes a
-    bar for ``"reading"``, then ``"replaying settings"`` or ``"replaying policies"``."""
-    if policies and (keep_versions or max_preempts):
-        raise ConfigError(
-            "give K and M inside each policy (dressage:k=K,m=M), not in "
-            + setting("keep_versions")
-            + " and "
-            + setting("max_preempts")
-        )
-    bars: Progress = progress or (lambda _: nullcontext(None))
-    options = options if options is not None else ReadOptions()
-    inputs = _paths(source)
-    if not policies and picks_run_loop(inputs, options):
-        run = read_run_folder(inputs[0], options, batch_groups=batch_groups, order_by=order_by)
-        with bars("replaying settings") as update:
-            swept_run = sweep_run(
-                run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
-                max_retries=max_retries, progress=update,
-            )  # fmt: skip
-        return Swept(Engine.RUN_LOOP, swept_run, None, run)
-    if loop is not None or max_retries is not None:
-        raise ConfigError(
-            setting("loop" if loop is not None else "max_retries")
-            + " applies to a Dressage run folder replayed as its own loop; leave it out"
-        )
-    log = load_log(
-        source, options=options, order_by=order_by, batch_groups=batch_groups,
-        progress=bars, note=note,
-    )  # fmt: skip
-    if policies:
-        chosen = [parse_policy(p) if isinstance(p, str) else p for p in policies]
-        with bars("replaying policies") as update:
-            swept: SweepResult | PolicySweep = sweep_policies(
-                log.prepared, chosen, batch_groups=log.batch_groups, progress=update
-            )
-        return Swept(Engine.POLICY, swept, log)
-    with bars("replaying settings") as update:
-        swept = sweep(
-            log.prepared,
-            keep_versions=keep_versions,
-            max_preempts=max_preempts,
-            batch_groups=log.batch_groups,
-            progress=update,
-        )
-    return Swept(Engine.SIMPLE_LOOP, swept, log)
 
 
 def read_run_folder(

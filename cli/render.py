@@ -14,6 +14,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from analysis import (
+    ENGINE_WORDS,
     PARETO_NOTE,
     RUN_SWEEP_NOTE,
     Outcome,
@@ -124,15 +125,12 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     config = summary.config
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
-        f"Replay on the simple loop: keep_versions={k_label(config.keep_versions)}  "
+        f"Simple loop: keep_versions={k_label(config.keep_versions)}  "
         f"max_preempts={m_label(config.max_preempts)}  "
         f"batch_groups={config.batch_groups}"
     )
     if policy is not None:
-        title = (
-            f"Replay on the simple loop: {policy.partition(':')[0]}  "
-            f"batch_groups={config.batch_groups}"
-        )
+        title = f"Simple loop: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
     rows = [["total", *(outcome_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in OUTCOME_COLUMNS:
@@ -222,6 +220,7 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
         facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
+        facts.add_row("settings replayed on", ENGINE_WORDS.get(inspection.settings_engine, "-"))
     if inspection.thrown_away is not None:  # a fully-async run folder: its loop's surplus
         facts.add_row("thrown away (surplus)", _thrown_cell(inspection.thrown_away))
     console.print(facts)
@@ -400,7 +399,16 @@ def print_compare(result: CompareResult, console: Console) -> None:
         digits = 2 if "(%)" in row["metric"] or "mean" in row["metric"] else 0
         rows.append([row["metric"], _fmt(row[first], digits), _fmt(row[second], digits)])
     headers = [("metric", "left"), (first, "right"), (second, "right")]
-    print_fitted(console, "Comparison", headers, rows, keys=1)
+    engines = {ENGINE_WORDS.get(e, e) for e in result.engines}
+    on = (
+        f"on {engines.pop()}"
+        if len(engines) == 1
+        else "; ".join(
+            f"{name} on {ENGINE_WORDS.get(e, e)}"
+            for name, e in zip(result.names, result.engines, strict=True)
+        )
+    )
+    print_fitted(console, f"Comparison {on}", headers, rows, keys=1)
     drift = result.drift_by_gap
     if drift.height:
         shown = Table(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import polars as pl
 
@@ -14,9 +14,6 @@ from analysis.engine.decisions import Decision, Outcome
 from analysis.engine.prepare import PreparedLog
 from analysis.engine.results import ReplayResult, replay, resolve_config
 from analysis.errors import ConfigError, SettingSyntaxError, setting
-
-if TYPE_CHECKING:
-    from analysis.engine.run_loop.sweep import RunSettings
 
 SWEEP_SCHEMA: dict[str, Any] = {
     "keep_versions": pl.Int64,
@@ -90,14 +87,53 @@ class SettingReplays(Sequence[ReplayResult]):
         return f"SettingReplays({len(self):,} settings, each replayed when asked for)"
 
 
+class Configured(Protocol):
+    """A replayed setting that says its setting (a run folder's, on Dressage's loop)."""
+
+    @property
+    def config(self) -> ReplayConfig: ...
+
+
+Kept = TypeVar("Kept", bound=Configured)
+
+
+class KeptReplays(Sequence[Kept], Generic[Kept]):
+    """The replay of each setting of a sweep, kept (a run folder's: one row per attempt and
+    trajectory, small; each M at one K is the same replay)."""
+
+    def __init__(self, settings: Sequence[Kept]) -> None:
+        self._settings = tuple(settings)
+        self.configs = tuple(s.config for s in self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    @overload
+    def __getitem__(self, index: int) -> Kept: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Kept]: ...
+    def __getitem__(self, index: int | slice) -> Kept | list[Kept]:
+        if isinstance(index, slice):
+            return list(self._settings[index])
+        return self._settings[index]
+
+    def where(self, *, max_preempts: int | None) -> KeptReplays[Kept]:
+        """The settings of this ``max_preempts`` (each K once)."""
+        return KeptReplays([s for s in self._settings if s.config.max_preempts == max_preempts])
+
+    def __repr__(self) -> str:
+        return f"KeptReplays({len(self):,} settings, kept)"
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """One row per setting (``rows``); ``results[i]`` replays the setting of row ``i``
     in full when asked for (:class:`SettingReplays`: the full results are not kept), or
-    for a run folder on Dressage's loop is its replay (``RunSettings``)."""
+    for a run folder on Dressage's loop is its replay, kept (:class:`KeptReplays` of
+    ``LoopSetting``)."""
 
     rows: pl.DataFrame
-    results: SettingReplays | RunSettings
+    results: SettingReplays | KeptReplays[Any]
     notes: tuple[str, ...] = ()
     """The notes about the log of every setting's replay, each once, in order (a version
     observed after a newer one, unknown tokens, no versions at all)."""

@@ -182,9 +182,8 @@ def render_report(
               if swept.engine == RUN_LOOP_ENGINE),
         ]),
         ("figures", "Figures", [
-            f"<p class='note'>Single-setting figures use {html.escape(setting)} "
-            f"{html.escape(on)}: "
-            f"{html.escape(chosen)}.</p>",
+            f"<p class='note'>Single-setting figures use {html.escape(setting)}: "
+            f"{html.escape(chosen)}; every figure replayed {html.escape(on)}.</p>",
             *(_figure(anchor, caption, figure) for anchor, caption, figure in figures),
         ]),
         ("bias", f"Who gets dropped ({setting})", [

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from cli.flags import options_refused_as_usage
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
@@ -57,11 +58,12 @@ def sweep(
     ks, ms = ([], []) if policies else grid.parse_for(inputs, options)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    swept = analysis.sweep_log(
-        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
-        options=options, order_by=grid.order_by,
-        progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
-    )  # fmt: skip
+    with options_refused_as_usage():
+        swept = analysis.sweep_log(
+            inputs, keep_versions=ks, max_preempts=ms, policies=policies,
+            batch_groups=grid.batch_groups, options=options, order_by=grid.order_by,
+            progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
+        )  # fmt: skip
     if output is not None:
         analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says

@@ -303,7 +303,7 @@ def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spe
     """K off is "off" and M off is "none" everywhere: the replay title, the policy's label
     and spec (as in the plots' legends); both parse back to the same policy."""
     title = runner.invoke(app, ["replay", SAMPLES[0], "-k", "off", "-m", "off"]).stdout
-    assert title.splitlines()[0].startswith("Replay on the simple loop: keep_versions=off  max_preempts=none  ")
+    assert title.splitlines()[0].startswith("Simple loop: keep_versions=off  max_preempts=none  ")
     policy = parse_policy("dressage:k=0,m=off")
     assert policy.label() == "dressage:k=off,m=none"
     assert policy.spec() == "dressage:keep_versions=off,max_preempts=none"

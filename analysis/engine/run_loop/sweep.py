@@ -14,14 +14,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
 from analysis.engine.config import ReplayConfig
 from analysis.engine.decisions import Decision, Stage
-from analysis.engine.grid import SWEEP_SCHEMA, SweepResult, pareto_front
+from analysis.engine.grid import SWEEP_SCHEMA, KeptReplays, SweepResult, pareto_front
 from analysis.engine.run_loop.checks import at_told_k, keep_versions_told
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
 from analysis.formats.dressage.run import RunLog
@@ -211,33 +211,8 @@ def _replayed_metric(checks: pl.DataFrame) -> Callable[[str, int], int | None]:
     return lambda which, step: found.get((which, step))
 
 
-class RunSettings(Sequence[LoopSetting]):
-    """The replays of a run folder's sweep, one per setting (row), kept: a run folder's
-    replays are small (one row per attempt and trajectory), and each setting of M at one
-    K is the same replay."""
-
-    def __init__(self, settings: Sequence[LoopSetting]) -> None:
-        self._settings = tuple(settings)
-        self.configs = tuple(s.config for s in self._settings)
-
-    def __len__(self) -> int:
-        return len(self._settings)
-
-    @overload
-    def __getitem__(self, index: int) -> LoopSetting: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[LoopSetting]: ...
-    def __getitem__(self, index: int | slice) -> LoopSetting | list[LoopSetting]:
-        if isinstance(index, slice):
-            return list(self._settings[index])
-        return self._settings[index]
-
-    def where(self, *, max_preempts: int | None) -> RunSettings:
-        """The settings of this ``max_preempts`` row (each K once)."""
-        return RunSettings([s for s in self._settings if s.config.max_preempts == max_preempts])
-
-    def __repr__(self) -> str:
-        return f"RunSettings({len(self):,} settings on Dressage's loop)"
+RunSettings = KeptReplays[LoopSetting]
+"""The replays of a run folder's sweep, one per row."""
 
 
 def _leftover(replay: LoopReplay) -> int:
