@@ -28,7 +28,7 @@ from analysis.engine import REPLAY_COLUMNS, PreparedLog, prepare
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.results import ReplayResult, replay as replay_table
-from analysis.engine.run_loop.replay import LoopReplay, replay_run
+from analysis.engine.run_loop.replay import LoopReplay, replay_what_if
 from analysis.errors import ConfigError, Message, setting
 from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
 from analysis.formats.load import load_logs
@@ -397,7 +397,7 @@ def _replay_run_folder(
             setting("max_preempts", config.max_preempts) + " is not applied: a run folder is "
             "replayed with the run's own M (its span rejections are on disk, in traj_err/)"
         )
-    result = replay_run(
+    result = replay_what_if(
         run,
         keep_versions=config.keep_versions,
         max_retries=max_retries,

@@ -25,7 +25,7 @@ from analysis.engine import (
 )
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.decisions import Decision
-from analysis.engine.run_loop.replay import replay_run
+from analysis.engine.run_loop.replay import replay_what_if
 from analysis.engine.run_loop.sweep import LoopSetting, setting_of
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import is_run_folder, read_run
@@ -199,7 +199,7 @@ def _run_side(
             "rejections are on disk, in traj_err/)"
         )
     run = read_run(folder, limits=options.limits)
-    return setting_of(run, replay_run(run, keep_versions=config.keep_versions))
+    return setting_of(run, replay_what_if(run, keep_versions=config.keep_versions))
 
 
 def _check_names(names: tuple[str, str]) -> tuple[str, str]:

@@ -17,7 +17,7 @@ import polars as pl
 
 from analysis.engine import PreparedLog, ReplayConfig, ReplayResult, SweepResult, replay, sweep
 from analysis.engine.grid import SettingReplays
-from analysis.engine.run_loop.replay import replay_run
+from analysis.engine.run_loop.replay import replay_what_if
 from analysis.engine.run_loop.sweep import LoopSetting, setting_of, sweep_run
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog
@@ -173,7 +173,7 @@ def make_run_plot(
             run, keep_versions=keep_versions, max_preempts=max_preempts[:1], loop=loop
         )
         return plots.plot_gaps(None, per_k.results)
-    single = setting_of(run, replay_run(run, keep_versions=keep_versions[0], loop=loop))
+    single = setting_of(run, replay_what_if(run, keep_versions=keep_versions[0], loop=loop))
     return plots.plot_spans(single, single) if kind == "spans" else plots.plot_timeline(single)
 
 

@@ -61,10 +61,13 @@ def one_pass(
     late_incomplete: bool = False,
     latest_starts: bool = False,
     label_orders: Mapping[str, tuple[str, ...]] | None = None,
+    call_starts: Mapping[int, float] | None = None,
 ) -> Pass:
     """The loop replayed once: ``late_incomplete`` puts the attempts short of trajectories
     (no traj_err/: their last finish unknown) after every other completion;
     ``latest_starts`` takes the latest of the call starts that fit (no log);
+    ``call_starts`` are the starts of calls no log line times (a what-if at another K:
+    those the replay at the run's own K placed);
     ``label_orders`` (attempt id -> version labels) makes the tracker meet an attempt's
     labels in that order (:func:`label_order_variants`)."""
     attempts = attempts_from(run)
@@ -83,6 +86,8 @@ def one_pass(
     starts = (
         dict(run.calls.select("rollout_id", "started_at").iter_rows()) if run.calls.height else {}
     )
+    if not starts and call_starts:
+        starts = dict(call_starts)
     notes: list[str] = []
     unmatched: set[int] = set()
     found: Collector | None = None  # the fully loop's search: its order and polls
@@ -287,6 +292,9 @@ class Evidence:
     timing: PollTiming
     disagreeing: frozenset[int] = frozenset()
     """Steps whose own checks disagree (a file missing: :func:`departure` covers them)."""
+    what_if: bool = False
+    """A replay at another K than the run's: its dumps, metrics and log lines are the run's
+    at its own K, so they neither confirm nor overrule the replay's decisions."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -296,7 +304,7 @@ class Evidence:
         self.dump_step = {s: k for k, sessions in self.kept_by_step.items() for s in sessions}
         steps = set(self.kept_by_step)
         self.dumps_complete = bool(steps) and set(range(max(steps) + 1)) <= steps
-        self.since = departure(run, self.checks) if self.missing else None
+        self.since = departure(run, self.checks) if self.missing and not self.what_if else None
         kept_checks = self.checks.filter(pl.col("check") == "kept_groups")
         self.dumps_agree = bool(kept_checks["agrees"].all())
         self.appear = version_appearance(self.base.attempts)
@@ -314,10 +322,10 @@ class Evidence:
         missing, or that step or the replay's disagrees)."""
         step = self.in_dump(attempt)
         trusted = not self.missing and not {step, own.rollout_id} & self.disagreeing
-        return None if step is None or trusted else step
+        return None if step is None or trusted or self.what_if else step
 
     def confirmed(self, attempt: Attempt, d: AttemptDecision) -> bool:
-        return (
+        return not self.what_if and (
             (self.dumps_agree or d.rollout_id in self.base.unmatched)
             and d.decision is Decision.KEPT
             and d.rollout_id is not None
@@ -385,6 +393,8 @@ def unknowns(
     loop: str = "partial",
     timing: PollTiming | None = None,
     disagreeing: frozenset[int] = frozenset(),
+    *,
+    what_if: bool = False,
 ) -> dict[str, tuple[str, ...]]:
     """Attempts whose decision the files cannot tell, with the decisions possible
     (docs/semantics.md §12.4): those that differ between readings of what the files leave
@@ -402,8 +412,12 @@ def unknowns(
     the stage of a stale drop near a new version's arrival.
 
     With every file present, the decisions of the steps in ``disagreeing`` (their own
-    checks disagree) are unknown too, but for attempts a dump holds and recorded failures."""
-    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing)
+    checks disagree) are unknown too, but for attempts a dump holds and recorded failures.
+    ``what_if`` (a replay at another K than the run's): the run's records neither confirm
+    nor overrule its decisions, only the readings and the timing leave them open."""
+    evidence = Evidence(
+        run, base, checks, loop, timing or PollTiming(), disagreeing, what_if=what_if
+    )
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
     for attempt in base.attempts:

@@ -23,7 +23,7 @@ from analysis.engine.config import ReplayConfig
 from analysis.engine.decisions import Decision, Stage
 from analysis.engine.grid import SWEEP_SCHEMA, KeptReplays, SweepResult, pareto_front
 from analysis.engine.run_loop.checks import at_told_k, keep_versions_told
-from analysis.engine.run_loop.replay import LoopReplay, replay_run
+from analysis.engine.run_loop.replay import LoopReplay, replay_what_if
 from analysis.formats.dressage.run import RunLog
 
 RUN_LOOP_ENGINE = "dressage-loop"
@@ -246,8 +246,8 @@ def sweep_run(
     max_retries: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
-    """Replay a run folder on Dressage's loop at every K (:func:`replay_run`, as ``replay
-    RUN -k K`` does), one row per (K, M); rows ordered by M then K. Rows at another M
+    """Replay a run folder on Dressage's loop at every K (:func:`replay_what_if`, as
+    ``replay RUN -k K`` does), one row per (K, M); rows ordered by M then K. Rows at another M
     than the run's carry ``max_preempts_applied`` false (the loop replays the run's own
     span rejections) and are not Pareto-efficient; no ``max_preempts`` at all: the run's
     own M (as its span rejections name it; none when they name none)."""
@@ -256,10 +256,13 @@ def sweep_run(
     ms = list(dict.fromkeys(max_preempts)) or [own_m]
     told = keep_versions_told(run.metrics)
     replayed: dict[int, LoopSetting] = {}
-    wanted = ks + ([told] if told is not None and told not in ks else [])
+    # the run's own K first: a what-if's calls start where it found them (replay_what_if)
+    wanted = ([told] if told is not None else []) + [k for k in ks if k != told]
     for done, k in enumerate(wanted, start=1):
+        own = replayed[told].replay if told in replayed else None
         replayed[k] = setting_of(
-            run, replay_run(run, keep_versions=k, loop=loop, max_retries=max_retries)
+            run,
+            replay_what_if(run, keep_versions=k, loop=loop, max_retries=max_retries, own=own),
         )
         if progress is not None:
             progress(done, len(wanted))
