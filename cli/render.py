@@ -116,7 +116,12 @@ def print_fitted(
     parts = _fitted_parts(console, table, len(headers), rows, keys=keys)
     for number, columns in enumerate(parts, start=1):
         part = "" if len(parts) == 1 else f" ({number} of {len(parts)})"
-        console.print(table(columns, part, rows))
+        shown = table(columns, part, rows)
+        if len(title + part) > console.measure(shown).maximum:
+            # a title wider than its part's table: on a line of its own, not wrapped to it
+            shown.title = None
+            console.print(title + part, highlight=False, style="table.title")
+        console.print(shown)
 
 
 def print_summary(summary: ReplaySummary, console: Console, *, policy: str | None = None) -> None:

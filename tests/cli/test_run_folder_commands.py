@@ -40,7 +40,7 @@ def replayed(folder: str) -> dict[str, Any]:
 
 
 def _kept_pct(figures: dict[str, Any]) -> float:
-    return 100.0 * figures["groups"]["kept"] / figures["groups"]["total"]
+    return 100.0 * int(figures["groups"]["kept"]) / int(figures["groups"]["total"])
 
 
 def test_replay_and_verify_name_dressages_loop(folder: str, replayed: dict[str, Any]) -> None:
