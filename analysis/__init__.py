@@ -51,7 +51,6 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         prepare as prepare,
         replay_many as replay_many,
         replay_run as replay_run,
-        sweep as sweep,
         trajectory_outcomes as trajectory_outcomes,
     )
     from analysis.engine.batch_size import (
@@ -180,6 +179,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.sweeps import (
         Swept as Swept,
+        sweep as sweep,
         sweep_log as sweep_log,
     )
     from analysis.table.fieldmap import (
@@ -353,7 +353,7 @@ _HOME: dict[str, str] = {
     "SimulationConfig": "analysis.simulation.parameters",
     "SkipReason": "analysis.errors",
     "Stage": "analysis.engine.decisions",
-    "sweep": "analysis.engine",
+    "sweep": "analysis.sweeps",
     "SWEEP_CAPTION": "analysis.views.tables",
     "RUN_SWEEP_NOTE": "analysis.views.tables",
     "ENGINE_WORDS": "analysis.views.tables",

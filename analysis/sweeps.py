@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, overload
 
 from analysis.api import (
     Engine,
@@ -21,7 +21,7 @@ from analysis.api import (
     picks_run_loop,
     read_run_folder,
 )
-from analysis.engine import SweepResult, sweep
+from analysis.engine import PreparedLog, SweepResult, sweep as grid_sweep
 from analysis.engine.run_loop.sweep import sweep_run
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog
@@ -109,7 +109,7 @@ def sweep_log(
             )
         return Swept(Engine.POLICY, swept, log)
     with bars("replaying settings") as update:
-        swept = sweep(
+        swept = grid_sweep(
             log.prepared,
             keep_versions=keep_versions,
             max_preempts=max_preempts,
@@ -117,3 +117,40 @@ def sweep_log(
             progress=update,
         )
     return Swept(Engine.SIMPLE_LOOP, swept, log)
+
+
+@overload
+def sweep(
+    source: PreparedLog,
+    *,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    batch_groups: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SweepResult: ...
+
+
+@overload
+def sweep(
+    source: Source,
+    *,
+    keep_versions: Sequence[int] = (),
+    max_preempts: Sequence[int | None] = (),
+    policies: Sequence[Policy | str] = (),
+    batch_groups: int | None = None,
+    options: ReadOptions | None = None,
+    order_by: str | None = None,
+    progress: Progress | None = None,
+    note: Callable[[str], None] | None = None,
+    max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
+) -> Swept: ...
+
+
+def sweep(source: Source | PreparedLog, **settings: Any) -> SweepResult | Swept:
+    """Sweep K and M: a prepared log on the simple loop, giving its :class:`SweepResult`;
+    paths of logs or of a run folder through :func:`sweep_log`, which picks the engine (a
+    run folder's own loop) and says which it ran (:class:`Swept`)."""
+    if isinstance(source, PreparedLog):
+        return grid_sweep(source, **settings)
+    return sweep_log(source, **settings)

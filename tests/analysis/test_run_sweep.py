@@ -138,3 +138,13 @@ def test_the_simple_loop_is_named_and_kept_for_logs(small_logs: dict[str, Path])
     assert analysis.replay(path, analysis.ReplayConfig(keep_versions=1)).to_dict()["engine"] == (
         "simple-loop"
     )
+
+
+def test_the_library_sweep_picks_the_runs_loop_for_a_folder(
+    every_run: dict[str, Path], small_logs: dict[str, Path]
+) -> None:
+    swept = analysis.sweep(every_run["k2-m1"], keep_versions=[2])
+    assert isinstance(swept, analysis.Swept) and swept.engine is analysis.Engine.RUN_LOOP
+    prepared = analysis.load_log(small_logs["jsonl"]).prepared
+    rows = analysis.sweep(prepared, keep_versions=[1], max_preempts=[None], batch_groups=4)
+    assert isinstance(rows, analysis.SweepResult) and rows.engine == "simple-loop"

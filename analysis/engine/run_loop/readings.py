@@ -66,8 +66,7 @@ def one_pass(
     """The loop replayed once: ``late_incomplete`` puts the attempts short of trajectories
     (no traj_err/: their last finish unknown) after every other completion;
     ``latest_starts`` takes the latest of the call starts that fit (no log);
-    ``call_starts`` are the starts of calls no log line times (a what-if at another K:
-    those the replay at the run's own K placed);
+    ``call_starts`` start calls no log line times (a what-if: as the run's own K placed them);
     ``label_orders`` (attempt id -> version labels) makes the tracker meet an attempt's
     labels in that order (:func:`label_order_variants`)."""
     attempts = attempts_from(run)
@@ -83,11 +82,8 @@ def one_pass(
         for i, attempt in enumerate(a for a in attempts if a.incomplete):
             attempt.completed_at = last + 3600.0 + i
     kept_by_step, metrics = kept_groups_by_step(run), step_metrics(run)
-    starts = (
-        dict(run.calls.select("rollout_id", "started_at").iter_rows()) if run.calls.height else {}
-    )
-    if not starts and call_starts:
-        starts = dict(call_starts)
+    calls = run.calls.select("rollout_id", "started_at")
+    starts = dict(calls.iter_rows()) if run.calls.height else dict(call_starts or {})
     notes: list[str] = []
     unmatched: set[int] = set()
     found: Collector | None = None  # the fully loop's search: its order and polls
@@ -138,13 +134,6 @@ def one_pass(
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)
-
-
-def untimed_calls(run: RunLog, final: int | None) -> bool:
-    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
-    updated" line before them): then where they begin is searched both ways."""
-    expected = expected_starts(run.weight_updates)
-    return final is None or any(r not in expected for r in range(2, final + 1))
 
 
 def label_order_variants(
@@ -293,8 +282,7 @@ class Evidence:
     disagreeing: frozenset[int] = frozenset()
     """Steps whose own checks disagree (a file missing: :func:`departure` covers them)."""
     what_if: bool = False
-    """A replay at another K than the run's: its dumps, metrics and log lines are the run's
-    at its own K, so they neither confirm nor overrule the replay's decisions."""
+    """At another K than the run's: its records neither confirm nor overrule the replay."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -393,7 +381,6 @@ def unknowns(
     loop: str = "partial",
     timing: PollTiming | None = None,
     disagreeing: frozenset[int] = frozenset(),
-    *,
     what_if: bool = False,
 ) -> dict[str, tuple[str, ...]]:
     """Attempts whose decision the files cannot tell, with the decisions possible
@@ -412,12 +399,9 @@ def unknowns(
     the stage of a stale drop near a new version's arrival.
 
     With every file present, the decisions of the steps in ``disagreeing`` (their own
-    checks disagree) are unknown too, but for attempts a dump holds and recorded failures.
-    ``what_if`` (a replay at another K than the run's): the run's records neither confirm
-    nor overrule its decisions, only the readings and the timing leave them open."""
-    evidence = Evidence(
-        run, base, checks, loop, timing or PollTiming(), disagreeing, what_if=what_if
-    )
+    checks disagree) are unknown too, but for attempts a dump holds and recorded failures;
+    none of this ``what_if`` (at another K than the run's: :attr:`Evidence.what_if`)."""
+    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing, what_if)
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
     for attempt in base.attempts:

@@ -33,6 +33,7 @@ from analysis.engine.run_loop.collector import (
     step_metrics,
 )
 from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
+from analysis.engine.run_loop.inference import expected_starts
 from analysis.engine.run_loop.readings import (
     Pass,
     one_pass,
@@ -41,7 +42,6 @@ from analysis.engine.run_loop.readings import (
     retry_limit,
     settle_label_orders,
     unknowns,
-    untimed_calls,
 )
 from analysis.engine.run_loop.ties import TieSearch
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
@@ -181,6 +181,13 @@ class LoopReplay:
         """One row per trajectory (:data:`TRAJECTORY_TABLE_COLUMNS`, and ``possible``: the
         decisions an ``unknown`` row may have, joined by ``|``)."""
         return self.trajectories.select(RUN_TRAJECTORY_COLUMNS)
+
+
+def untimed_calls(run: RunLog, final: int | None) -> bool:
+    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
+    updated" line before them): then where they begin is searched both ways."""
+    expected = expected_starts(run.weight_updates)
+    return final is None or any(r not in expected for r in range(2, final + 1))
 
 
 def _check_settings(keep_versions: int, max_retries: int | None) -> None:
