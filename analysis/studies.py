@@ -128,7 +128,8 @@ def run_report_content(
     policies: Sequence[Any] = (),
 ) -> ReportContent:
     """A run folder's report on Dressage's own loop (docs/semantics.md §12.7): the sweep of
-    :func:`sweep_run`, the setting looked at closely among its rows, its replays per K;
+    :func:`sweep_run`, the setting looked at closely (the run's own when a row is, else as
+    :func:`focus_setting` chooses), its replays per K;
     no who-gets-dropped (a comparison of the simple loop), the replay's decisions instead.
     ``policies`` are swept on the simple loop over ``prepared`` (the folder read as one
     log, with the run's own B), as ``sweep --policy`` does."""
@@ -136,11 +137,18 @@ def run_report_content(
         run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
         progress=progress,
     )  # fmt: skip
-    focus = focus_setting(swept)
+    own = swept.rows.with_row_index("position").filter(pl.col("own_setting"))
+    focus = swept.results[int(own["position"][0])] if own.height else focus_setting(swept)
+    chosen = (
+        "the run's own setting (K as its staleness metrics tell, M as its span rejections "
+        "name), as replay RUN replays it"
+        if own.height
+        else _chosen_words(swept, focus)
+    )
     return ReportContent(
         swept=swept,
         focus=focus,
-        chosen=_chosen_words(swept, focus),
+        chosen=chosen,
         per_k=swept.results.where(max_preempts=focus.config.max_preempts),
         bias=None,
         policies=(

@@ -398,12 +398,13 @@ def _run_decisions(focus: ReplayResult | LoopSetting) -> str:
     assert isinstance(focus, LoopSetting)
     figures = focus.replay.to_dict()
     groups, trajectories = figures["groups"], figures["trajectories"]
+    words = {**OUTCOME_WORDS, "dropped_stale_arrival": "stale, arrival",
+             "dropped_stale_pending": "stale, pending"}  # fmt: skip
     body = [
-        [OUTCOME_WORDS.get(key, key.replace("_", " ")), number(groups[key]),
-         number(trajectories[key])]
+        [words.get(key, key.replace("_", " ")), number(groups[key]), number(trajectories[key])]
         for key in groups
-        if key == "total" or groups[key] or trajectories[key]
-    ]  # fmt: skip
+        if key == "total" or (key != "dropped_stale" and (groups[key] or trajectories[key]))
+    ]
     note = (
         "<p class='note'>Who gets dropped (length, reward, arrival delay) is compared on "
         "the simple loop only: <code>replay RUN --format artifacts --bias</code>.</p>"
