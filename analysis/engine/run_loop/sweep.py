@@ -285,7 +285,7 @@ def sweep_run(
                 **figures,
                 "pareto": False,
                 "engine": RUN_LOOP_ENGINE,
-                "own_setting": at_own_k and applied,
+                "own_setting": None if told is None else at_own_k and applied,
                 "max_preempts_applied": applied,
                 "max_preempts_replayed": own_m,
                 "unneeded_attempts": unneeded,
