@@ -67,9 +67,9 @@ def test_the_peak_measured_is_the_commands_own_not_its_parents() -> None:
 @pytest.mark.parametrize(
     ("make", "option"),
     [
-        (lambda: hostile.laughs(40), "--limit max_pickle_values="),
-        (lambda: hostile.memo_reuse(1 << 20, 200_000), "--limit max_pickle_values="),
-        (lambda: hostile.dump_of(hostile.laughs(40)), "--limit max_pickle_values="),
+        (lambda: hostile.laughs(40), "--limit max_pickle_reuse="),
+        (lambda: hostile.memo_reuse(1 << 20, 200_000), "--limit max_pickle_reuse="),
+        (lambda: hostile.dump_of(hostile.laughs(40)), "--limit max_pickle_reuse="),
         (lambda: hostile.deep_lists(200_000), "--limit max_depth="),
         (lambda: hostile.huge_memo(2_000_000_000), "memo index"),
         (hostile.self_containing, "contains itself"),
@@ -100,7 +100,7 @@ def test_pickle_bombs(tmp_path: Path, make: object, option: str) -> None:
 def test_a_pickle_bomb_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     path = tmp_path / "0.pt"
     path.write_bytes(hostile.dump_of(hostile.memo_reuse(1 << 20, 100_000)))
-    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_pickle_values=")
+    _refused(hostile.run_bounded("inspect", str(path)), 5, "--limit max_pickle_reuse=")
     skipped = hostile.run_bounded("inspect", str(path), "--on-bad-record", "skip")
     assert skipped.code == 0, skipped.stderr  # skipped as a damaged file, and said so
     assert "damaged file" in skipped.stderr
