@@ -4,13 +4,15 @@ changes): each ends with a documented exit in bounded memory and time."""
 
 from __future__ import annotations
 
+import os
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests import hostile
-from tests.cli.test_hostile import _refused
+from tests.cli.test_hostile import CPU_SECONDS, PEAK_MB, _refused
 
 READERS = [["inspect"], ["replay", "-k", "1", "-b", "1"], ["sweep", "-k", "1", "-m", "none"]]
 
@@ -53,3 +55,67 @@ def test_a_sample_repeated_by_memo_reference_is_refused(tmp_path: Path, suffix: 
     many = tmp_path / f"1.{suffix}"
     many.write_bytes(hostile.memo_samples(tokens=8, references=1_000_000))  # 10^6 references
     _refused(hostile.run_bounded("inspect", str(many)), 5, "--limit max_pickle_reuse=")
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems take only UTF-8 names")
+def test_report_of_a_log_whose_name_is_not_utf8(tmp_path: Path) -> None:
+    """report wrote the name's lone surrogates into its UTF-8 file: UnicodeEncodeError,
+    exit 1 (inspect, replay, sweep and convert of the same file were fine)."""
+    log = tmp_path / "plain.jsonl"
+    log.write_bytes((hostile.ROOT / "sample_data" / "rollouts.jsonl").read_bytes())
+    named = os.fsencode(tmp_path) + b"/a\xff.jsonl"
+    os.rename(log, named)
+    out = tmp_path / "r.html"
+    run = hostile.run_bounded("report", os.fsdecode(named), "-o", str(out))
+    assert run.code == 0, run.stderr
+    assert "a\\xff.jsonl" in out.read_text(encoding="utf-8")
+
+
+def _locked_run(tmp_path: Path, what: str) -> Path:
+    """A run folder of the simulator with one session folder, its samples/ folder, the
+    rollout_data/ folder or prompts.jsonl made unreadable (mode 0)."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "8"]
+    )
+    assert made.exit_code == 0, made.output
+    session = sorted(run.glob("traj_payload/*/*"))[1]
+    locked = {"session": session, "samples": session / "samples"}[what]
+    locked.chmod(0)
+    return locked
+
+
+@pytest.mark.parametrize("what", ["session", "samples"])
+def test_an_unreadable_folder_of_a_run_is_cannot_read_in_every_command(
+    tmp_path: Path, what: str
+) -> None:
+    """A session folder that cannot be entered: replay, verify and simulate --like exited 1
+    with a PermissionError; a samples/ folder that cannot be listed was taken as missing
+    by them (exit 0, a wrong warning) where inspect exited 3."""
+    from tests.cli.test_reliability import without_read_permission
+
+    prefix = without_read_permission()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be taken away")
+    locked = _locked_run(tmp_path, what)
+    run = str(tmp_path / "run")
+    commands = [
+        ["replay", run], ["verify", run], ["inspect", run], ["sweep", run, "-k", "1"],
+        ["report", run, "-o", str(tmp_path / "r.html")],
+        ["convert", run, "-o", str(tmp_path / "c.parquet")],
+        ["simulate", "--like", run, "--groups", "4", "-o", str(tmp_path / "s.jsonl")],
+    ]  # fmt: skip
+    try:
+        for args in commands:
+            done = hostile.run_measured([*prefix, sys.executable, "-m", "cli", *args])
+            assert done.code == 3, (args, done.stderr)
+            assert done.stderr.startswith("Error: ") and done.stderr.count("\n") == 1, done.stderr
+            assert str(locked) in done.stderr and "Permission denied" in done.stderr, done.stderr
+            assert "; check its permissions" in done.stderr, done.stderr
+            assert done.peak_mb < PEAK_MB and done.cpu_seconds < CPU_SECONDS, (args, done)
+    finally:
+        locked.chmod(0o755)
