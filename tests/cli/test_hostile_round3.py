@@ -119,3 +119,40 @@ def test_an_unreadable_folder_of_a_run_is_cannot_read_in_every_command(
             assert done.peak_mb < PEAK_MB and done.cpu_seconds < CPU_SECONDS, (args, done)
     finally:
         locked.chmod(0o755)
+
+
+def test_every_output_is_checked_before_any_input_is_read(tmp_path: Path) -> None:
+    """report -o into a read-only folder built the whole report, then failed (exit 8);
+    simulate --like read the run first. The inputs here are bad records: a command that
+    read them before it checked its output would exit 5, not 8."""
+    from tests.cli.test_reliability import without_read_permission
+
+    prefix = without_read_permission()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be taken away")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    locked.chmod(0o555)
+    log, into = str(bad), str(locked)
+    commands = [
+        ["report", log, "-o", f"{into}/r.html"], ["sweep", log, "-o", f"{into}/s.csv"],
+        ["plot", "sweep", log, "-o", f"{into}/p.png"],
+        ["replay", log, "--decisions", f"{into}/d.csv"],
+        ["replay", log, "--trajectories", f"{into}/t.csv"],
+        ["replay", log, "--policy", "dressage", "--decisions", f"{into}/d.csv"],
+        ["compare", log, log, "--plot", f"{into}/c.png"],
+        ["convert", log, "-o", f"{into}/c.parquet"], ["convert", log, "-o", f"{into}/parts"],
+        ["simulate", "--like", log, "--groups", "4", "-o", f"{into}/s.jsonl"],
+        ["simulate", "--format", "artifacts", "--groups", "4", "-o", f"{into}/run"],
+    ]  # fmt: skip
+    try:
+        for args in commands:
+            done = hostile.run_measured([*prefix, sys.executable, "-m", "cli", *args])
+            assert done.code == 8, (args, done.stderr)
+            assert done.stderr.count("\n") == 1 and into in done.stderr, done.stderr
+            assert "cannot write there (Permission denied); choose a writable folder" in done.stderr
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o755)
