@@ -156,3 +156,64 @@ def test_every_output_is_checked_before_any_input_is_read(tmp_path: Path) -> Non
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o755)
+
+
+def _strict(text: str) -> object:
+    """JSON as a strict parser reads it: NaN, Infinity and -Infinity are refused."""
+    import json
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_of_every_command_is_strict_json_on_nan_and_infinite_values(tmp_path: Path) -> None:
+    """Rewards of NaN and +-Infinity, log-probs of NaN and Infinity: replay --bias and
+    compare printed NaN, which jq and strict parsers refuse. A number that is not finite
+    is null."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    log = tmp_path / "nan.jsonl"
+    with log.open("w") as out:
+        for number, line in enumerate((hostile.ROOT / "sample_data" / "rollouts.jsonl").open()):
+            record = json.loads(line)
+            record["reward"] = [float("nan"), float("inf"), -float("inf"), 0.5][number % 4]
+            length = record.get("response_length") or 4
+            record["rollout_log_probs"] = [
+                float("nan") if i % 7 == 0 else -0.5 for i in range(length)
+            ]
+            record["log_probs"] = [float("inf") if i % 11 == 0 else -0.4 for i in range(length)]
+            out.write(json.dumps(record) + "\n")
+    assert "NaN" in log.read_text() and "Infinity" in log.read_text()
+    run = tmp_path / "run"
+    made = CliRunner().invoke(
+        app, ["simulate", "--format", "artifacts", "-o", str(run), "--groups", "8"]
+    )
+    assert made.exit_code == 0, made.output
+    path = str(log)
+    commands = [
+        ["inspect", path], ["replay", path, "--bias"], ["replay", path, "-k", "1", "-m", "1"],
+        ["replay", path, "--policy", "prime-rl:max_off_policy_steps=1"], ["sweep", path],
+        ["sweep", path, "--policy", "dressage:k=1"], ["compare", path, path],
+        ["replay", str(run)], ["verify", str(run)], ["inspect", str(run)],
+    ]  # fmt: skip
+    printed_null = False
+    for args in commands:
+        done = CliRunner().invoke(app, [*args, "--json"])
+        assert done.exit_code in (0, 9), (args, done.output)
+        parsed = _strict(done.stdout)
+        printed_null |= args[0] in ("replay", "compare") and "null" in done.stdout
+        assert parsed is not None
+    assert printed_null
+
+
+def test_json_text_writes_non_finite_numbers_as_null() -> None:
+    from cli.output import json_text
+
+    value = {"a": float("nan"), "b": [1.5, float("inf"), (-float("inf"), 2)], "c": "NaN"}
+    assert _strict(json_text(value)) == {"a": None, "b": [1.5, None, [None, 2]], "c": "NaN"}
