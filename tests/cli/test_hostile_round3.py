@@ -217,3 +217,69 @@ def test_json_text_writes_non_finite_numbers_as_null() -> None:
 
     value = {"a": float("nan"), "b": [1.5, float("inf"), (-float("inf"), 2)], "c": "NaN"}
     assert _strict(json_text(value)) == {"a": None, "b": [1.5, None, [None, 2]], "c": "NaN"}
+
+
+def _canonical_with(tmp_path: Path, name: str, change: object) -> Path:
+    """The sample log converted to canonical Parquet, with ``change`` (a function of the
+    pyarrow table) applied to its second row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import analysis
+
+    table = analysis.load_logs([hostile.ROOT / "sample_data" / "rollouts.jsonl"]).to_arrow()
+    path = tmp_path / name
+    pq.write_table(change(table, pa), path)  # type: ignore[operator]
+    return path
+
+
+def _second_row(table: object, column: str, value: object, pa: object) -> object:
+    rows = table.to_pylist()  # type: ignore[attr-defined]
+    rows[1][column] = value
+    return pa.Table.from_pylist(rows, schema=table.schema)  # type: ignore[attr-defined]
+
+
+SPANS = {
+    "backwards": [{"start": 0, "end": 5, "version": "1"}, {"start": 5, "end": 2, "version": "2"}],
+    "end-at-2^62": [{"start": 0, "end": 1 << 62, "version": "1"}],
+    "not-from-0": [{"start": 3, "end": 9, "version": "1"}],
+    "gap": [{"start": 0, "end": 2, "version": "1"}, {"start": 3, "end": 9, "version": "2"}],
+}
+
+
+@pytest.mark.parametrize("case", [*SPANS, "token_count"])
+def test_one_verdict_on_a_record_in_every_command(tmp_path: Path, case: str) -> None:
+    """A span list that runs backwards, ends at 2^62, starts past 0 or leaves a gap, in a
+    JSONL record or a canonical Parquet row, and a Parquet token count outside 0..2^40:
+    the Parquet spans were read as they were, and the token count was refused by inspect
+    (exit 5) while replay, which does not use it, exited 0. Every command refuses each
+    now, naming the file and the record or row."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    inputs = []
+    if case in SPANS:
+        log = tmp_path / "log.jsonl"
+        lines = (hostile.ROOT / "sample_data" / "rollouts.jsonl").read_text().splitlines()
+        record = json.loads(lines[1])
+        record["metadata"].pop("full_versions", None)
+        record["metadata"]["version_spans"] = SPANS[case]
+        log.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n")
+        inputs.append((log, f"{log}:2: version_spans must be consecutive runs from 0"))
+        change = lambda table, pa: _second_row(table, "version_spans", SPANS[case], pa)  # noqa: E731
+        said = "row 2: version_spans must be consecutive runs from 0"
+    else:
+        change = lambda table, pa: _second_row(table, "token_count", -(1 << 40), pa)  # noqa: E731
+        said = "column token_count holds -1,099,511,627,776 in row 2"
+    parquet = _canonical_with(tmp_path, "log.parquet", change)
+    inputs.append((parquet, f"{parquet}: {said}"))
+    for path, message in inputs:
+        for args in (["inspect"], ["replay", "-k", "1"], ["sweep", "-k", "1"], ["compare", str(path)],
+                     ["convert", "-o", str(tmp_path / "out.parquet")],
+                     ["report", "-o", str(tmp_path / "r.html")]):  # fmt: skip
+            done = CliRunner().invoke(app, [*args[:1], str(path), *args[1:]])
+            assert done.exit_code == 5, (path.name, args, done.output)
+            assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
