@@ -113,6 +113,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.output.checks import (
         FRAME_FORMATS as FRAME_FORMATS,
+        check_folder as check_folder,
         check_output as check_output,
         refuse_overwriting_inputs as refuse_overwriting_inputs,
     )
@@ -250,6 +251,7 @@ _HOME: dict[str, str] = {
     "BiasReport": "analysis.views.bias",
     "build_report": "analysis.studies",
     "CANONICAL_SCHEMA": "analysis.table.schema",
+    "check_folder": "analysis.output.checks",
     "check_output": "analysis.output.checks",
     "compare_inputs": "analysis.compare",
     "compare_logs": "analysis.compare",

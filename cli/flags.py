@@ -34,6 +34,7 @@ FLAGS = {
     "max_record_bytes": "--limit max_record_bytes=",
     "max_inflation": "--limit max_inflation=",
     "max_pickle_values": "--limit max_pickle_values=",
+    "max_pickle_reuse": "--limit max_pickle_reuse=",
     "max_pickle_bytes": "--limit max_pickle_bytes=",
     "max_depth": "--limit max_depth=",
     "max_spans": "--limit max_spans=",

@@ -129,7 +129,8 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
             for kind, endings in kinds:
                 if not name.endswith(endings):
                     continue
-                if (path := root / entry.name).is_file():
+                path = root / entry.name
+                if entry.is_file():  # (the listing's own type: no system call for most)
                     found[kind].append(path)
                 elif path.is_symlink() and not path.exists():
                     broken.append(entry.name)

@@ -25,6 +25,7 @@ from analysis.errors import render
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
 from analysis.rules.policies import PolicySweep
+from analysis.table.limits import printable
 from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import (
@@ -211,7 +212,9 @@ def render_report(
             for anchor, heading, body in sections
         ),
     ]  # fmt: skip
-    return (
+    # A name that is not UTF-8 (an input's, the command's) keeps its bytes as \xff escapes:
+    # Python reads it as lone surrogates, which no UTF-8 file takes (issue 34).
+    return printable(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(page_title)}</title><style>{_STYLE}</style>"
         f"<script>{_CHECK_SCRIPT}</script></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"

@@ -200,6 +200,7 @@ def simulate(
     """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
     config = pipeline.config()
     chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    analysis.check_folder(output)  # before --like reads a run (issue 34)
     if limit and like is None:
         raise typer.BadParameter(
             "only read with --like: it bounds what reading that run may hold; leave it out, "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,7 @@ from cli.options import (
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import json_text, progress_bar, results_out, say_note, stdout_console, warn
 
 
 @sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
@@ -69,7 +68,7 @@ def sweep(
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
         if json_output:
-            typer.echo(json.dumps(_json_rows(swept.result)))
+            typer.echo(json_text(_json_rows(swept.result)))
         elif isinstance(swept.result, analysis.PolicySweep):
             from cli.render import print_policy_sweep
 
