@@ -166,8 +166,9 @@ def _dressage_or_slime_sources(
             f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
             "log (every attempt, in completion order when its records carry it) for the "
             "simple loop of "
-            "docs/semantics.md §3; `replay` without a policy, and `verify`, replay the run as "
-            "Dressage's own loop runs (§12)"
+            "docs/semantics.md §3 (policies, --format artifacts, the log's facts); settings "
+            "of K (replay, sweep, plot, report, compare, verify) are replayed as Dressage's "
+            "own loop runs (§12)"
         ]
     found, broken = _folder_files(root)
     artifacts = is_artifact_folder(root)

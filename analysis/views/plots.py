@@ -30,6 +30,7 @@ from analysis.engine import (
     SweepResult,
 )
 from analysis.engine.config import k_label, m_label
+from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
 from analysis.errors import setting
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
@@ -163,6 +164,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     figure.suptitle(
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
+        + f", on {_engine_words(sweep)}"
     )
     kept_ax.set_title(f"Kept data ({kept_unit})")
     kept_ax.set_xlabel("keep_versions K (versions; 0 = off)")
@@ -266,7 +268,17 @@ def wants_log_counts(counts: Sequence[int]) -> bool:
     return bool(shown) and min(shown) < LOG_COUNTS_RATIO * max(shown)
 
 
-def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
+def _engine_words(of: SweepResult | ReplayResult | LoopSetting) -> str:
+    """The replay that gave a figure's numbers, in words (its title names it)."""
+    if isinstance(of, LoopSetting):
+        return f"Dressage's {of.replay.loop} loop"
+    if isinstance(of, SweepResult) and of.engine == RUN_LOOP_ENGINE:
+        loops = of.rows["loop"].unique().to_list() if "loop" in of.rows.columns else []
+        return f"Dressage's {loops[0]} loop" if len(loops) == 1 else "Dressage's loop"
+    return "the simple loop"
+
+
+def plot_spans(prepared: PreparedLog | LoopSetting, result: ReplayResult | LoopSetting) -> Figure:
     """Histogram of version spans per trajectory, all vs kept, with the M+1 limit marked.
 
     The count axis is logarithmic when the tail is small next to the head (see
@@ -285,7 +297,9 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
-    ax.set_title(f"Version span per trajectory ({result.config.describe()})")
+    ax.set_title(
+        f"Version span per trajectory ({result.config.describe()}, {_engine_words(result)})"
+    )
     ax.set_xlabel("version span (distinct versions in one trajectory)")
     ax.set_ylabel("trajectories")
     ax.grid(True, axis="y", alpha=0.3)
@@ -344,10 +358,15 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
     return figure
 
 
-def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
+def plot_gaps(
+    prepared: PreparedLog | LoopSetting | None,
+    results: Sequence[ReplayResult] | Sequence[LoopSetting],
+) -> Figure:
     """Share of kept trajectories at each version gap, one bar series per setting."""
     series: list[tuple[ReplayConfig, Counter[int], int]] = []
+    engine = "the simple loop"
     for result in results:  # one at a time: a sweep's results are replayed when read
+        engine = _engine_words(result)
         values, sizes = np.unique(result.kept_gaps(), return_counts=True)
         tally = Counter(dict(zip(values.tolist(), sizes.tolist(), strict=True)))
         series.append((result.config, tally, int(sizes.sum())))
@@ -361,7 +380,7 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
     if configs and shared_m:
         config = configs[0]
         title += f" (M={m_label(config.max_preempts)}, B={config.batch_groups})"
-    ax.set_title(title)
+    ax.set_title(f"{title}, on {engine}")
     ax.set_xlabel("version gap (versions behind the current one)")
     ax.set_ylabel("% of kept trajectories")
     ax.grid(True, axis="y", alpha=0.3)
@@ -404,7 +423,10 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
-    ax.set_title(f"Kept data ({kept_unit}); bold = Pareto-efficient")
+    ax.set_title(
+        f"Kept data ({kept_unit}) on {_engine_words(sweep)}; bold = Pareto-efficient"
+        + ("; n/a = M not applied" if "max_preempts_applied" in rows.columns else "")
+    )
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
     if rows.height == 0:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 import analysis
+from cli.flags import options_refused_as_usage
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     Inputs,
@@ -70,10 +71,22 @@ def plot(
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
         analysis.save_figure(analysis.plot_policies(swept.result), output)
         typer.echo(f"wrote {output}", err=True)
-        warn(swept.log.report)
+        warn(swept.report)
         return
-    ks, ms = grid.parse()
+    ks, ms = grid.parse_for(inputs, options)
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+    if analysis.picks_run_loop(inputs, options):  # Dressage's own loop (§12.7)
+        with options_refused_as_usage():
+            run = analysis.read_run_folder(
+                inputs[0], options, batch_groups=grid.batch_groups, order_by=grid.order_by
+            )
+        with bars("replaying settings") as update:
+            figure = analysis.make_run_plot(
+                kind.value, run, keep_versions=ks, max_preempts=ms, progress=update
+            )
+        analysis.save_figure(figure, output)
+        typer.echo(f"wrote {output}", err=True)
+        return
     log = analysis.load_log(
         inputs, options=options, order_by=grid.order_by, batch_groups=grid.batch_groups,
         progress=bars,

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 import analysis
+from cli.flags import options_refused_as_usage
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
@@ -52,14 +53,16 @@ def sweep(
             param_hint="--policy",
         )
     policies = some_policies(policy or [])
-    ks, ms = ([], []) if policies else grid.parse()
+    options = read.options(order_by=grid.order_by)
+    ks, ms = ([], []) if policies else grid.parse_for(inputs, options)
     if output is not None:  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    swept = analysis.sweep_log(
-        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
-        options=read.options(order_by=grid.order_by), order_by=grid.order_by,
-        progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
-    )  # fmt: skip
+    with options_refused_as_usage():
+        swept = analysis.sweep_log(
+            inputs, keep_versions=ks, max_preempts=ms, policies=policies,
+            batch_groups=grid.batch_groups, options=options, order_by=grid.order_by,
+            progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
+        )  # fmt: skip
     if output is not None:
         analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
@@ -74,7 +77,7 @@ def sweep(
             from cli.render import print_sweep
 
             print_sweep(swept.result, stdout_console())
-    warn(swept.log.report)
+    warn(swept.report)
 
 
 def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:

@@ -204,7 +204,7 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     out = io.StringIO()
     print_summary(replayed.summary, Console(file=out, width=width))  # the replay's own table
     assert "…" not in out.getvalue()
-    assert out.getvalue().count("span rejected") == out.getvalue().count("Replay:")
+    assert out.getvalue().count("span rejected") == out.getvalue().count("Simple loop:")
     out = io.StringIO()
     report = analysis.who_gets_dropped(prepared, replayed, table=table)
     print_bias(report, Console(file=out, width=width))
