@@ -176,6 +176,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         make_plot as make_plot,
         make_run_plot as make_run_plot,
         report_content as report_content,
+        run_plot_k as run_plot_k,
         run_report_content as run_report_content,
     )
     from analysis.sweeps import (
@@ -293,6 +294,7 @@ _HOME: dict[str, str] = {
     "LoopReplay": "analysis.engine",
     "m_label": "analysis.engine.config",
     "make_plot": "analysis.studies",
+    "run_plot_k": "analysis.studies",
     "make_run_plot": "analysis.studies",
     "run_report_content": "analysis.studies",
     "read_run_folder": "analysis.api",

@@ -45,8 +45,8 @@ def test_report_is_self_contained(report_file: Path) -> None:
     )  # per (K, M)
     assert "Pareto-efficient" in text
     assert (
-        "the Pareto-efficient setting with a control on that keeps the most tokens, "
-        "both controls on before one" in text
+        "the Pareto-efficient setting with a control on where each control on acts "
+        "(K drops, M rejects), both controls on before one, then the most tokens kept" in text
     )
 
 
@@ -58,7 +58,7 @@ def test_report_says_when_it_falls_back_to_the_first_setting(tmp_path: Path) -> 
     assert result.exit_code == 0, result.stderr
     text = target.read_text()
     assert "K=0, M=none, B=4: the first setting (no setting with a control on was swept)" in text
-    assert "with a control on that keeps the most tokens" not in text
+    assert "where each control on acts" not in text
 
 
 def test_report_refuses_other_extensions_and_inputs(tmp_path: Path) -> None:

@@ -78,6 +78,18 @@ def test_every_plot_is_drawn_from_dressages_loop(folder: str, kind: str, tmp_pat
     assert any("Dressage's partial loop" in title for title in titles), titles
 
 
+@pytest.mark.parametrize("kind", ["spans", "timeline"])
+def test_a_single_setting_plot_of_a_run_folder_draws_its_own_k(
+    folder: str, kind: str, tmp_path: Path
+) -> None:
+    target = tmp_path / f"{kind}.png"
+    result = _run(["plot", kind, folder, "-o", str(target)])
+    assert target.stat().st_size > 0
+    assert f"drew the run's own setting, K={OWN_K} as its staleness metrics tell" in " ".join(
+        result.stderr.split()
+    )
+
+
 def test_report_shows_the_runs_loop(folder: str, replayed: dict[str, Any], tmp_path: Path) -> None:
     target = tmp_path / "run.html"
     _run(["report", folder, "-k", "1..3", "-o", str(target)])
