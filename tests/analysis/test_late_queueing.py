@@ -11,10 +11,11 @@ from typing import Any
 import polars as pl
 
 from analysis.engine.run_loop.collector import Collector, PollTiming, late_targets
+from analysis.engine.run_loop.readings import Pass, reproduced_by_ties
 from analysis.engine.run_loop.replay import replay_run
 from analysis.engine.run_loop.ties import TieSearch, _reorderings
 from analysis.formats.dressage.log import EVENT_SCHEMA
-from tests.analysis.test_loop_differential import attempt, seconds
+from tests.analysis.test_loop_differential import attempt, run_log, seconds
 from tests.analysis.test_ticks import make_attempt, with_dumps
 
 TIMING = PollTiming()
@@ -59,8 +60,9 @@ def test_a_held_up_tick_may_queue_first_a_completion_of_unknown_submission() -> 
 
 def test_a_held_up_tick_may_join_two_polls_apart() -> None:
     """Two completions 50 ms apart reach two polls, most likely; in the wider search a
-    held-up tick may have queued both at once (one poll), never 300 ms apart."""
-    first, second, far = make_attempt(0, 1.0), make_attempt(1, 1.05), make_attempt(2, 1.35)
+    held-up tick may have queued both at once (one poll), never past ``late_s`` apart."""
+    far_at = 1.1 + TIMING.late_s
+    first, second, far = make_attempt(0, 1.0), make_attempt(1, 1.05), make_attempt(2, far_at)
     collector = Collector([first, second, far], keep_versions=0, max_retries=2, timing=TIMING)
     assert collector.poll_breaks(0, 3) == (True, True)
 
@@ -76,13 +78,15 @@ def test_a_held_up_tick_may_join_two_polls_apart() -> None:
 def test_a_completion_may_be_queued_late_past_a_later_one() -> None:
     """i0 (submitted first) is recorded 100 ms before i1: no tick reorders them, but i0's
     own task may have ended late (the busy event loop), so it reached the queue after i1:
-    the dumps say step 2 kept i1. 400 ms apart (past ``late_s``), nothing reproduces."""
+    the dumps say step 2 kept i1. Past ``late_s`` apart, nothing reproduces."""
     dumps = {2: ["i1/s0/r0"], 3: ["i0/s0/r0"]}
     spec = two_calls(attempt(0, 20, draw=1), attempt(1, 120, draw=2))
     replayed = replay_run(with_dumps(spec, dumps), keep_versions=0)
     assert replayed.consistent
     assert (kept_in(replayed, "i1/s0/r0"), kept_in(replayed, "i0/s0/r0")) == (2, 3)
-    far = two_calls(attempt(0, 20, draw=1), attempt(1, 420, draw=2))
+    apart = 120 + int(1000 * TIMING.late_s)
+    far = two_calls(attempt(0, 20, draw=1), attempt(1, apart, draw=2))
+    far["calls"] = [(2, seconds(-5)), (3, seconds(apart + 500))]
     assert not replay_run(with_dumps(far, dumps), keep_versions=0).consistent
     files_order = replay_run(with_dumps(spec, dumps), keep_versions=0, ties=TieSearch(swaps=0))
     assert not files_order.consistent
@@ -122,3 +126,22 @@ def test_a_completion_just_before_a_call_start_may_reach_the_second_poll() -> No
     settled = replay_run(run, keep_versions=1, ties=TieSearch(swaps=0))
     settled_row = settled.attempts.filter(pl.col("group_id") == "i0/s0/r0").row(0, named=True)
     assert settled_row["stage"] == "arrival" and not settled_row["order_ambiguous"]
+
+
+def test_a_fully_loop_call_placed_outside_its_logged_window_stays_unreproduced() -> None:
+    """Calls 3 and 4 were placed where they came closest and their checks agree; the log's
+    weight updates start call 3 at 1.0 s and call 4 at 2.0 s. Call 3's placed start takes
+    the same completions as a start at 1.0 s would (none lies between): reproduced. Call
+    4's placed start is past a completion a start at 2.0 s leaves for a later poll: its
+    decisions stay unknown (the stage of its stale drops depends on that cut)."""
+    done = [make_attempt(0, 0.9), make_attempt(1, 2.1), make_attempt(2, 2.3)]
+    collector = Collector(done, keep_versions=0, max_retries=2, timing=TIMING)
+    base = Pass(collector, {3: 1.01, 4: 2.2}, [], {3, 4}, done)
+    run = replace(run_log(two_calls(attempt(0, 0, draw=0), attempt(1, 10, draw=1))),
+                  weight_updates=((1.0, 1), (2.0, 2)))  # fmt: skip
+    checks = pl.DataFrame({"step": [3, 4], "agrees": [True, True]})
+    reproduced_by_ties(run, base, checks, "fully", TIMING)
+    assert base.unmatched == {4}
+    partial = Pass(collector, {3: 1.01, 4: 2.2}, [], {3, 4}, done)
+    reproduced_by_ties(run, partial, checks, "partial", TIMING)
+    assert partial.unmatched == {3, 4}  # the partial loop's calls: left as they are

@@ -385,7 +385,7 @@ def _lates_at(
     collector: Collector, start: float, end: int
 ) -> Iterator[tuple[float, Callable[[Collector], None]]]:
     """At one cut: one completion up to the call's reach queued late (:func:`late_targets`)."""
-    for position in range(collector.delivered, min(end + 1, len(collector.order))):
+    for position in range(collector.delivered, min(end, len(collector.order))):
         for after, at, join in late_targets(collector, position, start, end + 1):
             move = functools.partial(Collector.move_late, position=position, after=after, at=at)
             yield start, functools.partial(move, join=join)

@@ -13,6 +13,7 @@ import polars as pl
 
 from analysis.engine.run_loop.checks import self_checks
 from analysis.engine.run_loop.collector import (
+    FRESH_POLLS,
     Attempt,
     Collector,
     PollTiming,
@@ -124,18 +125,31 @@ def one_pass(
             )
     assert run.target_groups is not None
     collector = (FullyCollector if loop == "fully" else Collector)(
-        completion_order(attempts, timing) if found is None else list(found.order),
+        completion_order(attempts, timing) if found is None else unlate(found),
         keep_versions=keep_versions, max_retries=max_retries, timing=timing,
         chains=None if found is None else (found.tie, found.poll),
     )  # fmt: skip
-    if found is not None:  # the search's late queueings, as its order has them
-        collector.late = dict(found.late)
     resolution = resolve_ties(
         collector, starts, run.target_groups, final, kept_by_step, metrics,
         timing=timing, bounds=ties or TieSearch(), dropped_by_step=logged_drops(run),
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)
+
+
+def unlate(found: Collector) -> list[Attempt]:
+    """The start search's order with the completions it queued late back where the files
+    put them, each in its own poll: the tie search, which replays every call again, finds
+    its late queueings itself (one the search made for a later call would hide the
+    completion from the earlier calls' search)."""
+    order = [a for a in found.order if a.attempt_id not in found.late]
+    for attempt in sorted(
+        (found.attempts[key] for key in found.late), key=lambda a: a.completed_at
+    ):
+        at = next((i for i, a in enumerate(order) if a.completed_at > attempt.completed_at), None)
+        order.insert(len(order) if at is None else at, attempt)
+        found.poll[attempt.attempt_id] = next(FRESH_POLLS)  # a poll of its own
+    return order
 
 
 def untimed_calls(run: RunLog, final: int | None) -> bool:
