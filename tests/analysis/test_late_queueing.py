@@ -101,11 +101,9 @@ def test_late_targets_stop_at_the_attempts_own_retry_and_at_late_s() -> None:
     assert late_targets(collector, 0, None, 2) == []
 
 
-def test_a_completion_just_before_a_call_start_may_reach_the_second_poll() -> None:
-    """K = 1. i0 (version 1) was recorded long before the call, i1 (version 2) 10 ms before
-    its start, i2 (version 2) after. If the first poll took both, i0 was dropped on arrival;
-    if i1 was not queued yet (its tick had not come), i0 was held pending and dropped when
-    i1 came. Both keep i1 and i2, as the dump says: i0's stage is order-ambiguous."""
+def near_start_run(logged_ms: int) -> Any:
+    """K = 1: i0 (version 1) long before call 2's start at 200 ms, i1 (version 2) 10 ms
+    before it, i2 (version 2) after; the dump keeps i1 and i2; i0's drop logged then."""
     spec = {
         "attempts": [
             attempt(0, -300, draw=0, label="1"),
@@ -116,8 +114,32 @@ def test_a_completion_just_before_a_call_start_may_reach_the_second_poll() -> No
         "batch_size": 2,
         "keep_versions": 1,
     }
-    drop = pl.DataFrame([(2, seconds(260), "dropped_stale", 0)], schema=EVENT_SCHEMA, orient="row")
-    run = replace(with_dumps(spec, {2: ["i1/s0/r0", "i2/s0/r0"]}), log_events=drop)
+    drop = pl.DataFrame(
+        [(2, seconds(logged_ms), "dropped_stale", 0)], schema=EVENT_SCHEMA, orient="row"
+    )
+    return replace(with_dumps(spec, {2: ["i1/s0/r0", "i2/s0/r0"]}), log_events=drop)
+
+
+def test_a_drop_logged_after_the_first_poll_was_not_decided_in_it() -> None:
+    """As below, but i0's drop is logged 35 ms after the call's start: a first-poll drop is
+    logged right at the start, so i0 was held pending and dropped when i1 came (its tick
+    had not come at the start): definite, not order-ambiguous."""
+    replayed = replay_run(near_start_run(235), keep_versions=1)
+    assert replayed.consistent
+    row = replayed.attempts.filter(pl.col("group_id") == "i0/s0/r0").row(0, named=True)
+    assert (row["decision"], row["stage"], row["order_ambiguous"]) == (
+        "dropped_stale",
+        "pending",
+        False,
+    )
+
+
+def test_a_completion_just_before_a_call_start_may_reach_the_second_poll() -> None:
+    """K = 1. i0 (version 1) was recorded long before the call, i1 (version 2) 10 ms before
+    its start, i2 (version 2) after. If the first poll took both, i0 was dropped on arrival;
+    if i1 was not queued yet (its tick had not come), i0 was held pending and dropped when
+    i1 came. Both keep i1 and i2, as the dump says: i0's stage is order-ambiguous."""
+    run = near_start_run(201)
     replayed = replay_run(run, keep_versions=1)
     assert replayed.consistent
     row = replayed.attempts.filter(pl.col("group_id") == "i0/s0/r0").row(0, named=True)

@@ -68,6 +68,9 @@ class AttemptDecision:
     retried: bool | None = None
     gaps: dict[str, int | None] = field(default_factory=dict)
     leftover: str | None = None
+    polled: tuple[float, bool] | None = None
+    """When the poll that decided it was at the earliest (the call's start, or its last
+    completion's recorded end), and whether it was the call's first poll."""
 
 
 class Tracker:
@@ -275,6 +278,7 @@ class Collector:
         self.tie = chains[0]
         self.poll = dict(chains[1])  # an attempt moved ahead joins the poll it passes
         self.late: dict[str, float] = {}  # attempt id -> queued not before (a late move)
+        self.polled: tuple[float, bool] | None = None  # the poll deciding now (AttemptDecision)
         self.decisions: dict[str, AttemptDecision] = {}
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
@@ -419,7 +423,7 @@ class Collector:
         self, attempt: Attempt, decision: Decision, rollout_id: int | None, **facts: Any
     ) -> None:
         self.decisions[attempt.attempt_id] = AttemptDecision(
-            decision, rollout_id, gaps=self.tracker.gaps(attempt), **facts
+            decision, rollout_id, gaps=self.tracker.gaps(attempt), polled=self.polled, **facts
         )
 
     def _take(self, attempt: Attempt, pending: list[Attempt], rollout_id: int) -> None:
@@ -444,9 +448,14 @@ class Collector:
         while len(pending) < target_groups:
             if first:
                 self._deliver(start)
-                first = False
+                self.polled, first = (start, True), False
             elif not self.queue and not self._deliver_next_poll():
                 break  # nothing more will ever complete
+            else:
+                self.polled = (
+                    max(self.late.get(a.attempt_id, a.completed_at) for a in self.queue),
+                    False,
+                )
             chunk, self.queue = self.queue, []
             pending = self._observe(chunk, pending, rollout_id)
             fetched += chunk

@@ -29,6 +29,7 @@ from analysis.engine.run_loop.inference import (
 from analysis.engine.run_loop.records import (
     attempts_from,
     kept_groups_by_step,
+    logged_drop_times,
     logged_drops,
     step_metrics,
 )
@@ -132,6 +133,7 @@ def one_pass(
     resolution = resolve_ties(
         collector, starts, run.target_groups, final, kept_by_step, metrics,
         timing=timing, bounds=ties or TieSearch(), dropped_by_step=logged_drops(run),
+        drop_times=logged_drop_times(run),
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)

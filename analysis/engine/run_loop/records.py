@@ -68,3 +68,13 @@ def logged_drops(run: RunLog) -> dict[int, list[int]]:
         if rollout_id is not None:
             drops.setdefault(rollout_id, []).append(number)
     return drops
+
+
+def logged_drop_times(run: RunLog) -> dict[int, list[float]]:
+    """Per call, the times of the log's "dropping stale" lines, in log order."""
+    times: dict[int, list[float]] = {}
+    events = run.log_events.filter(pl.col("kind") == "dropped_stale")
+    for rollout_id, at in events.select("rollout_id", "at").iter_rows():
+        if rollout_id is not None and at is not None:
+            times.setdefault(rollout_id, []).append(at)
+    return times

@@ -37,10 +37,18 @@ def _submission_ranks(attempts: list[Attempt]) -> list[int] | None:
     return [sorted(keys).index(key) for key in keys]
 
 
-def _drops_agree(trial: Collector, rollout_id: int, before: int, logged: list[int] | None) -> bool:
+def _drops_agree(
+    trial: Collector,
+    rollout_id: int,
+    before: int,
+    logged: list[int] | None,
+    times: list[float] | None = None,
+) -> bool:
     """Whether the call's stale drops come in the order of the log's "dropping stale ...
     group N" lines: Dressage numbers groups in submission order, so the drops' ranks in
-    submission order (where the files tell it) are the logged numbers' ranks."""
+    submission order (where the files tell it) are the logged numbers' ranks; and at their
+    times (``times``): a drop is logged no earlier than its poll's last completion was
+    recorded, and one of the call's first poll right at its start (§12.2)."""
     if not logged:
         return True
     dropped = [
@@ -52,7 +60,33 @@ def _drops_agree(trial: Collector, rollout_id: int, before: int, logged: list[in
     if len(dropped) != len(logged) or len(set(logged)) != len(logged):
         return True  # the counts are checked with the metrics; nothing to pair here
     ranks = _submission_ranks(dropped)
-    return ranks is None or ranks == [sorted(logged).index(n) for n in logged]
+    if ranks is not None and ranks != [sorted(logged).index(n) for n in logged]:
+        return False
+    return (
+        times is None
+        or len(times) != len(dropped)
+        or all(
+            _logged_then(trial.decisions[a.attempt_id].polled, at, trial.timing)
+            for a, at in zip(dropped, times, strict=True)
+        )
+    )
+
+
+LOG_SLACK_S = 0.002
+"""The log's times are to the millisecond (truncated)."""
+
+
+def _logged_then(polled: tuple[float, bool] | None, at: float, timing: PollTiming) -> bool:
+    """Whether a drop decided in a poll at ``polled`` may have been logged at ``at``: not
+    before the poll's completions were recorded; within ``order_uncertainty_s`` of the call's
+    start when it was the first poll (first-poll drops are logged within 2 ms of the start
+    line in the runs built with Dressage's code)."""
+    if polled is None:
+        return True
+    when, first = polled
+    if at < when - LOG_SLACK_S:
+        return False
+    return not first or at <= when + timing.order_uncertainty_s
 
 
 @dataclass(frozen=True)
@@ -247,7 +281,7 @@ def _advance(
     start: float,
     target_groups: int,
     final: bool,
-    step: tuple[set[str] | None, Mapping[str, Any] | None, list[int] | None],
+    step: tuple[set[str] | None, Mapping[str, Any] | None, list[int] | None, list[float] | None],
     timing: PollTiming,
     bounds: TieSearch,
     search: bool,
@@ -283,7 +317,7 @@ def _advance(
             cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first, natural)
             if not (
                 matches_step(trial, rollout_id, kept, step[0], step[1])
-                and _drops_agree(trial, rollout_id, before, step[2])
+                and _drops_agree(trial, rollout_id, before, step[2], step[3])
             ):
                 if swaps == 0:  # the order of the files
                     fallback.append(_Hypothesis(trial, cost, set(hypothesis.ambiguous)))
@@ -312,10 +346,12 @@ def resolve_ties(
     timing: PollTiming,
     bounds: TieSearch | None = None,
     dropped_by_step: Mapping[int, list[int]] | None = None,
+    drop_times: Mapping[int, list[float]] | None = None,
 ) -> TieResolution:
     """Run the calls, choosing among the orders the files allow for near-simultaneous
     completions (:func:`may_precede`) those whose replay gives each step's dump and
-    metrics (and the order of the log's stale drops, ``dropped_by_step``): a bounded beam
+    metrics (and the order and times of the log's stale drops, ``dropped_by_step``,
+    ``drop_times``): a bounded beam
     over the calls, the least reordered hypothesis first.
     Hypotheses that leave the same state behind are merged, the attempts they decide
     differently marked ambiguous."""
@@ -330,6 +366,7 @@ def resolve_ties(
             kept_by_step.get(rollout_id),
             metrics.get(rollout_id),
             (dropped_by_step or {}).get(rollout_id),
+            (drop_times or {}).get(rollout_id),
         )
         search = work < limit and misses < bounds.unmatched
         before = beam
