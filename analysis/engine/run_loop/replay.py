@@ -26,12 +26,7 @@ from analysis.engine.run_loop.checks import (
     output_frames,
     self_checks,
 )
-from analysis.engine.run_loop.collector import (
-    AttemptDecision,
-    PollTiming,
-    kept_groups_by_step,
-    step_metrics,
-)
+from analysis.engine.run_loop.collector import AttemptDecision, PollTiming
 from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
 from analysis.engine.run_loop.inference import expected_starts
 from analysis.engine.run_loop.readings import (
@@ -41,9 +36,10 @@ from analysis.engine.run_loop.readings import (
     retried_differs,
     retry_limit,
     settle_label_orders,
-    unknowns,
 )
+from analysis.engine.run_loop.records import kept_groups_by_step, step_metrics
 from analysis.engine.run_loop.ties import TieSearch
+from analysis.engine.run_loop.unknowns import unknowns
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
@@ -324,7 +320,7 @@ def replay_run(
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
-    reproduced_by_ties(base, checks, loop_name)
+    reproduced_by_ties(run, base, checks, loop_name, timing)
     told = at_told_k(run.metrics, keep_versions)
     disagreeing = disagreeing_steps(checks, unknown_where_checks_disagree, told)
     possible = unknowns(
