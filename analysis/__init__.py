@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.errors import (
         ConfigError as ConfigError,
         ExitCode as ExitCode,
+        Explained as Explained,
         InputNotFoundError as InputNotFoundError,
         LogFormatError as LogFormatError,
         Message as Message,
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         UnknownFormatError as UnknownFormatError,
         UnsafePickleError as UnsafePickleError,
         counted as counted,
+        detail_of as detail_of,
         render as render,
     )
     from analysis.formats import (
@@ -279,6 +281,8 @@ _HOME: dict[str, str] = {
     "m_label": "analysis.engine.config",
     "make_plot": "analysis.studies",
     "Message": "analysis.errors",
+    "Explained": "analysis.errors",
+    "detail_of": "analysis.errors",
     "MissingFieldError": "analysis.errors",
     "NotUsedError": "analysis.api",
     "Outcome": "analysis.engine.decisions",

@@ -14,6 +14,7 @@ policy), replayed on the engine that fits, with a result that says which it ran.
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -312,6 +313,18 @@ class LoadedLog:
     report: LoadReport
     batch_groups: int | None
     """B as given; else a run folder's own; None when the log's trainer steps tell it."""
+
+    def __repr__(self) -> str:
+        names = ", ".join(path.name for path in self.inputs[:2]) + (
+            ", ..." if self.inputs[2:] else ""
+        )
+        return (
+            f"LoadedLog({names}: {self.table.height:,} records, "
+            f"{self.prepared.n_groups:,} groups, batch_groups={self.batch_groups})"
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(repr(self))}</p>{self.table.head(10)._repr_html_()}"
 
 
 def load_log(

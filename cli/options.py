@@ -288,6 +288,15 @@ Traceback = Annotated[
         metavar=FLAG,
     ),
 ]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Say the detail behind a warning given in short.",
+        metavar=FLAG,
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(

@@ -92,10 +92,11 @@ def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
 
 
-def warn(report: analysis.LoadReport) -> None:
-    """Load warnings and skipped records, on stderr."""
+def warn(report: analysis.LoadReport, *, verbose: bool = False) -> None:
+    """Load warnings and skipped records, on stderr; the detail behind a warning said in
+    short (:class:`analysis.Explained`) with ``verbose``, else a pointer to it."""
     for warning in report.warnings:
-        typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
+        say_warning(warning, verbose=verbose)
     skipped = sum(report.skipped.values())
     if skipped:
         reasons = ", ".join(
@@ -104,6 +105,16 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)
         for where in report.skipped_where:
             typer.echo(f"  {one_line(flagged(where))}", err=True)
+
+
+def say_warning(warning: str, *, verbose: bool = False) -> None:
+    """One warning on stderr, in one line; one said in short gets its detail on a second
+    line with ``verbose``, else says where the detail is."""
+    detail = analysis.detail_of(warning)
+    more = " (--verbose says more)" if detail and not verbose else ""
+    typer.echo(f"warning: {one_line(flagged(warning))}{more}", err=True)
+    if detail and verbose:
+        typer.echo(f"  {one_line(flagged(detail))}", err=True)
 
 
 def show_library_warnings() -> None:

@@ -267,7 +267,7 @@ def _figure(anchor: str, caption: str, figure: Any) -> str:
 def _facts_tables(inspection: LogInspection) -> str:
     """What the log holds and its data-quality counts, as ``inspect`` prints them."""
     facts: list[tuple[str, str]] = [
-        (key.replace("_", " "), number(getattr(inspection, key)))
+        (key.replace("_", " "), number(inspection.to_dict()[key]))
         for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps")
     ]
     if inspection.eval_records:
@@ -285,11 +285,10 @@ def _facts_tables(inspection: LogInspection) -> str:
                 else ""
             ),
         ),
-        ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
-        *(
-            [("run's batch groups", number(inspection.run_batch_groups))]
-            if inspection.run_batch_groups is not None
-            else []
+        (
+            ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a"))
+            if inspection.run_batch_groups is None
+            else ("batch groups (the run's)", number(inspection.run_batch_groups))
         ),
         *(
             [

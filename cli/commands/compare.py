@@ -106,4 +106,4 @@ log-prob drift by gap."""
 
             print_compare(result, stdout_console())
     for report in compared.reports:  # skipped records and warnings were dropped unsaid before
-        warn(report)
+        warn(report, verbose=read.verbose)

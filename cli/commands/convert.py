@@ -77,7 +77,7 @@ def convert(
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
     report.warnings = analysis.converted_warnings(report.warnings, report.formats)
-    warn(report)
+    warn(report, verbose=read.verbose)
 
 
 def _convert_partitioned(

@@ -70,7 +70,7 @@ def inspect(
                 print_admission(
                     bounds, stdout_console(), unchecked=_unchecked(inspection, run_folder)
                 )
-    warn(report)
+    warn(report, verbose=read.verbose)
 
 
 def with_run_facts(
@@ -90,7 +90,9 @@ def with_run_facts(
         target = analysis.run_target_groups(folder, limits)
         typer.echo(f"warning: the generation thrown away is not counted: {error}", err=True)
         return dataclasses.replace(inspection, run_batch_groups=target)
-    inspection = dataclasses.replace(inspection, run_batch_groups=run.target_groups)
+    inspection = dataclasses.replace(
+        inspection, run_batch_groups=run.target_groups, run_trainer_steps=run.trainer_steps
+    )
     if thrown is None:  # the partial loop puts its surplus back
         return inspection
     return dataclasses.replace(

@@ -70,7 +70,7 @@ def plot(
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
         analysis.save_figure(analysis.plot_policies(swept.result), output)
         typer.echo(f"wrote {output}", err=True)
-        warn(swept.log.report)
+        warn(swept.log.report, verbose=read.verbose)
         return
     ks, ms = grid.parse()
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
@@ -88,4 +88,4 @@ def plot(
     typer.echo(f"wrote {output}", err=True)
     if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
         say_note(note)
-    warn(log.report)
+    warn(log.report, verbose=read.verbose)

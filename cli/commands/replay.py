@@ -121,7 +121,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
         else:
             print_replayed(replayed, stdout_console())
     if replayed.report is not None:
-        warn(replayed.report)
+        warn(replayed.report, verbose=read.verbose)
     for warning in replayed.warnings if replayed.report is None else ():
         typer.echo(f"warning: {flagged(warning)}", err=True)
 

@@ -64,7 +64,7 @@ def report(
         )  # fmt: skip
     analysis.write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
-    warn(loaded)
+    warn(loaded, verbose=read.verbose)
 
 
 def _reproduce(

@@ -75,7 +75,7 @@ def sweep(
             from cli.render import print_sweep
 
             print_sweep(swept.result, stdout_console())
-    warn(swept.log.report)
+    warn(swept.log.report, verbose=read.verbose)
 
 
 def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:
