@@ -36,6 +36,7 @@ from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.output.result_writers import (
     DECISION_COLUMNS,
+    trajectory_table,
     write_decisions,
     write_frame_to,
     write_run_tables,
@@ -154,6 +155,22 @@ class Replayed:
                 "first": self.report.skipped_where,
             }
         return figures
+
+    def decision_frame(self) -> pl.DataFrame:
+        """One row per group (per attempt, on a run's own loop), as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.decision_table()
+        frame = self.result.decisions
+        ordered = (*DECISION_COLUMNS, *(c for c in frame.columns if c not in DECISION_COLUMNS))
+        return frame.select(*ordered)
+
+    def trajectory_frame(self) -> pl.DataFrame:
+        """One row per trajectory, as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.trajectory_table()
+        assert self.prepared is not None  # the simple loop's
+        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
+        return trajectory_table(self.prepared, engine_result)
 
     def write(
         self, *, decisions: Path | None = None, trajectories: Path | None = None

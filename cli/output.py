@@ -67,6 +67,52 @@ def reader_gone(console: Any) -> None:
     raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
+STDOUT = "-"
+"""An output named ``-``: the data goes to standard output (``-o -``, ``--decisions -``)."""
+
+
+def is_stdout(path: Any) -> bool:
+    """Whether an output option names standard output (``-``)."""
+    return path is not None and str(path) == STDOUT
+
+
+def print_csv(frame: Any) -> None:
+    """A table as CSV on standard output (an output named ``-``)."""
+    with results_out():
+        typer.echo(frame.write_csv(), nl=False)
+
+
+def print_jsonl(records: Any) -> int:
+    """Records as JSONL on standard output (an output named ``-``); how many."""
+    import orjson
+
+    count = 0
+    with results_out():
+        out = sys.stdout.buffer
+        for record in records:
+            out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+            count += 1
+        out.flush()
+    return count
+
+
+def stdout_once(**outputs: Any) -> None:
+    """Refuse two outputs that both go to standard output (``--json``, an output named
+    ``-``): their data would be mixed in one stream."""
+    named = [name for name, value in outputs.items() if value is True or is_stdout(value)]
+    if len(named) > 1:
+        raise typer.BadParameter(
+            "both write to standard output; send one of them to a file", param_hint=", ".join(named)
+        )
+
+
+def stderr_console() -> Any:
+    """A console on stderr (what would go to stdout, when the data takes stdout)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
 def stdout_console() -> Any:
     from rich.console import Console
 

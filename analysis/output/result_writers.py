@@ -39,10 +39,14 @@ def write_trajectories(
 ) -> None:
     """Write one row per trajectory of a replayed log, in the columns a run folder's replay
     writes too (:data:`analysis.engine.run_loop.replay.TRAJECTORY_TABLE_COLUMNS`)."""
+    write_frame_to(trajectory_table(prepared, result), path, inputs=inputs)
+
+
+def trajectory_table(prepared: PreparedLog, result: ReplayResult) -> pl.DataFrame:
+    """One row per trajectory of a replayed log, as :func:`write_trajectories` writes it."""
     from analysis.engine import TRAJECTORY_TABLE_COLUMNS, trajectory_outcomes
 
-    outcomes = trajectory_outcomes(prepared, result)
-    write_frame_to(outcomes.select(TRAJECTORY_TABLE_COLUMNS), path, inputs=inputs)
+    return trajectory_outcomes(prepared, result).select(TRAJECTORY_TABLE_COLUMNS)
 
 
 def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:

@@ -20,7 +20,17 @@ from cli.options import (
     one_max_preempts,
     the_policy,
 )
-from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    is_stdout,
+    print_csv,
+    print_json,
+    progress_bar,
+    results_out,
+    say_note,
+    stdout_console,
+    stdout_once,
+    warn,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -57,14 +67,16 @@ def replay(
     decisions: Annotated[
         Path | None,
         typer.Option(
-            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow."
+            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow; "
+            "- writes CSV to standard output (in place of the summary)."
         ),
     ] = None,
     trajectories: Annotated[
         Path | None,
         typer.Option(
             help="Write one row per trajectory (trajectory_id, group_id, decision, stage, "
-            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow."
+            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow; - "
+            "writes CSV to standard output."
         ),
     ] = None,
     bias: Annotated[
@@ -84,8 +96,9 @@ def replay(
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
 replayed as Dressage's own collector loop runs (README: Your run's logs); with --policy, \
 its records are replayed on the simple loop, as sweep --policy does."""
+    stdout_once(**{"--json": json_output, "--decisions": decisions, "--trajectories": trajectories})
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
-        if output is not None:
+        if output is not None and not is_stdout(output):
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     # the second would be written over the first
     if decisions and trajectories and decisions.resolve() == trajectories.resolve():
@@ -113,10 +126,15 @@ its records are replayed on the simple loop, as sweep --policy does."""
         raise typer.BadParameter(
             flagged(error.message), param_hint=", ".join(FLAGS[name] for name in error.unused)
         ) from None
-    for path in replayed.write(decisions=decisions, trajectories=trajectories):
+    files = [None if is_stdout(path) else path for path in (decisions, trajectories)]
+    for path in replayed.write(decisions=files[0], trajectories=files[1]):
         typer.echo(f"wrote {path}", err=True)  # as every command that writes says
     with results_out():
-        if json_output:
+        if is_stdout(decisions) or is_stdout(trajectories):  # the table is the output
+            print_csv(
+                replayed.decision_frame() if is_stdout(decisions) else replayed.trajectory_frame()
+            )
+        elif json_output:
             print_json(replayed.to_dict())
         else:
             print_replayed(replayed, stdout_console())

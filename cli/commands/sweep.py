@@ -16,7 +16,16 @@ from cli.options import (
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    is_stdout,
+    print_csv,
+    progress_bar,
+    results_out,
+    say_note,
+    stdout_console,
+    stdout_once,
+    warn,
+)
 
 
 @sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
@@ -28,7 +37,8 @@ def sweep(
         typer.Option(
             "--output",
             "-o",
-            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow.",
+            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow; - writes "
+            "CSV to standard output.",
         ),
     ] = None,
     json_output: Annotated[
@@ -54,18 +64,23 @@ def sweep(
         )
     policies = some_policies(policy or [])
     ks, ms = ([], []) if policies else grid.parse()
-    if output is not None:  # before the log is read: a typo is told at once
+    stdout_once(**{"--json": json_output, "--output": output})
+    if output is not None and not is_stdout(
+        output
+    ):  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     swept = analysis.sweep_log(
         inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
         options=read.options(order_by=grid.order_by), order_by=grid.order_by,
         progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
     )  # fmt: skip
-    if output is not None:
+    if output is not None and not is_stdout(output):
         analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
-        if json_output:
+        if is_stdout(output):  # the rows are the output
+            print_csv(swept.result.rows)
+        elif json_output:
             typer.echo(json.dumps(_json_rows(swept.result)))
         elif isinstance(swept.result, analysis.PolicySweep):
             from cli.render import print_policy_sweep

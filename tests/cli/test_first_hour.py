@@ -54,3 +54,53 @@ def test_a_setting_refused_in_python_says_none_as_python_does(value: object) -> 
     from cli.flags import flagged
 
     assert "--max-preempts none" in flagged(raised.value.message)
+
+
+def test_tables_named_dash_go_to_standard_output_as_csv(
+    small_logs: dict[str, Path], run_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import polars as pl
+
+    log = str(small_logs["jsonl"])
+    written = tmp_path / "decisions.csv"
+    file = runner.invoke(app, ["replay", log, "-k", "1", "-m", "1", "--decisions", str(written)])
+    out = runner.invoke(app, ["replay", log, "-k", "1", "-m", "1", "--decisions", "-"])
+    assert out.exit_code == 0, out.stderr
+    assert file.exit_code == 0 and not (Path.cwd() / "-").exists()
+    # the same table as the file, and nothing else on stdout (no summary)
+    assert pl.read_csv(out.stdout.encode()).equals(pl.read_csv(written))
+    for args in (
+        ["replay", log, "-k", "1", "--trajectories", "-"],
+        ["replay", str(run_folders["k2-m1"]), "-k", "2", "--decisions", "-"],
+        ["sweep", log, "-k", "0..2", "-m", "1", "-o", "-"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.stderr)
+        frame = pl.read_csv(result.stdout.encode())
+        assert frame.height > 0 and "wrote" not in result.stderr
+    swept = pl.read_csv(
+        runner.invoke(app, ["sweep", log, "-k", "0..2", "-m", "1", "-o", "-"]).stdout.encode()
+    )
+    assert swept["keep_versions"].to_list() == [0, 1, 2]
+
+
+def test_two_outputs_to_standard_output_are_refused(small_logs: dict[str, Path]) -> None:
+    log = str(small_logs["jsonl"])
+    for args in (
+        ["replay", log, "--decisions", "-", "--trajectories", "-"],
+        ["replay", log, "--decisions", "-", "--json"],
+        ["sweep", log, "-o", "-", "--json"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "standard output" in result.stderr, args
+
+
+def test_simulate_writes_jsonl_to_standard_output(tmp_path: Path) -> None:
+    out = runner.invoke(app, ["simulate", "-o", "-", "--groups", "5", "--seed", "3"])
+    assert out.exit_code == 0, out.stderr
+    file = tmp_path / "log.jsonl"
+    runner.invoke(app, ["simulate", "-o", str(file), "--groups", "5", "--seed", "3"])
+    assert out.stdout.encode() == file.read_bytes()
+    assert "to standard output" in out.stderr
+    refused = runner.invoke(app, ["simulate", "-o", "-", "--format", "parquet"])
+    assert refused.exit_code == 2 and "JSONL only" in refused.stderr
