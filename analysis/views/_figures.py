@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +18,62 @@ def new_figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
+
+
+_SETTING = "_dressage_replay_setting"
+"""The attribute of a figure holding the setting it draws, for its provenance line."""
+
+
+def note_setting(figure: Figure, setting: str) -> None:
+    """Remember the setting (or grid of settings) a figure draws, with its B, for the
+    provenance line :func:`stamp` draws."""
+    setattr(figure, _SETTING, setting)
+
+
+def provenance(
+    figure: Figure, inputs: Sequence[str | Path] = (), version: str | None = None
+) -> str:
+    """The provenance line of a figure: its inputs' names, the setting it draws and the
+    tool's version (a figure pasted into a document keeps where it came from)."""
+    from analysis.views.report import tool_version
+
+    names = [Path(path).name or str(path) for path in inputs]
+    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+    parts = [shown, getattr(figure, _SETTING, ""), f"dressage-replay {version or tool_version()}"]
+    return "   ".join(part for part in parts if part)
+
+
+def grid_setting(
+    keep_versions: Sequence[int], max_preempts: Sequence[int | None], batches: Sequence[int | None]
+) -> str:
+    """The settings of a sweep in a few words: ``K=0,1,2 M=none,1 B=4``."""
+    ks = ",".join(str(k) for k in keep_versions)
+    ms = ",".join("none" if m is None else str(m) for m in max_preempts)
+    shown = sorted({str(b) for b in batches})
+    return f"K={ks} M={ms} B={'/'.join(shown) or 'n/a'}"
+
+
+PROVENANCE_INCHES = 0.22
+"""The strip below a figure's panels that holds its provenance line."""
+
+
+def stamp(figure: Figure, inputs: Sequence[str | Path] = (), version: str | None = None) -> None:
+    """Draw the provenance line (:func:`provenance`) small in the figure's lower right, in
+    a strip kept free of the panels."""
+    if getattr(figure, "_dressage_replay_stamped", False):
+        return
+    height = figure.get_figheight()
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    engine = figure.get_layout_engine()
+    strip = min(0.2, PROVENANCE_INCHES / height)
+    if isinstance(engine, ConstrainedLayoutEngine):  # the panels leave the strip free
+        engine.set(rect=(0, strip, 1, 1 - strip))
+    figure.text(
+        0.995, 0.2 * strip, provenance(figure, inputs, version),
+        ha="right", va="bottom", fontsize=7, color="0.4",
+    )  # fmt: skip
+    figure._dressage_replay_stamped = True  # type: ignore[attr-defined]
 
 
 def show_empty(ax: Axes, message: str) -> None:

@@ -25,6 +25,7 @@ from analysis.engine import (
     ReplayResult,
     ReplaySummary,
 )
+from analysis.views._figures import note_setting
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -175,6 +176,7 @@ def plot_compare(result: CompareResult) -> Figure:
         _integer_ticks(ax)
         ax.legend()
     figure.suptitle(f"{result.names[0]} vs {result.names[1]}")
+    note_setting(figure, "; ".join(config.describe() for config in result.configs))
     return figure
 
 

@@ -38,8 +38,11 @@ from analysis.views._figures import (
     bar_ticks,
     capped_bars,
     floats,
+    grid_setting,
     new_figure,
+    note_setting,
     show_empty,
+    stamp,
 )
 
 # Re-exported: plots is where callers find every figure.
@@ -71,6 +74,17 @@ def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
     if rows.height and rows["tokens_kept_pct"].null_count() == 0:
         return "tokens_kept_pct", "% of response tokens"
     return "samples_kept_pct", "% of samples"
+
+
+def _grid_words(rows: pl.DataFrame) -> str:
+    """A sweep's settings in a few words, for its provenance line."""
+    if not rows.height:
+        return ""
+    return grid_setting(
+        rows["keep_versions"].unique(maintain_order=True).to_list(),
+        _max_preempts_values(rows),
+        rows["batch_groups"].unique().to_list(),
+    )
 
 
 def _max_preempts_values(rows: pl.DataFrame) -> list[int | None]:
@@ -160,6 +174,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     figure = new_figure(12, 4.8)
     kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
     batch = rows["batch_groups"].unique().to_list()
+    note_setting(figure, _grid_words(rows))
     figure.suptitle(
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
@@ -285,6 +300,7 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
+    note_setting(figure, result.config.describe())
     ax.set_title(f"Version span per trajectory ({result.config.describe()})")
     ax.set_xlabel("version span (distinct versions in one trajectory)")
     ax.set_ylabel("trajectories")
@@ -357,6 +373,14 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
+    note_setting(
+        figure,
+        grid_setting(
+            list(dict.fromkeys(c.keep_versions for c in configs)),
+            list(dict.fromkeys(c.max_preempts for c in configs)),
+            [c.batch_groups for c in configs],
+        ),
+    )
     title = "Version gap of kept trajectories"
     if configs and shared_m:
         config = configs[0]
@@ -404,7 +428,13 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
-    ax.set_title(f"Kept data ({kept_unit}); bold = Pareto-efficient")
+    note_setting(figure, _grid_words(rows))
+    batch = rows["batch_groups"].unique().to_list() if rows.height else []
+    ax.set_title(
+        f"Kept data ({kept_unit})"
+        + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
+        + "; bold = Pareto-efficient"
+    )
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
     if rows.height == 0:
@@ -464,10 +494,19 @@ def settings_note(
     return None
 
 
-def save_figure(figure: Figure, path: str | Path) -> None:
-    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
+def save_figure(
+    figure: Figure,
+    path: str | Path,
+    *,
+    inputs: Sequence[str | Path] = (),
+    version: str | None = None,
+) -> None:
+    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file,
+    with its provenance line: the names of ``inputs``, the setting it draws and the tool's
+    ``version`` (the installed one unless given)."""
     path = Path(path)
     check_output(path, FIGURE_FORMATS, what="figure")
+    stamp(figure, inputs, version)
     with atomic_path(path) as temp:
         # The temporary name ends in .tmp, so the format must be given, not guessed.
         figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)

@@ -96,7 +96,7 @@ log-prob drift by gap."""
     )  # fmt: skip
     result = compared.result
     if plot_file is not None:
-        analysis.save_figure(analysis.plot_compare(result), plot_file)
+        analysis.save_figure(analysis.plot_compare(result), plot_file, inputs=[first, second])
         typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
     with results_out():
         if json_output:

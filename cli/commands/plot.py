@@ -68,7 +68,7 @@ def plot(
             order_by=grid.order_by, progress=bars, note=say_note,
         )  # fmt: skip
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
-        analysis.save_figure(analysis.plot_policies(swept.result), output)
+        analysis.save_figure(analysis.plot_policies(swept.result), output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)
         warn(swept.log.report, verbose=read.verbose)
         return
@@ -84,7 +84,7 @@ def plot(
             kind.value, log.prepared, keep_versions=ks, max_preempts=ms,
             batch_groups=log.batch_groups, progress=update,
         )  # fmt: skip
-    analysis.save_figure(figure, output)
+    analysis.save_figure(figure, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
     if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
         say_note(note)
