@@ -12,7 +12,6 @@ import analysis
 from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    INT,
     BatchGroups,
     one_keep_versions,
     one_max_preempts,
@@ -36,11 +35,21 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
 def compare(
     first: Annotated[
         Path,
-        typer.Argument(help="The first log (file or folder).", show_default=False, readable=False),
+        typer.Argument(
+            help="The first log (file or folder).",
+            show_default=False,
+            readable=False,
+            metavar="FIRST",
+        ),
     ],
     second: Annotated[
         Path,
-        typer.Argument(help="The second log (file or folder).", show_default=False, readable=False),
+        typer.Argument(
+            help="The second log (file or folder).",
+            show_default=False,
+            readable=False,
+            metavar="SECOND",
+        ),
     ],
     keep_versions: Annotated[
         int,
@@ -49,16 +58,20 @@ def compare(
             "-k",
             help="K applied to both logs.",
             parser=one_keep_versions,
-            metavar=INT,
+            metavar="<int|off>",
         ),
     ] = 0,
     max_preempts: Annotated[
-        str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")
+        str,
+        typer.Option("--max-preempts", "-m", help="M applied to both logs.", metavar="<int|none>"),
     ] = "none",
     batch_groups: BatchGroups = None,
     names: Annotated[
         str | None,
-        typer.Option(help="Names of the two runs, comma-separated (default: the file names)."),
+        typer.Option(
+            help="Names of the two runs, comma-separated (default: the file names).",
+            metavar="NAME,NAME",
+        ),
     ] = None,
     plot_file: Annotated[
         Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
@@ -73,6 +86,7 @@ def compare(
             help="slime train-side dumps (train_data/) of the first log, then (given again) of "
             "the second: the trainer's log-probs, joined to the log on (rollout_id, index).",
             show_default=False,
+            metavar="FOLDER",
         ),
     ] = None,
     read: ReadFlags = READ,

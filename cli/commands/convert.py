@@ -33,7 +33,8 @@ def convert(
         str | None,
         typer.Option(
             help="Keep this field as a column, so that a replay of the output can order "
-            "group arrival by it (--order-by); rows stay in input order."
+            "group arrival by it (--order-by); rows stay in input order.",
+            metavar="FIELD",
         ),
     ] = None,
     read: ReadFlags = READ,
