@@ -111,6 +111,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         TrainDumps as TrainDumps,
         read_train_dumps as read_train_dumps,
     )
+    from analysis.output.atomic import (
+        set_aside as set_aside,
+    )
     from analysis.output.checks import (
         FRAME_FORMATS as FRAME_FORMATS,
         check_output as check_output,
@@ -240,6 +243,7 @@ _HOME: dict[str, str] = {
     "build_report": "analysis.studies",
     "CANONICAL_SCHEMA": "analysis.table.schema",
     "check_output": "analysis.output.checks",
+    "set_aside": "analysis.output.atomic",
     "compare_inputs": "analysis.compare",
     "compare_logs": "analysis.compare",
     "ComparedLogs": "analysis.compare",

@@ -297,6 +297,15 @@ Verbose = Annotated[
         metavar=FLAG,
     ),
 ]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace an output that exists (a file, or a folder that is not empty); "
+        "without it an existing output is refused.",
+        metavar=FLAG,
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(

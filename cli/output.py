@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -104,6 +105,31 @@ def stdout_once(**outputs: Any) -> None:
         raise typer.BadParameter(
             "both write to standard output; send one of them to a file", param_hint=", ".join(named)
         )
+
+
+def refuse_existing(*outputs: Any, force: bool) -> None:
+    """One rule for every output, file or folder: one that exists is refused unless
+    ``--force`` (an empty folder is a place for a new one); said before any work. An
+    output named ``-`` is standard output."""
+    for output in outputs:
+        if output is None or is_stdout(output) or force:
+            continue
+        path = Path(output)
+        if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+            continue
+        if path.exists() or path.is_symlink():
+            kind = "a folder" if path.is_dir() else "a file"
+            raise analysis.OutputError(
+                f"{path}: already exists ({kind}); pass --force to replace it, or name another"
+            )
+
+
+def replacing(output: Any, *, force: bool) -> Any:
+    """Around the write of a folder output: with ``--force``, the folder that exists moved
+    aside, removed once the new one is written, put back if the write fails."""
+    if force and output is not None and not is_stdout(output) and Path(output).is_dir():
+        return analysis.set_aside(Path(output))
+    return contextlib.nullcontext()
 
 
 def stderr_console() -> Any:

@@ -13,10 +13,19 @@ from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
     BatchGroups,
+    Force,
     one_keep_versions,
     one_max_preempts,
 )  # fmt: skip
-from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    print_json,
+    progress_bar,
+    refuse_existing,
+    results_out,
+    say_note,
+    stdout_console,
+    warn,
+)
 
 
 def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
@@ -79,6 +88,7 @@ def compare(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the comparison as JSON.", metavar=FLAG)
     ] = False,
+    force: Force = False,
     train_dumps: Annotated[
         list[Path] | None,
         typer.Option(
@@ -102,6 +112,7 @@ log-prob drift by gap."""
         analysis.check_output(
             plot_file, analysis.FIGURE_FORMATS, what="figure", inputs=[first, second]
         )
+        refuse_existing(plot_file, force=force)
     if len(train_dumps or []) > 2:
         raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
     compared = analysis.compare_inputs(

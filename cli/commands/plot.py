@@ -12,12 +12,13 @@ import typer
 import analysis
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
+    Force,
     Inputs,
     one_of,
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, say_note, warn
+from cli.output import progress_bar, refuse_existing, say_note, warn
 
 
 class PlotKind(StrEnum):
@@ -41,6 +42,7 @@ def plot(
     ],
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
+    force: Force = False,
     grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
@@ -63,6 +65,7 @@ def plot(
                 param_hint="--policy",
             )
         analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+        refuse_existing(output, force=force)
         swept = analysis.sweep_log(
             inputs, policies=policies, batch_groups=grid.batch_groups, options=options,
             order_by=grid.order_by, progress=bars, note=say_note,
@@ -74,6 +77,7 @@ def plot(
         return
     ks, ms = grid.parse()
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+    refuse_existing(output, force=force)
     log = analysis.load_log(
         inputs, options=options, order_by=grid.order_by, batch_groups=grid.batch_groups,
         progress=bars,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -9,10 +10,20 @@ import typer
 
 import analysis
 from cli.flags import FLAGS, flagged
-from cli.groups import READ, RUN, ReadFlags, RunFlags, reads_logs, takes_run_settings
+from cli.groups import (
+    READ,
+    RUN,
+    ReadFlags,
+    RunFlags,
+    declared,
+    reads_logs,
+    takes_group,
+    takes_run_settings,
+)
 from cli.options import (
     FLAG,
     BatchGroups,
+    Force,
     Inputs,
     OrderBy,
     PolicyOption,
@@ -25,6 +36,7 @@ from cli.output import (
     print_csv,
     print_json,
     progress_bar,
+    refuse_existing,
     results_out,
     say_note,
     stdout_console,
@@ -36,8 +48,41 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+@dataclass(frozen=True)
+class TableOutputs:
+    """replay's tables (one row per group or attempt, one per trajectory) and whether an
+    existing one is replaced, given to the command as one value."""
+
+    decisions: Path | None = None
+    trajectories: Path | None = None
+    force: bool = False
+    given: frozenset[str] = frozenset()
+
+
+_TABLES = {
+    "decisions": Annotated[
+        Path | None,
+        typer.Option(
+            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow; "
+            "- writes CSV to standard output (in place of the summary)."
+        ),
+    ],
+    "trajectories": Annotated[
+        Path | None,
+        typer.Option(
+            help="Write one row per trajectory (trajectory_id, group_id, decision, stage, "
+            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow; - "
+            "writes CSV to standard output."
+        ),
+    ],
+    "force": Force,
+}
+TABLES = TableOutputs()
+
+
 @reads_logs()
 @takes_run_settings()
+@takes_group("tables", TableOutputs, declared(TableOutputs, _TABLES))
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
@@ -64,21 +109,7 @@ def replay(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object.", metavar=FLAG)
     ] = False,
-    decisions: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow; "
-            "- writes CSV to standard output (in place of the summary)."
-        ),
-    ] = None,
-    trajectories: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write one row per trajectory (trajectory_id, group_id, decision, stage, "
-            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow; - "
-            "writes CSV to standard output."
-        ),
-    ] = None,
+    tables: TableOutputs = TABLES,
     bias: Annotated[
         bool,
         typer.Option(
@@ -96,10 +127,12 @@ def replay(
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
 replayed as Dressage's own collector loop runs (README: Your run's logs); with --policy, \
 its records are replayed on the simple loop, as sweep --policy does."""
+    decisions, trajectories, force = tables.decisions, tables.trajectories, tables.force
     stdout_once(**{"--json": json_output, "--decisions": decisions, "--trajectories": trajectories})
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
         if output is not None and not is_stdout(output):
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    refuse_existing(decisions, trajectories, force=force)
     # the second would be written over the first
     if decisions and trajectories and decisions.resolve() == trajectories.resolve():
         raise analysis.OutputError(

@@ -16,6 +16,7 @@ import analysis
 from cli.groups import declared, takes_group
 from cli.options import (
     FLAG,
+    Force,
     LimitOption,
     Quiet,
     Traceback,
@@ -25,7 +26,7 @@ from cli.options import (
     run_limits,
     whole_option,
 )
-from cli.output import is_stdout, print_jsonl, progress_bar
+from cli.output import is_stdout, print_jsonl, progress_bar, refuse_existing, replacing
 
 
 class LogFormatChoice(StrEnum):
@@ -196,6 +197,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    force: Force = False,
     limit: LimitOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
@@ -212,6 +214,7 @@ def simulate(
         chosen = "jsonl"
     else:
         chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    refuse_existing(output, force=force)  # a file as a folder: one rule
     if limit and like is None:
         raise typer.BadParameter(
             "only read with --like: it bounds what reading that run may hold; leave it out, "
@@ -237,7 +240,8 @@ def simulate(
         if is_stdout(output):
             count = print_jsonl(records)
         else:
-            count = analysis.write_log(records, output, chosen)
+            with replacing(output, force=force):
+                count = analysis.write_log(records, output, chosen)
     where = "standard output" if is_stdout(output) else output
     typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {where}", err=True)
 

@@ -12,6 +12,7 @@ import analysis
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
+    Force,
     Inputs,
     policies_option,
     some_policies,
@@ -20,6 +21,7 @@ from cli.output import (
     is_stdout,
     print_csv,
     progress_bar,
+    refuse_existing,
     results_out,
     say_note,
     stdout_console,
@@ -28,7 +30,7 @@ from cli.output import (
 )
 
 
-@sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
+@sweeps_logs(placed={"output": "batch_groups", "json_output": "output", "force": "json_output"})
 def sweep(
     inputs: Inputs,
     grid: GridFlags = GRID,
@@ -44,6 +46,7 @@ def sweep(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
     ] = False,
+    force: Force = False,
     policy: Annotated[
         list[str] | None,
         policies_option(
@@ -69,6 +72,7 @@ def sweep(
         output
     ):  # before the log is read: a typo is told at once
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    refuse_existing(output, force=force)
     swept = analysis.sweep_log(
         inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
         options=read.options(order_by=grid.order_by), order_by=grid.order_by,

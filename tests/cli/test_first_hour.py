@@ -104,3 +104,72 @@ def test_simulate_writes_jsonl_to_standard_output(tmp_path: Path) -> None:
     assert "to standard output" in out.stderr
     refused = runner.invoke(app, ["simulate", "-o", "-", "--format", "parquet"])
     assert refused.exit_code == 2 and "JSONL only" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "output"),
+    [
+        (["simulate", "--groups", "4", "-q", "-o"], "log.parquet"),
+        (["simulate", "--groups", "4", "-q", "--format", "artifacts", "-o"], "run"),
+        (["convert", "SAMPLE", "-o"], "parts"),
+        (["sweep", "SAMPLE", "-k", "1", "-m", "1", "-o"], "rows.csv"),
+        (["replay", "SAMPLE", "-k", "1", "--decisions"], "decisions.csv"),
+        (["plot", "heatmap", "SAMPLE", "-k", "1", "-m", "1", "-o"], "figure.png"),
+        (["report", "SAMPLE", "-k", "1", "-m", "1", "-o"], "report.html"),
+    ],
+)
+def test_an_output_that_exists_is_refused_unless_forced(
+    args: list[str], output: str, small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """One rule for files and folders (simulate -o x.parquet overwrote a file silently
+    while a folder that is not empty was refused)."""
+    target = tmp_path / output
+    args = [str(small_logs["jsonl"]) if arg == "SAMPLE" else arg for arg in args]
+    first = runner.invoke(app, [*args, str(target)])
+    assert first.exit_code == 0, first.stderr
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    stamp = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    again = runner.invoke(app, [*args, str(target)])
+    assert again.exit_code == 8, again.stderr
+    assert "already exists" in again.stderr and "--force" in again.stderr
+    assert stamp == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    forced = runner.invoke(app, [*args, str(target), "--force"])
+    assert forced.exit_code == 0, forced.stderr
+    # replaced, and nothing left beside it (no folder set aside, no temporary)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_forced_folder_that_fails_to_be_written_keeps_the_old_one(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    (folder / "traj_payload").mkdir(parents=True)
+    (folder / "keep.txt").write_text("mine")
+    with pytest.raises(RuntimeError), analysis.set_aside(folder):
+        assert not folder.exists()
+        raise RuntimeError("the write failed")
+    assert (folder / "keep.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_readme_examples_write_nothing_into_the_clone() -> None:
+    """A new user following the README was left decisions.csv, run.parquet and others in
+    their clone: every file an example writes goes under /tmp (or to stdout)."""
+    import itertools
+    import shlex
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    lines = readme.read_text().splitlines()
+    commands = []
+    for number, line in enumerate(lines):
+        if line.startswith("$ dressage-replay"):
+            text = line[2:]
+            while text.endswith("\\"):
+                number += 1
+                text = text[:-1] + " " + lines[number].strip()
+            commands.append(text.split("|")[0])
+    assert len(commands) > 10
+    writes = ("-o", "--output", "--decisions", "--trajectories", "--plot")
+    for command in commands:
+        words = shlex.split(command)
+        for flag, value in itertools.pairwise(words):
+            if flag in writes:
+                assert value == "-" or value.startswith("/tmp/"), command

@@ -30,8 +30,8 @@ def test_every_command_that_reads_logs_takes_format(
     args = {
         "replay": ["replay", log, "-b", "1"],
         "sweep": ["sweep", log, "-b", "1"],
-        "plot": ["plot", "sweep", log, "-b", "1", "-o", str(tmp_path / "s.png")],
-        "report": ["report", log, "-b", "1", "-o", str(tmp_path / "r.html")],
+        "plot": ["plot", "sweep", log, "-b", "1", "-o", str(tmp_path / "s.png"), "--force"],
+        "report": ["report", log, "-b", "1", "-o", str(tmp_path / "r.html"), "--force"],
         "compare": ["compare", log, log, "-b", "1"],
     }[command]
     result = runner.invoke(app, [*args, "--format", "verl"], terminal_width=300)
