@@ -35,12 +35,9 @@ from analysis.formats.dressage.run import is_run_folder, read_run
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.output.result_writers import (
-    DECISION_COLUMNS,
+    decisions_in_order,
     trajectory_table,
-    write_decisions,
     write_frame_to,
-    write_run_tables,
-    write_trajectories,
 )
 from analysis.rules.policies import (
     Policy,
@@ -160,9 +157,7 @@ class Replayed:
         """One row per group (per attempt, on a run's own loop), as ``write`` writes it."""
         if isinstance(self.result, LoopReplay):
             return self.result.decision_table()
-        frame = self.result.decisions
-        ordered = (*DECISION_COLUMNS, *(c for c in frame.columns if c not in DECISION_COLUMNS))
-        return frame.select(*ordered)
+        return decisions_in_order(self.result.decisions)
 
     def trajectory_frame(self) -> pl.DataFrame:
         """One row per trajectory, as ``write`` writes it."""
@@ -175,29 +170,12 @@ class Replayed:
     def write(
         self, *, decisions: Path | None = None, trajectories: Path | None = None
     ) -> Iterator[Path]:
-        """Write the decision and trajectory tables (format by extension); each path once
-        it is written."""
-        if isinstance(self.result, LoopReplay):
-            yield from write_run_tables(
-                self.result, decisions=decisions, trajectories=trajectories, inputs=self.inputs
-            )
-            return
-        assert self.prepared is not None  # the simple loop's
-        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
-        if decisions is not None:
-            if isinstance(self.result, PolicyResult):
-                frame = self.result.decisions
-                ordered = (
-                    *DECISION_COLUMNS,
-                    *(c for c in frame.columns if c not in DECISION_COLUMNS),
-                )
-                write_frame_to(frame.select(*ordered), decisions, inputs=self.inputs)
-            else:
-                write_decisions(self.result, decisions, inputs=self.inputs)
-            yield decisions
-        if trajectories is not None:
-            write_trajectories(self.prepared, engine_result, trajectories, inputs=self.inputs)
-            yield trajectories
+        """Write the decision and trajectory tables (by extension); each path once written."""
+        tables = ((self.decision_frame, decisions), (self.trajectory_frame, trajectories))
+        for table, path in tables:
+            if path is not None:
+                write_frame_to(table(), path, inputs=self.inputs)
+                yield path
 
 
 def _paths(source: Source) -> tuple[Path, ...]:
@@ -332,13 +310,9 @@ class LoadedLog:
     """B as given; else a run folder's own; None when the log's trainer steps tell it."""
 
     def __repr__(self) -> str:
-        names = ", ".join(path.name for path in self.inputs[:2]) + (
-            ", ..." if self.inputs[2:] else ""
-        )
-        return (
-            f"LoadedLog({names}: {self.table.height:,} records, "
-            f"{self.prepared.n_groups:,} groups, batch_groups={self.batch_groups})"
-        )
+        names = ", ".join(path.name for path in self.inputs[:3])  # (a table's head: below)
+        size = f"{self.table.height:,} records, {self.prepared.n_groups:,} groups"
+        return f"LoadedLog({names}: {size}, batch_groups={self.batch_groups})"
 
     def _repr_html_(self) -> str:
         return f"<p>{html.escape(repr(self))}</p>{self.table.head(10)._repr_html_()}"

@@ -30,8 +30,12 @@ DECISION_COLUMNS = ("group_id", "decision", "stage", "batch", "version_index", "
 def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()) -> None:
     """Write one row per group (CSV or Parquet by extension), the decision columns first."""
     refuse_overwriting_inputs(Path(path), inputs)
-    frame = result.decisions
-    write_frame(frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS)), path)
+    write_frame(decisions_in_order(result.decisions), path)
+
+
+def decisions_in_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """A decisions table with :data:`DECISION_COLUMNS` first, as it is written."""
+    return frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS))
 
 
 def write_trajectories(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import polars as pl
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -30,13 +31,22 @@ def note_setting(figure: Figure, setting: str) -> None:
     setattr(figure, _SETTING, setting)
 
 
+def tool_version() -> str:
+    """The installed dressage-replay version, or "unknown" (run from a source tree that
+    was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dressage-replay")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def provenance(
     figure: Figure, inputs: Sequence[str | Path] = (), version: str | None = None
 ) -> str:
     """The provenance line of a figure: its inputs' names, the setting it draws and the
     tool's version (a figure pasted into a document keeps where it came from)."""
-    from analysis.views.report import tool_version
-
     names = [Path(path).name or str(path) for path in inputs]
     shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
     parts = [shown, getattr(figure, _SETTING, ""), f"dressage-replay {version or tool_version()}"]
@@ -51,6 +61,17 @@ def grid_setting(
     ms = ",".join("none" if m is None else str(m) for m in max_preempts)
     shown = sorted({str(b) for b in batches})
     return f"K={ks} M={ms} B={'/'.join(shown) or 'n/a'}"
+
+
+def sweep_setting(rows: pl.DataFrame) -> str:
+    """A sweep's settings (its rows) in a few words, for its provenance line."""
+    if not rows.height:
+        return ""
+    return grid_setting(
+        rows["keep_versions"].unique(maintain_order=True).to_list(),
+        rows["max_preempts"].unique(maintain_order=True).to_list(),
+        rows["batch_groups"].unique().to_list(),
+    )
 
 
 PROVENANCE_INCHES = 0.22

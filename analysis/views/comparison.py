@@ -141,7 +141,7 @@ def thin_gaps(records: list[int]) -> list[bool]:
 
     Examples
     --------
-    >>> thin_gaps([919, 40, 1])
+    >>> thin_gaps([919, 60, 1])
     [False, False, True]
     """
     floor = max(THIN_RECORDS, max(records, default=0) / 20)

@@ -43,6 +43,7 @@ from analysis.views._figures import (
     note_setting,
     show_empty,
     stamp,
+    sweep_setting,
 )
 
 # Re-exported: plots is where callers find every figure.
@@ -74,17 +75,6 @@ def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
     if rows.height and rows["tokens_kept_pct"].null_count() == 0:
         return "tokens_kept_pct", "% of response tokens"
     return "samples_kept_pct", "% of samples"
-
-
-def _grid_words(rows: pl.DataFrame) -> str:
-    """A sweep's settings in a few words, for its provenance line."""
-    if not rows.height:
-        return ""
-    return grid_setting(
-        rows["keep_versions"].unique(maintain_order=True).to_list(),
-        _max_preempts_values(rows),
-        rows["batch_groups"].unique().to_list(),
-    )
 
 
 def _max_preempts_values(rows: pl.DataFrame) -> list[int | None]:
@@ -174,7 +164,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     figure = new_figure(12, 4.8)
     kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
     batch = rows["batch_groups"].unique().to_list()
-    note_setting(figure, _grid_words(rows))
+    note_setting(figure, sweep_setting(rows))
     figure.suptitle(
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
@@ -428,13 +418,10 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
-    note_setting(figure, _grid_words(rows))
+    note_setting(figure, sweep_setting(rows))
     batch = rows["batch_groups"].unique().to_list() if rows.height else []
-    ax.set_title(
-        f"Kept data ({kept_unit})"
-        + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
-        + "; bold = Pareto-efficient"
-    )
+    per_batch = f", B={batch[0]} groups per batch" if len(batch) == 1 else ""
+    ax.set_title(f"Kept data ({kept_unit}){per_batch}; bold = Pareto-efficient")
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
     if rows.height == 0:
@@ -502,8 +489,7 @@ def save_figure(
     version: str | None = None,
 ) -> None:
     """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file,
-    with its provenance line: the names of ``inputs``, the setting it draws and the tool's
-    ``version`` (the installed one unless given)."""
+    with its provenance line (:func:`analysis.views._figures.provenance`)."""
     path = Path(path)
     check_output(path, FIGURE_FORMATS, what="figure")
     stamp(figure, inputs, version)

@@ -24,6 +24,7 @@ from analysis.errors import render
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
 from analysis.rules.policies import PolicySweep
+from analysis.views._figures import tool_version
 from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import SWEEP_CAPTION, number, policy_sweep_table, sweep_table
@@ -70,17 +71,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 """Data-quality counts the report leaves out, as ``inspect`` does (the same set as
 ``cli/render.py``'s ``_NOT_PROBLEMS``; the library may not import the CLI): versions are
 ordered by first observation, not by sorting, so these are not defects."""
-
-
-def tool_version() -> str:
-    """The installed dressage-replay version, or "unknown" (run from a source tree that
-    was never installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dressage-replay")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(frozen=True)
