@@ -26,7 +26,7 @@ demo: $(STAMP) ## Set up the virtual environment and run the main job on sample_
 	@echo "  source $(VENV)/bin/activate"
 	@echo "  dressage-replay replay sample_data/rollouts.jsonl --keep-versions 1 --max-preempts 2"
 
-test: $(STAMP) ## Install what the tests need and run them, except those marked slow (about 3 minutes)
+test: $(STAMP) ## Install what the tests need and run them, except those marked slow (4 min of CPU)
 	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: $(STAMP) ## Only the tests marked slow: property tests at full size, robustness

@@ -173,3 +173,12 @@ def test_readme_examples_write_nothing_into_the_clone() -> None:
         for flag, value in itertools.pairwise(words):
             if flag in writes:
                 assert value == "-" or value.startswith("/tmp/"), command
+
+
+def test_readme_set_up_times_are_in_cpu_time_with_a_word_on_busy_hosts() -> None:
+    """ "About three minutes" took 17 on a busy two-core host (3 minutes of CPU): the
+    README's first screen says CPU time, and what a busy host does to the wall time."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    first = readme.split("\n## ", 1)[0]
+    assert "make test" in first and "minutes of CPU time" in first
+    assert "busy host" in first and "wall time" in first
