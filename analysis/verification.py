@@ -104,6 +104,7 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         """The settings found, the checks and the total, as ``verify --json`` prints them."""
         return {
+            "engine": "dressage-loop",
             "loop": self.loop,
             "loop_reason": self.result.loop_reason,
             "keep_versions": self.result.keep_versions,

@@ -195,6 +195,17 @@ class GridFlags:
         """The K and M lists (:func:`parse_grid`)."""
         return parse_grid(self.keep_versions, self.max_preempts)
 
+    def parse_for(
+        self, inputs: Sequence[Path], options: analysis.ReadOptions
+    ) -> tuple[list[int], list[int | None]]:
+        """The K and M lists for these inputs: a run folder replayed on its own loop takes
+        only the run's own M when -m is not given (its loop cannot apply another M; an
+        empty list says so to the library)."""
+        ks, ms = self.parse()
+        if "max_preempts" not in self.given and analysis.picks_run_loop(inputs, options):
+            return ks, []
+        return ks, ms
+
     @property
     def grid_given(self) -> bool:
         """Whether -k or -m was given (the parser says so)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import sys
 import warnings
@@ -149,7 +150,24 @@ def stdout_console() -> Any:
 
 def print_json(result: dict[str, Any]) -> None:
     """One JSON value on standard output, its notes and warnings said as flags."""
-    typer.echo(json.dumps(flagged_dict(result)))
+    typer.echo(json_text(flagged_dict(result)))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as strict JSON: a float that is not finite (a mean over NaN rewards, a
+    drift of infinite log-probs) is ``null``, as JSON has no NaN or Infinity (``jq`` and
+    strict parsers refuse them; issue 34)."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def say_note(text: str) -> None:

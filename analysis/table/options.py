@@ -54,6 +54,8 @@ class ReadOptions:
     """Largest decompressed/compressed ratio of a gzip stream or a deflated zip member."""
     max_pickle_values: int = DEFAULT_LIMITS.max_pickle_values
     """Most values one pickle may hold, each object counted every time it is referenced."""
+    max_pickle_reuse: int = DEFAULT_LIMITS.max_pickle_reuse
+    """Most values a pickle may hold per byte of it (past a million), counted at every reference."""
     max_pickle_bytes: int = DEFAULT_LIMITS.max_pickle_bytes
     """Most memory the unpickler may take to build one pickle, in bytes."""
     max_depth: int = DEFAULT_LIMITS.max_depth

@@ -14,6 +14,32 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+PNG_DPI = 150
+"""Resolution of PNG output; vector formats ignore it."""
+
+
+def save_figure(
+    figure: Figure,
+    path: str | Path,
+    *,
+    inputs: Sequence[str | Path] = (),
+    version: str | None = None,
+) -> None:
+    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file,
+    with its provenance line (:func:`provenance`)."""
+    from analysis.output.atomic import atomic_path
+    from analysis.output.checks import check_output
+
+    path = Path(path)
+    check_output(path, FIGURE_FORMATS, what="figure")
+    stamp(figure, inputs, version)
+    with atomic_path(path) as temp:
+        # The temporary name ends in .tmp, so the format must be given, not guessed.
+        figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A figure with constrained layout, independent of pyplot."""
     from matplotlib.figure import Figure

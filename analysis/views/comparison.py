@@ -25,6 +25,8 @@ from analysis.engine import (
     ReplayResult,
     ReplaySummary,
 )
+from analysis.engine.grid import SIMPLE_LOOP_ENGINE
+from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
 from analysis.views._figures import note_setting
 
 if TYPE_CHECKING:
@@ -79,7 +81,8 @@ class CompareResult:
     """
 
     names: tuple[str, str]
-    results: tuple[ReplayResult, ReplayResult]
+    results: tuple[ReplayResult | LoopSetting, ReplayResult | LoopSetting]
+    """Each run's replay: on the simple loop, or a run folder's on Dressage's own loop."""
     table: pl.DataFrame
     gap_distribution: pl.DataFrame
     span_distribution: pl.DataFrame
@@ -93,15 +96,28 @@ class CompareResult:
 
     @property
     def summaries(self) -> tuple[ReplaySummary, ReplaySummary]:
-        """The two replays' summaries, whose figures the table repeats."""
-        return self.results[0].summary, self.results[1].summary
+        """The two replays' summaries, whose figures the table repeats (both on the simple
+        loop; a run folder's replay on its own loop has none: :attr:`results`)."""
+        first, second = self.results
+        if isinstance(first, LoopSetting) or isinstance(second, LoopSetting):
+            raise TypeError("a run folder replayed on Dressage's loop has no ReplaySummary")
+        return first.summary, second.summary
+
+    @property
+    def engines(self) -> tuple[str, str]:
+        """Which replay each run had: ``simple-loop`` or ``dressage-loop``."""
+        first, second = (
+            RUN_LOOP_ENGINE if isinstance(r, LoopSetting) else SIMPLE_LOOP_ENGINE
+            for r in self.results
+        )
+        return first, second
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able form: runs with their settings, the table rows and the three frames."""
         return {
             "runs": [
-                {"name": name, "config": result.config.to_dict()}
-                for name, result in zip(self.names, self.results, strict=True)
+                {"name": name, "config": result.config.to_dict(), "engine": engine}
+                for name, result, engine in zip(self.names, self.results, self.engines, strict=True)
             ],
             "table": [
                 {key: _whole(row["metric"], value) for key, value in row.items()}
@@ -111,7 +127,9 @@ class CompareResult:
             "span_distribution": self.span_distribution.to_dicts(),
             "drift_by_gap": self.drift_by_gap.to_dicts(),
             "summaries": {
-                name: result.summary.to_dict()
+                name: result.replay.to_dict()
+                if isinstance(result, LoopSetting)
+                else result.summary.to_dict()
                 for name, result in zip(self.names, self.results, strict=True)
             },
             "notes": list(self.notes),
@@ -177,8 +195,8 @@ def plot_compare(result: CompareResult) -> Figure:
     figure = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
     axes = figure.subplots(1, panels, squeeze=False)[0]
     labels = {
-        name: f"{name} ({config.describe()})"
-        for name, config in zip(result.names, result.configs, strict=True)
+        name: f"{name} ({config.describe()}, {engine})"
+        for name, config, engine in zip(result.names, result.configs, result.engines, strict=True)
     }
     _share_bars(
         axes[0],

@@ -56,6 +56,10 @@ class LogInspection:
     (docs/semantics.md §12.4); None for other logs."""
     thrown_away_setting: str = ""
     """The replay that counted it (loop, K), in words."""
+    settings_engine: str = "simple-loop"
+    """The replay that settings of K and M get for this input (``sweep``, ``plot``,
+    ``report``, ``compare``, ``replay``): ``dressage-loop`` for a run folder, which
+    ``inspect`` itself describes as one log (docs/semantics.md §12.7)."""
 
     @property
     def steps(self) -> int:
@@ -81,6 +85,7 @@ class LogInspection:
             "thrown_away": None
             if self.thrown_away is None
             else {**self.thrown_away.to_dict(), "setting": self.thrown_away_setting},
+            "engine": self.settings_engine,
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
             "quality": dict(self.quality),

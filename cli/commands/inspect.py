@@ -89,9 +89,14 @@ def with_run_facts(
         # command reading the run refuses it); then the warning
         target = analysis.run_target_groups(folder, limits)
         typer.echo(f"warning: the generation thrown away is not counted: {error}", err=True)
-        return dataclasses.replace(inspection, run_batch_groups=target)
+        return dataclasses.replace(
+            inspection, run_batch_groups=target, settings_engine="dressage-loop"
+        )
     inspection = dataclasses.replace(
-        inspection, run_batch_groups=run.target_groups, run_trainer_steps=run.trainer_steps
+        inspection,
+        run_batch_groups=run.target_groups,
+        run_trainer_steps=run.trainer_steps,
+        settings_engine="dressage-loop",
     )
     if thrown is None:  # the partial loop puts its surplus back
         return inspection

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 import analysis
-from cli.flags import FLAGS, flagged
+from cli.flags import flagged, options_refused_as_usage
 from cli.groups import (
     READ,
     RUN,
@@ -147,7 +147,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
         max_preempts=None if chosen is not None else one_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
-    try:
+    with options_refused_as_usage():
         replayed = analysis.replay(
             inputs, config, policy=chosen, options=read.options(order_by=order_by),
             order_by=order_by, bias=bias,
@@ -155,10 +155,6 @@ its records are replayed on the simple loop, as sweep --policy does."""
             note=say_note, max_retries=run.max_retries,
             loop=run.loop,  # type: ignore[arg-type]
         )  # fmt: skip
-    except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
-        raise typer.BadParameter(
-            flagged(error.message), param_hint=", ".join(FLAGS[name] for name in error.unused)
-        ) from None
     files = [None if is_stdout(path) else path for path in (decisions, trajectories)]
     for path in replayed.write(decisions=files[0], trajectories=files[1]):
         typer.echo(f"wrote {path}", err=True)  # as every command that writes says

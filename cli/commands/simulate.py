@@ -214,6 +214,8 @@ def simulate(
         chosen = "jsonl"
     else:
         chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    if not is_stdout(output):
+        analysis.check_folder(output)  # before --like reads a run (issue 34)
     refuse_existing(output, force=force)  # a file as a folder: one rule
     if limit and like is None:
         raise typer.BadParameter(

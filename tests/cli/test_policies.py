@@ -299,9 +299,9 @@ def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     assert summary["policy"]["spec"] == "dressage:keep_versions=3,max_preempts=2"
     assert summary["config"]["max_preempts"] == 2  # as the spec says: applied
     assert "--max-preempts" not in replayed.stderr and "is not applied" not in replayed.stderr
-    assert "read as one log on the simple loop, not its own" in replayed.stderr
+    assert "read as one log on the simple loop here, not on its own loop" in replayed.stderr
     verbose = runner.invoke(app, ["replay", folder, "--policy", spec, "--verbose"])
-    assert "`replay` without a policy, and `verify`, replay the run as Dressage's own" in (
+    assert "settings of K (replay, sweep, plot, report, compare, verify) are replayed as " in (
         verbose.stderr
     )
     own = json.loads(runner.invoke(app, ["replay", folder, "-k", "3", "--json"]).stdout)
@@ -312,7 +312,7 @@ def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spe
     """K off is "off" and M off is "none" everywhere: the replay title, the policy's label
     and spec (as in the plots' legends); both parse back to the same policy."""
     title = runner.invoke(app, ["replay", SAMPLES[0], "-k", "off", "-m", "off"]).stdout
-    assert title.splitlines()[0].startswith("Replay: keep_versions=off  max_preempts=none  ")
+    assert title.splitlines()[0].startswith("Simple loop: keep_versions=off  max_preempts=none  ")
     policy = parse_policy("dressage:k=0,m=off")
     assert policy.label() == "dressage:k=off,m=none"
     assert policy.spec() == "dressage:keep_versions=off,max_preempts=none"

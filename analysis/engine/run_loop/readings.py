@@ -61,10 +61,12 @@ def one_pass(
     late_incomplete: bool = False,
     latest_starts: bool = False,
     label_orders: Mapping[str, tuple[str, ...]] | None = None,
+    call_starts: Mapping[int, float] | None = None,
 ) -> Pass:
     """The loop replayed once: ``late_incomplete`` puts the attempts short of trajectories
     (no traj_err/: their last finish unknown) after every other completion;
     ``latest_starts`` takes the latest of the call starts that fit (no log);
+    ``call_starts`` start calls no log line times (a what-if: as the run's own K placed them);
     ``label_orders`` (attempt id -> version labels) makes the tracker meet an attempt's
     labels in that order (:func:`label_order_variants`)."""
     attempts = attempts_from(run)
@@ -80,9 +82,8 @@ def one_pass(
         for i, attempt in enumerate(a for a in attempts if a.incomplete):
             attempt.completed_at = last + 3600.0 + i
     kept_by_step, metrics = kept_groups_by_step(run), step_metrics(run)
-    starts = (
-        dict(run.calls.select("rollout_id", "started_at").iter_rows()) if run.calls.height else {}
-    )
+    calls = run.calls.select("rollout_id", "started_at")
+    starts = dict(calls.iter_rows()) if run.calls.height else dict(call_starts or {})
     notes: list[str] = []
     unmatched: set[int] = set()
     found: Collector | None = None  # the fully loop's search: its order and polls
@@ -133,13 +134,6 @@ def one_pass(
     )  # fmt: skip
     notes += resolution.notes
     return Pass(resolution.collector, starts, notes, unmatched, attempts, resolution.ambiguous)
-
-
-def untimed_calls(run: RunLog, final: int | None) -> bool:
-    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
-    updated" line before them): then where they begin is searched both ways."""
-    expected = expected_starts(run.weight_updates)
-    return final is None or any(r not in expected for r in range(2, final + 1))
 
 
 def label_order_variants(
@@ -287,6 +281,8 @@ class Evidence:
     timing: PollTiming
     disagreeing: frozenset[int] = frozenset()
     """Steps whose own checks disagree (a file missing: :func:`departure` covers them)."""
+    what_if: bool = False
+    """At another K than the run's: its records neither confirm nor overrule the replay."""
 
     def __post_init__(self) -> None:
         run = self.run
@@ -296,7 +292,7 @@ class Evidence:
         self.dump_step = {s: k for k, sessions in self.kept_by_step.items() for s in sessions}
         steps = set(self.kept_by_step)
         self.dumps_complete = bool(steps) and set(range(max(steps) + 1)) <= steps
-        self.since = departure(run, self.checks) if self.missing else None
+        self.since = departure(run, self.checks) if self.missing and not self.what_if else None
         kept_checks = self.checks.filter(pl.col("check") == "kept_groups")
         self.dumps_agree = bool(kept_checks["agrees"].all())
         self.appear = version_appearance(self.base.attempts)
@@ -314,10 +310,10 @@ class Evidence:
         missing, or that step or the replay's disagrees)."""
         step = self.in_dump(attempt)
         trusted = not self.missing and not {step, own.rollout_id} & self.disagreeing
-        return None if step is None or trusted else step
+        return None if step is None or trusted or self.what_if else step
 
     def confirmed(self, attempt: Attempt, d: AttemptDecision) -> bool:
-        return (
+        return not self.what_if and (
             (self.dumps_agree or d.rollout_id in self.base.unmatched)
             and d.decision is Decision.KEPT
             and d.rollout_id is not None
@@ -385,6 +381,7 @@ def unknowns(
     loop: str = "partial",
     timing: PollTiming | None = None,
     disagreeing: frozenset[int] = frozenset(),
+    what_if: bool = False,
 ) -> dict[str, tuple[str, ...]]:
     """Attempts whose decision the files cannot tell, with the decisions possible
     (docs/semantics.md §12.4): those that differ between readings of what the files leave
@@ -402,8 +399,9 @@ def unknowns(
     the stage of a stale drop near a new version's arrival.
 
     With every file present, the decisions of the steps in ``disagreeing`` (their own
-    checks disagree) are unknown too, but for attempts a dump holds and recorded failures."""
-    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing)
+    checks disagree) are unknown too, but for attempts a dump holds and recorded failures;
+    none of this ``what_if`` (at another K than the run's: :attr:`Evidence.what_if`)."""
+    evidence = Evidence(run, base, checks, loop, timing or PollTiming(), disagreeing, what_if)
     unknown: dict[str, set[str]] = {}
     decisions = base.collector.decisions
     for attempt in base.attempts:

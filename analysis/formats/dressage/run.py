@@ -9,6 +9,7 @@ are required; every other file is optional and its absence is reported in ``warn
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ from analysis.formats.dressage.sessions import (
     SPAN_MARKER,
     Trajectory,
     classify_failure,
+    is_kind,
     read_trajectories,
     subfolders,
+    unreadable,
 )
 from analysis.formats.dressage.step_dumps import KEPT_SCHEMA, read_dump_rows
 from analysis.table.limits import DEFAULT_LIMITS, Limits
@@ -211,9 +214,13 @@ def read_run(
     limits, is refused naming the limit.
     """
     given = Path(path)
-    if not given.exists():
-        raise InputNotFoundError(f"{given}: no such file or directory; check the path")
-    root = find_run_root(given)
+    try:
+        os.stat(given)
+        root = find_run_root(given)
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{given}: no such file or directory; check the path") from None
+    except OSError as exc:
+        raise unreadable(given, exc, "cannot look into it") from exc
     if root is None:
         raise UnknownFormatError(
             f"{given}: not a Dressage run folder (no traj_payload/ or traj_err/ in it or in "
@@ -241,13 +248,13 @@ def read_run(
                 "no rollout_data/*.pt or rollouts.jsonl: kept groups cannot be checked and "
                 "the sample order of kept attempts is guessed"
             )
-        if (root / PROMPTS).is_file():
+        if is_kind(root / PROMPTS, "file"):
             sources.append(PROMPTS)
             prompts = read_prompt_order(root / PROMPTS, limits)
         else:
             warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
         metrics_file = next(
-            (root / name for name in (METRICS, METRICS_CSV) if (root / name).is_file()), None
+            (root / name for name in (METRICS, METRICS_CSV) if is_kind(root / name, "file")), None
         )
         if metrics_file is not None:
             sources.append(metrics_file.name)
@@ -255,7 +262,7 @@ def read_run(
             _warn_repeated_steps(metrics, metrics_file.name, warnings)
         else:
             warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
-        if (root / LOG).is_file():
+        if is_kind(root / LOG, "file"):
             sources.append(LOG)
             log = read_dressage_log(
                 root / LOG,
@@ -364,7 +371,7 @@ def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int 
     root = find_run_root(Path(path))
     if root is None:
         return None
-    if (root / LOG).is_file():
+    if is_kind(root / LOG, "file"):
         try:
             target = call_start_target_groups(root / LOG, limits)
         except LimitError:
