@@ -73,6 +73,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.errors import (
         ConfigError as ConfigError,
         ExitCode as ExitCode,
+        Explained as Explained,
         InputNotFoundError as InputNotFoundError,
         LogFormatError as LogFormatError,
         Message as Message,
@@ -84,6 +85,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         UnknownFormatError as UnknownFormatError,
         UnsafePickleError as UnsafePickleError,
         counted as counted,
+        detail_of as detail_of,
         render as render,
     )
     from analysis.formats import (
@@ -110,6 +112,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.formats.slime_dumps.train_dumps import (
         TrainDumps as TrainDumps,
         read_train_dumps as read_train_dumps,
+    )
+    from analysis.output.atomic import (
+        set_aside as set_aside,
     )
     from analysis.output.checks import (
         FRAME_FORMATS as FRAME_FORMATS,
@@ -254,6 +259,7 @@ _HOME: dict[str, str] = {
     "CANONICAL_SCHEMA": "analysis.table.schema",
     "check_folder": "analysis.output.checks",
     "check_output": "analysis.output.checks",
+    "set_aside": "analysis.output.atomic",
     "compare_inputs": "analysis.compare",
     "compare_logs": "analysis.compare",
     "ComparedLogs": "analysis.compare",
@@ -301,6 +307,8 @@ _HOME: dict[str, str] = {
     "sweep_run": "analysis.engine.run_loop.sweep",
     "LoopSetting": "analysis.engine.run_loop.sweep",
     "Message": "analysis.errors",
+    "Explained": "analysis.errors",
+    "detail_of": "analysis.errors",
     "MissingFieldError": "analysis.errors",
     "NotUsedError": "analysis.api",
     "Outcome": "analysis.engine.decisions",

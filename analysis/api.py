@@ -14,6 +14,7 @@ policy), replayed on the engine that fits, with a result that says which it ran.
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -34,11 +35,9 @@ from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.output.result_writers import (
-    DECISION_COLUMNS,
-    write_decisions,
+    decisions_in_order,
+    trajectory_table,
     write_frame_to,
-    write_run_tables,
-    write_trajectories,
 )
 from analysis.rules.policies import (
     Policy,
@@ -154,32 +153,29 @@ class Replayed:
             }
         return figures
 
+    def decision_frame(self) -> pl.DataFrame:
+        """One row per group (per attempt, on a run's own loop), as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.decision_table()
+        return decisions_in_order(self.result.decisions)
+
+    def trajectory_frame(self) -> pl.DataFrame:
+        """One row per trajectory, as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.trajectory_table()
+        assert self.prepared is not None  # the simple loop's
+        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
+        return trajectory_table(self.prepared, engine_result)
+
     def write(
         self, *, decisions: Path | None = None, trajectories: Path | None = None
     ) -> Iterator[Path]:
-        """Write the decision and trajectory tables (format by extension); each path once
-        it is written."""
-        if isinstance(self.result, LoopReplay):
-            yield from write_run_tables(
-                self.result, decisions=decisions, trajectories=trajectories, inputs=self.inputs
-            )
-            return
-        assert self.prepared is not None  # the simple loop's
-        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
-        if decisions is not None:
-            if isinstance(self.result, PolicyResult):
-                frame = self.result.decisions
-                ordered = (
-                    *DECISION_COLUMNS,
-                    *(c for c in frame.columns if c not in DECISION_COLUMNS),
-                )
-                write_frame_to(frame.select(*ordered), decisions, inputs=self.inputs)
-            else:
-                write_decisions(self.result, decisions, inputs=self.inputs)
-            yield decisions
-        if trajectories is not None:
-            write_trajectories(self.prepared, engine_result, trajectories, inputs=self.inputs)
-            yield trajectories
+        """Write the decision and trajectory tables (by extension); each path once written."""
+        tables = ((self.decision_frame, decisions), (self.trajectory_frame, trajectories))
+        for table, path in tables:
+            if path is not None:
+                write_frame_to(table(), path, inputs=self.inputs)
+                yield path
 
 
 def paths_of(source: Source) -> tuple[Path, ...]:
@@ -312,6 +308,14 @@ class LoadedLog:
     report: LoadReport
     batch_groups: int | None
     """B as given; else a run folder's own; None when the log's trainer steps tell it."""
+
+    def __repr__(self) -> str:
+        names = ", ".join(path.name for path in self.inputs[:3])  # (a table's head: below)
+        size = f"{self.table.height:,} records, {self.prepared.n_groups:,} groups"
+        return f"LoadedLog({names}: {size}, batch_groups={self.batch_groups})"
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(repr(self))}</p>{self.table.head(10)._repr_html_()}"
 
 
 def load_log(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from analysis import render
+from analysis import detail_of, render
 
 FLAGS = {
     "keep_versions": "--keep-versions",
@@ -88,7 +88,13 @@ def flagged_dict(result: dict[str, Any]) -> dict[str, Any]:
         for key in ("notes", "warnings")
         if key in result
     }
-    return {**result, **said}
+    # the detail behind a warning said in short (analysis.Explained), by its short line
+    details = {
+        flagged(text): flagged(detail)
+        for text in result.get("warnings", ())
+        if (detail := detail_of(text))
+    }
+    return {**result, **said, **({"warning_details": details} if details else {})}
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
+    Verbose,
     parse_grid,
     reading,
 )
@@ -49,6 +50,7 @@ class ReadFlags:
     include_eval: bool = False
     log_format: str | None = None
     quiet: bool = False
+    verbose: bool = False
     traceback_: bool = False
     given: frozenset[str] = frozenset()
     """Every option of the command that was given on its command line (the parser says
@@ -76,6 +78,7 @@ _READ_OPTIONS = {
     "include_eval": IncludeEval,
     "log_format": LogFormatOption,
     "quiet": Quiet,
+    "verbose": Verbose,
     "traceback_": Traceback,
 }
 """The shared options as typer declares them (type with its ``typer.Option``), in the

@@ -288,6 +288,24 @@ Traceback = Annotated[
         metavar=FLAG,
     ),
 ]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Say the detail behind a warning given in short.",
+        metavar=FLAG,
+    ),
+]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace an output that exists (a file, or a folder that is not empty); "
+        "without it an existing output is refused.",
+        metavar=FLAG,
+    ),
+]
 Quiet = Annotated[
     bool,
     typer.Option(

@@ -211,7 +211,7 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     facts.add_column("value", justify="right")
     info = inspection.to_dict()
     for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps"):
-        facts.add_row(key.replace("_", " "), f"{info[key]:,}")
+        facts.add_row(key.replace("_", " "), f"{info[key]:,}")  # a run folder's: its own
     if inspection.eval_records:
         facts.add_row("of them evaluation", f"{inspection.eval_groups:,} groups, "
                       f"{inspection.eval_records:,} records")  # fmt: skip
@@ -222,10 +222,11 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         "format",
         (", ".join(inspection.formats) or "-") + (converted if inspection.converted_from else ""),
     )
-    facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
-        facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
+        facts.add_row("batch groups (the run's)", f"{inspection.run_batch_groups:,}")
         facts.add_row("settings replayed on", ENGINE_WORDS.get(inspection.settings_engine, "-"))
+    else:
+        facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.thrown_away is not None:  # a fully-async run folder: its loop's surplus
         facts.add_row("thrown away (surplus)", _thrown_cell(inspection.thrown_away))
     console.print(facts)

@@ -219,9 +219,10 @@ def _chunks(reading: Reading, inputs: Sequence[str | Path]) -> Iterator[pl.DataF
     """Every source read by its format, in arrival order, with progress by source."""
     sources = _sources(reading, inputs)
     progress = reading.options.progress
+    # in per mille of a source, as each source's own progress (Reading.within)
     for done, source in enumerate(sources, start=1):
         if progress is not None:
-            progress(done - 1, len(sources))
+            progress((done - 1) * 1000, len(sources) * 1000)
         fmt = BY_NAME[source.format]
         checked = source.folder or fmt.opened_on_arrival()
         if not checked and (unreadable := unreadable_error(source.path)) is not None:
@@ -229,7 +230,7 @@ def _chunks(reading: Reading, inputs: Sequence[str | Path]) -> Iterator[pl.DataF
             continue
         yield from fmt.read(source, reading, done - 1, len(sources))
     if progress is not None:
-        progress(len(sources), len(sources))
+        progress(len(sources) * 1000, len(sources) * 1000)
     yield from reading.flush("inputs")
 
 

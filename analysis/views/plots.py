@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,15 +31,19 @@ from analysis.engine import (
 from analysis.engine.config import k_label, m_label
 from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
 from analysis.errors import setting
-from analysis.output.atomic import atomic_path
-from analysis.output.checks import check_output
 from analysis.views._figures import (
+    FIGURE_FORMATS as FIGURE_FORMATS,
+    PNG_DPI as PNG_DPI,
     bar_heights,
     bar_ticks,
     capped_bars,
     floats,
+    grid_setting,
     new_figure,
+    note_setting,
+    save_figure as save_figure,
     show_empty,
+    sweep_setting,
 )
 
 # Re-exported: plots is where callers find every figure.
@@ -57,14 +60,8 @@ if TYPE_CHECKING:
 PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
 """What ``analysis.make_plot`` draws."""
 
-FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-
-
 # A histogram whose smallest bar is below this share of its tallest gets a log count axis.
 LOG_COUNTS_RATIO = 0.05
-
-# Resolution of PNG output; vector formats ignore it.
-PNG_DPI = 150
 
 
 def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
@@ -161,6 +158,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     figure = new_figure(12, 4.8)
     kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
     batch = rows["batch_groups"].unique().to_list()
+    note_setting(figure, sweep_setting(rows))
     figure.suptitle(
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
@@ -297,6 +295,7 @@ def plot_spans(prepared: PreparedLog | LoopSetting, result: ReplayResult | LoopS
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
+    note_setting(figure, result.config.describe())
     ax.set_title(
         f"Version span per trajectory ({result.config.describe()}, {_engine_words(result)})"
     )
@@ -376,6 +375,14 @@ def plot_gaps(
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
+    note_setting(
+        figure,
+        grid_setting(
+            list(dict.fromkeys(c.keep_versions for c in configs)),
+            list(dict.fromkeys(c.max_preempts for c in configs)),
+            [c.batch_groups for c in configs],
+        ),
+    )
     title = "Version gap of kept trajectories"
     if configs and shared_m:
         config = configs[0]
@@ -423,8 +430,11 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
+    note_setting(figure, sweep_setting(rows))
+    batch = rows["batch_groups"].unique().to_list() if rows.height else []
+    per_batch = f", B={batch[0]}" if len(batch) == 1 else ""
     ax.set_title(
-        f"Kept data ({kept_unit}) on {_engine_words(sweep)}; bold = Pareto-efficient"
+        f"Kept data ({kept_unit}) on {_engine_words(sweep)}{per_batch}\nbold = Pareto-efficient"
         + ("; n/a = M not applied" if "max_preempts_applied" in rows.columns else "")
     )
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
@@ -484,12 +494,3 @@ def settings_note(
     if kind == "gaps" and len(max_preempts) > 1:
         return f"a gaps figure draws one M: M={limit}, the first of those given"
     return None
-
-
-def save_figure(figure: Figure, path: str | Path) -> None:
-    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
-    path = Path(path)
-    check_output(path, FIGURE_FORMATS, what="figure")
-    with atomic_path(path) as temp:
-        # The temporary name ends in .tmp, so the format must be given, not guessed.
-        figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)

@@ -26,6 +26,7 @@ from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
 from analysis.rules.policies import PolicySweep
 from analysis.table.limits import printable
+from analysis.views._figures import tool_version
 from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import (
@@ -79,17 +80,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 """Data-quality counts the report leaves out, as ``inspect`` does (the same set as
 ``cli/render.py``'s ``_NOT_PROBLEMS``; the library may not import the CLI): versions are
 ordered by first observation, not by sorting, so these are not defects."""
-
-
-def tool_version() -> str:
-    """The installed dressage-replay version, or "unknown" (run from a source tree that
-    was never installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dressage-replay")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -296,7 +286,7 @@ def _figure(anchor: str, caption: str, figure: Any) -> str:
 def _facts_tables(inspection: LogInspection) -> str:
     """What the log holds and its data-quality counts, as ``inspect`` prints them."""
     facts: list[tuple[str, str]] = [
-        (key.replace("_", " "), number(getattr(inspection, key)))
+        (key.replace("_", " "), number(inspection.to_dict()[key]))
         for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps")
     ]
     if inspection.eval_records:
@@ -314,11 +304,10 @@ def _facts_tables(inspection: LogInspection) -> str:
                 else ""
             ),
         ),
-        ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
-        *(
-            [("run's batch groups", number(inspection.run_batch_groups))]
-            if inspection.run_batch_groups is not None
-            else []
+        (
+            ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a"))
+            if inspection.run_batch_groups is None
+            else ("batch groups (the run's)", number(inspection.run_batch_groups))
         ),
         *(
             [

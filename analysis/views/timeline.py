@@ -10,7 +10,7 @@ import polars as pl
 
 from analysis.engine import ReplayResult
 from analysis.engine.run_loop.sweep import LoopSetting
-from analysis.views._figures import floats, legend_outside, new_figure, show_empty
+from analysis.views._figures import floats, legend_outside, new_figure, note_setting, show_empty
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -59,6 +59,7 @@ def plot_timeline(result: ReplayResult | LoopSetting) -> Figure:
     batches = result.batches
     binned = batches.height > TIMELINE_MAX_BATCHES
     figure = new_figure(11, 8)
+    note_setting(figure, result.config.describe())
     gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
     per, size = "per emitted batch", 1
     if binned:

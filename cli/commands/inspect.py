@@ -70,7 +70,7 @@ def inspect(
                 print_admission(
                     bounds, stdout_console(), unchecked=_unchecked(inspection, run_folder)
                 )
-    warn(report)
+    warn(report, verbose=read.verbose)
 
 
 def with_run_facts(
@@ -93,7 +93,10 @@ def with_run_facts(
             inspection, run_batch_groups=target, settings_engine="dressage-loop"
         )
     inspection = dataclasses.replace(
-        inspection, run_batch_groups=run.target_groups, settings_engine="dressage-loop"
+        inspection,
+        run_batch_groups=run.target_groups,
+        run_trainer_steps=run.trainer_steps,
+        settings_engine="dressage-loop",
     )
     if thrown is None:  # the partial loop puts its surplus back
         return inspection

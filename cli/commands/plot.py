@@ -13,12 +13,13 @@ import analysis
 from cli.flags import options_refused_as_usage
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
+    Force,
     Inputs,
     one_of,
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, say_note, warn
+from cli.output import progress_bar, refuse_existing, say_note, warn
 
 
 class PlotKind(StrEnum):
@@ -42,6 +43,7 @@ def plot(
     ],
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .png, .svg or .pdf.")],
+    force: Force = False,
     grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
@@ -64,14 +66,15 @@ def plot(
                 param_hint="--policy",
             )
         analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+        refuse_existing(output, force=force)
         swept = analysis.sweep_log(
             inputs, policies=policies, batch_groups=grid.batch_groups, options=options,
             order_by=grid.order_by, progress=bars, note=say_note,
         )  # fmt: skip
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
-        analysis.save_figure(analysis.plot_policies(swept.result), output)
+        analysis.save_figure(analysis.plot_policies(swept.result), output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)
-        warn(swept.report)
+        warn(swept.report, verbose=read.verbose)
         return
     ks, ms = grid.parse_for(inputs, options)
     single = kind in (PlotKind.spans, PlotKind.timeline)
@@ -87,6 +90,7 @@ def plot(
     if single and run_loop and "keep_versions" not in grid.given:
         ks = []  # the run's own K (analysis.run_plot_k)
     analysis.check_output(output, analysis.FIGURE_FORMATS, what="figure", inputs=inputs)
+    refuse_existing(output, force=force)
     if run_loop:  # Dressage's own loop (§12.7)
         with options_refused_as_usage():
             run = analysis.read_run_folder(
@@ -96,7 +100,7 @@ def plot(
             figure = analysis.make_run_plot(
                 kind.value, run, keep_versions=ks, max_preempts=ms, progress=update
             )
-        analysis.save_figure(figure, output)
+        analysis.save_figure(figure, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)
         if single and not ks:
             say_note(
@@ -114,13 +118,13 @@ def plot(
             kind.value, log.prepared, keep_versions=ks, max_preempts=ms,
             batch_groups=log.batch_groups, progress=update,
         )  # fmt: skip
-    analysis.save_figure(figure, output)
+    analysis.save_figure(figure, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
     if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
         say_note(note)
     elif (drawn := _drawn(kind, ks, ms, grid.given)) is not None:
         say_note(drawn)
-    warn(log.report)
+    warn(log.report, verbose=read.verbose)
 
 
 def _drawn(

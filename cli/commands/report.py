@@ -16,17 +16,19 @@ from cli.flags import say_setting
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     BadRecordPolicy,
+    Force,
     Inputs,
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, say_note, warn
+from cli.output import progress_bar, refuse_existing, say_note, warn
 
 
 @sweeps_logs()
 def report(
     inputs: Inputs,
     output: Annotated[Path, typer.Option("--output", "-o", help="The .html file to write.")],
+    force: Force = False,
     grid: GridFlags = GRID,
     policy: Annotated[
         list[str] | None,
@@ -41,6 +43,7 @@ def report(
     order_by = grid.order_by
     policies = some_policies(policy or [])
     analysis.check_output(output, analysis.REPORT_FORMATS, what="report", inputs=inputs)
+    refuse_existing(output, force=force)
     options = read.options(order_by=order_by)
     ks, ms = grid.parse_for(inputs, options)
     run = (  # a run folder's settings are replayed on its own loop (docs/semantics.md §12.7)
@@ -70,7 +73,7 @@ def report(
         )  # fmt: skip
     analysis.write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
-    warn(loaded)
+    warn(loaded, verbose=read.verbose)
 
 
 def _reproduce(

@@ -72,7 +72,7 @@ def test_focus_prefers_both_controls_on_and_acting_among_pareto_settings(
     both = rows.filter((pl.col("keep_versions") > 0) & pl.col("max_preempts").is_not_null())
     acting = _acts(rows)
     assert acting.height, "the sample should have a Pareto setting where both controls act"
-    assert both["tokens_kept_pct"].max() > acting["tokens_kept_pct"].max(), (
+    assert both["tokens_kept_pct"].max() > acting["tokens_kept_pct"].max(), (  # type: ignore[operator]
         "the sample should also have a Pareto setting with a control that decides nothing "
         "keeping more (else this test tells nothing)"
     )

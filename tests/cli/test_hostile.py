@@ -653,7 +653,7 @@ def test_ctrl_c_at_any_moment_of_a_run_is_130_without_a_traceback(tmp_path: Path
             break
         child = subprocess.Popen(
             [sys.executable, "-m", "cli", "plot", "sweep", str(log), "-o", str(tmp_path / "p.png"),
-             "-k", "0..3", "-m", "none"],
+             "-k", "0..3", "-m", "none", "--force"],
             cwd=hostile.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         time.sleep(0.2 + step * 0.08)

@@ -207,6 +207,7 @@ def test_report_header_command_reproduces_the_report(tmp_path: Path) -> None:
     command = shlex.split(about["to reproduce"])
     assert command[:2] == ["dressage-replay", "report"]
     assert command[2:] == [arg for arg in arguments[1:] if arg != "-q"]
+    target.rename(tmp_path / "first.html")  # (an output that exists is refused)
     result = runner.invoke(app, command[1:])
     assert result.exit_code == 0, result.stderr
     stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")

@@ -6,6 +6,7 @@ of its own kind (not of slime's fields)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,13 @@ def test_every_simple_loop_command_reads_a_run_folder_without_b(
 def test_inspect_of_a_run_folder_shows_its_batch_size(run_folders: dict[str, Path]) -> None:
     folder = str(run_folders["k2-m1"])
     found = json.loads(runner.invoke(app, ["inspect", folder, "--json"]).stdout)
-    assert found["trainer_steps"] == 0 and found["run_batch_groups"] == 2
+    # the run's own steps (its dumps, log and metrics), not the 0 its records carry
+    steps = len(list((run_folders["k2-m1"] / "rollout_data").glob("*.pt")))
+    assert found["trainer_steps"] == steps == found["run_trainer_steps"] and steps > 1
+    assert found["run_batch_groups"] == 2
     table = runner.invoke(app, ["inspect", folder], terminal_width=200).stdout
-    assert "run's batch groups" in table
+    assert "batch groups (the run's)" in table and "n/a" not in table
+    assert re.search(rf"trainer steps\s*│\s*{steps}\s", table)
 
 
 def test_inspect_admission_of_a_run_folder_says_why_nothing_is_checked(

@@ -124,6 +124,6 @@ def test_policies_stay_on_the_simple_loop_and_say_so(folder: str) -> None:
     swept = _run(["sweep", folder, "--policy", "dressage:k=2,m=1", "--json"])
     (row,) = json.loads(swept.stdout)
     assert row["engine"] == "simple-loop"
-    assert "for the simple loop" in swept.stderr
+    assert "read as one log on the simple loop here" in swept.stderr
     replayed = json.loads(_run(["replay", folder, "--policy", "dressage:k=2,m=1", "--json"]).stdout)
     assert replayed["engine"] == "simple-loop"

@@ -247,16 +247,19 @@ def test_a_figure_of_one_setting_says_which_it_drew(
 
     out = tmp_path / "spans.png"
     args = ["plot", "spans", str(small_logs["jsonl"]), "-k", "1,2", "-m", "1,2", "-o", str(out)]
+    args.append("--force")  # one figure written over and over
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "draws one setting: K=1, M=1" in result.stderr
-    one = CliRunner().invoke(app, [*args[:3], "-k", "2", "-m", "1", "-o", str(out)])
+    one = CliRunner().invoke(app, [*args[:3], "-k", "2", "-m", "1", "-o", str(out), "--force"])
     assert "note:" not in one.stderr
     # with one control not given, the note says it was left off
-    k_only = CliRunner().invoke(app, [*args[:3], "-k", "2", "-o", str(out)])
+    k_only = CliRunner().invoke(app, [*args[:3], "-k", "2", "-o", str(out), "--force"])
     assert k_only.exit_code == 0, k_only.output
     assert "drew K=2, M=off (-m not given)" in k_only.stderr
-    gaps = CliRunner().invoke(app, ["plot", "gaps", args[2], "-k", "1,2", "-o", str(out)])
+    gaps = CliRunner().invoke(
+        app, ["plot", "gaps", args[2], "-k", "1,2", "-o", str(out), "--force"]
+    )
     assert "drew K=1, 2 at M=off (-m not given)" in gaps.stderr
 
 

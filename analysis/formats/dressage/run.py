@@ -140,6 +140,40 @@ class RunLog:
     """(Unix time, rollout id) of the log's "weights updated (weight_update_after_rollout_r)"
     lines: the trainer starts rollout call r + 2 right after that update (§12.4)."""
 
+    @property
+    def trainer_steps(self) -> int:
+        """The run's trainer steps (rollout calls), as its dumps, log and metrics number
+        them: its trajectory records carry none."""
+        ids: set[int] = set()
+        for table in (self.kept, self.calls, self.metrics):
+            if "rollout_id" in table.columns:
+                ids.update(table["rollout_id"].drop_nulls().to_list())
+        if self.final_rollout_id is not None:
+            ids.add(self.final_rollout_id)
+        return len(ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunLog({str(self.root)!r}: {self.attempts.height:,} attempts, "
+            f"{self.trajectories.height:,} trajectories, {self.trainer_steps:,} trainer steps, "
+            f"loop={self.loop}, target_groups={self.target_groups})"
+        )
+
+    def _repr_html_(self) -> str:
+        """The tables in a notebook: their sizes, and the head of each."""
+        import html
+
+        rows = "".join(
+            f"<details><summary>{name}: {table.height:,} rows</summary>"
+            f"{table.head(5)._repr_html_()}</details>"
+            for name, table in (
+                ("trajectories", self.trajectories), ("attempts", self.attempts),
+                ("calls", self.calls), ("kept", self.kept), ("metrics", self.metrics),
+                ("log_events", self.log_events),
+            )
+        )  # fmt: skip
+        return f"<p>{html.escape(repr(self))}</p>{rows}"
+
 
 def find_run_root(path: Path) -> Path | None:
     """The folder holding ``traj_payload/`` or ``traj_err/``: ``path`` itself, its parent
