@@ -26,7 +26,7 @@ demo: $(STAMP) ## Set up the virtual environment and run the main job on sample_
 	@echo "  source $(VENV)/bin/activate"
 	@echo "  dressage-replay replay sample_data/rollouts.jsonl --keep-versions 1 --max-preempts 2"
 
-test: $(STAMP) ## Install what the tests need and run them, except those marked slow (about 3 minutes)
+test: $(STAMP) ## Install what the tests need and run them, except those marked slow (4 min of CPU)
 	$(BIN)/python -m pytest -m "not slow"
 
 test-slow: $(STAMP) ## Only the tests marked slow: property tests at full size, robustness
@@ -58,12 +58,12 @@ sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator
 
 figures: $(STAMP) ## Draw the README's figures from sample_data/ into sample_data/figures/
 	mkdir -p sample_data/figures
-	$(BIN)/dressage-replay plot sweep sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/sweep.png
-	$(BIN)/dressage-replay plot heatmap sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/heatmap.png
-	$(BIN)/dressage-replay plot spans sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/spans.png
-	$(BIN)/dressage-replay plot timeline sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/timeline.png
+	$(BIN)/dressage-replay plot sweep sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/sweep.png --force
+	$(BIN)/dressage-replay plot heatmap sample_data/rollouts.jsonl -k 0..4 -m none,0..3 -o sample_data/figures/heatmap.png --force
+	$(BIN)/dressage-replay plot spans sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/spans.png --force
+	$(BIN)/dressage-replay plot timeline sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/timeline.png --force
 	runs=$$(mktemp -d) && tar xJf tests/fixtures/real_runs/k3-m2-n8.tar.xz -C $$runs && \
-	$(BIN)/dressage-replay plot sweep $$runs/k3-m2-n8 -o sample_data/figures/policies.png --policy dressage:k=3,m=2 \
+	$(BIN)/dressage-replay plot sweep $$runs/k3-m2-n8 -o sample_data/figures/policies.png --force --policy dressage:k=3,m=2 \
 	  --policy dressage:k=2 --policy prime-rl:max_off_policy_steps=1 --policy prime-rl:max_off_policy_steps=1,clock=steps \
 	  --policy verl-drop:max_off_policy_threshold=2 --policy nemo-windowed:max_staleness_versions=1; rm -rf $$runs
 

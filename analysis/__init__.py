@@ -20,12 +20,11 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         LoadedLog as LoadedLog,
         NotUsedError as NotUsedError,
         Replayed as Replayed,
-        Swept as Swept,
         load_log as load_log,
         picks_run_loop as picks_run_loop,
+        read_run_folder as read_run_folder,
         replay as replay,
         replay_log as replay_log,
-        sweep_log as sweep_log,
     )
     from analysis.compare import (
         ComparedLogs as ComparedLogs,
@@ -52,7 +51,6 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         prepare as prepare,
         replay_many as replay_many,
         replay_run as replay_run,
-        sweep as sweep,
         trajectory_outcomes as trajectory_outcomes,
     )
     from analysis.engine.batch_size import (
@@ -68,9 +66,14 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         Outcome as Outcome,
         Stage as Stage,
     )
+    from analysis.engine.run_loop.sweep import (
+        LoopSetting as LoopSetting,
+        sweep_run as sweep_run,
+    )
     from analysis.errors import (
         ConfigError as ConfigError,
         ExitCode as ExitCode,
+        Explained as Explained,
         InputNotFoundError as InputNotFoundError,
         LogFormatError as LogFormatError,
         Message as Message,
@@ -82,6 +85,7 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         UnknownFormatError as UnknownFormatError,
         UnsafePickleError as UnsafePickleError,
         counted as counted,
+        detail_of as detail_of,
         render as render,
     )
     from analysis.formats import (
@@ -109,8 +113,12 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         TrainDumps as TrainDumps,
         read_train_dumps as read_train_dumps,
     )
+    from analysis.output.atomic import (
+        set_aside as set_aside,
+    )
     from analysis.output.checks import (
         FRAME_FORMATS as FRAME_FORMATS,
+        check_folder as check_folder,
         check_output as check_output,
         refuse_overwriting_inputs as refuse_overwriting_inputs,
     )
@@ -171,7 +179,15 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         build_report as build_report,
         focus_setting as focus_setting,
         make_plot as make_plot,
+        make_run_plot as make_run_plot,
         report_content as report_content,
+        run_plot_k as run_plot_k,
+        run_report_content as run_report_content,
+    )
+    from analysis.sweeps import (
+        Swept as Swept,
+        sweep as sweep,
+        sweep_log as sweep_log,
     )
     from analysis.table.fieldmap import (
         FieldMap as FieldMap,
@@ -223,8 +239,12 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
         write_report as write_report,
     )
     from analysis.views.tables import (
+        ENGINE_WORDS as ENGINE_WORDS,
+        RUN_SWEEP_NOTE as RUN_SWEEP_NOTE,
         SWEEP_CAPTION as SWEEP_CAPTION,
+        m_not_applied_note as m_not_applied_note,
         policy_sweep_table as policy_sweep_table,
+        sweep_caption as sweep_caption,
         sweep_table as sweep_table,
     )
 
@@ -237,7 +257,9 @@ _HOME: dict[str, str] = {
     "BiasReport": "analysis.views.bias",
     "build_report": "analysis.studies",
     "CANONICAL_SCHEMA": "analysis.table.schema",
+    "check_folder": "analysis.output.checks",
     "check_output": "analysis.output.checks",
+    "set_aside": "analysis.output.atomic",
     "compare_inputs": "analysis.compare",
     "compare_logs": "analysis.compare",
     "ComparedLogs": "analysis.compare",
@@ -278,7 +300,15 @@ _HOME: dict[str, str] = {
     "LoopReplay": "analysis.engine",
     "m_label": "analysis.engine.config",
     "make_plot": "analysis.studies",
+    "run_plot_k": "analysis.studies",
+    "make_run_plot": "analysis.studies",
+    "run_report_content": "analysis.studies",
+    "read_run_folder": "analysis.api",
+    "sweep_run": "analysis.engine.run_loop.sweep",
+    "LoopSetting": "analysis.engine.run_loop.sweep",
     "Message": "analysis.errors",
+    "Explained": "analysis.errors",
+    "detail_of": "analysis.errors",
     "MissingFieldError": "analysis.errors",
     "NotUsedError": "analysis.api",
     "Outcome": "analysis.engine.decisions",
@@ -335,13 +365,17 @@ _HOME: dict[str, str] = {
     "SimulationConfig": "analysis.simulation.parameters",
     "SkipReason": "analysis.errors",
     "Stage": "analysis.engine.decisions",
-    "sweep": "analysis.engine",
+    "sweep": "analysis.sweeps",
     "SWEEP_CAPTION": "analysis.views.tables",
-    "sweep_log": "analysis.api",
+    "RUN_SWEEP_NOTE": "analysis.views.tables",
+    "ENGINE_WORDS": "analysis.views.tables",
+    "m_not_applied_note": "analysis.views.tables",
+    "sweep_caption": "analysis.views.tables",
+    "sweep_log": "analysis.sweeps",
     "sweep_policies": "analysis.rules.policies",
     "sweep_table": "analysis.views.tables",
     "SweepResult": "analysis.engine",
-    "Swept": "analysis.api",
+    "Swept": "analysis.sweeps",
     "TrainDumps": "analysis.formats.slime_dumps.train_dumps",
     "trajectory_outcomes": "analysis.engine",
     "TRAJECTORY_TABLE_COLUMNS": "analysis.engine",

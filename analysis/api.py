@@ -14,6 +14,7 @@ policy), replayed on the engine that fits, with a result that says which it ran.
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -24,28 +25,24 @@ from typing import Any, Literal, overload
 
 import polars as pl
 
-from analysis.engine import REPLAY_COLUMNS, PreparedLog, SweepResult, prepare, sweep
+from analysis.engine import REPLAY_COLUMNS, PreparedLog, prepare
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.config import ReplayConfig
 from analysis.engine.results import ReplayResult, replay as replay_table
-from analysis.engine.run_loop.replay import LoopReplay, replay_run
+from analysis.engine.run_loop.replay import LoopReplay, replay_what_if
 from analysis.errors import ConfigError, Message, setting
-from analysis.formats.dressage.run import is_run_folder, read_run
+from analysis.formats.dressage.run import RunLog, is_run_folder, read_run
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.output.result_writers import (
-    DECISION_COLUMNS,
-    write_decisions,
+    decisions_in_order,
+    trajectory_table,
     write_frame_to,
-    write_run_tables,
-    write_trajectories,
 )
 from analysis.rules.policies import (
     Policy,
     PolicyResult,
-    PolicySweep,
     replay_policy,
-    sweep_policies,
 )
 from analysis.rules.spec import parse_policy
 from analysis.table.options import ReadOptions
@@ -139,8 +136,10 @@ class Replayed:
     def to_dict(self) -> dict[str, Any]:
         """The figures, as ``dressage-replay replay --json`` prints them."""
         if isinstance(self.result, LoopReplay):
-            return self.result.to_dict()
-        figures = (
+            return {"engine": Engine.RUN_LOOP.value, **self.result.to_dict()}
+        # a policy runs on the simple loop too (docs/semantics.md §13.7)
+        figures: dict[str, Any] = {"engine": Engine.SIMPLE_LOOP.value}
+        figures |= (
             self.result.to_dict()
             if isinstance(self.result, PolicyResult)
             else self.result.summary.to_dict()
@@ -154,35 +153,32 @@ class Replayed:
             }
         return figures
 
+    def decision_frame(self) -> pl.DataFrame:
+        """One row per group (per attempt, on a run's own loop), as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.decision_table()
+        return decisions_in_order(self.result.decisions)
+
+    def trajectory_frame(self) -> pl.DataFrame:
+        """One row per trajectory, as ``write`` writes it."""
+        if isinstance(self.result, LoopReplay):
+            return self.result.trajectory_table()
+        assert self.prepared is not None  # the simple loop's
+        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
+        return trajectory_table(self.prepared, engine_result)
+
     def write(
         self, *, decisions: Path | None = None, trajectories: Path | None = None
     ) -> Iterator[Path]:
-        """Write the decision and trajectory tables (format by extension); each path once
-        it is written."""
-        if isinstance(self.result, LoopReplay):
-            yield from write_run_tables(
-                self.result, decisions=decisions, trajectories=trajectories, inputs=self.inputs
-            )
-            return
-        assert self.prepared is not None  # the simple loop's
-        engine_result = self.result.result if isinstance(self.result, PolicyResult) else self.result
-        if decisions is not None:
-            if isinstance(self.result, PolicyResult):
-                frame = self.result.decisions
-                ordered = (
-                    *DECISION_COLUMNS,
-                    *(c for c in frame.columns if c not in DECISION_COLUMNS),
-                )
-                write_frame_to(frame.select(*ordered), decisions, inputs=self.inputs)
-            else:
-                write_decisions(self.result, decisions, inputs=self.inputs)
-            yield decisions
-        if trajectories is not None:
-            write_trajectories(self.prepared, engine_result, trajectories, inputs=self.inputs)
-            yield trajectories
+        """Write the decision and trajectory tables (by extension); each path once written."""
+        tables = ((self.decision_frame, decisions), (self.trajectory_frame, trajectories))
+        for table, path in tables:
+            if path is not None:
+                write_frame_to(table(), path, inputs=self.inputs)
+                yield path
 
 
-def _paths(source: Source) -> tuple[Path, ...]:
+def paths_of(source: Source) -> tuple[Path, ...]:
     if isinstance(source, str | PathLike):
         return (Path(source),)
     return tuple(Path(path) for path in source)
@@ -246,7 +242,7 @@ def replay_log(
         table, batch_groups = source, config.batch_groups
         prepared = prepare(source, order_by=order_by)
     else:
-        inputs = _paths(source)
+        inputs = paths_of(source)
         if loop is not None and not (policy is None and picks_run_loop(inputs, options)):
             raise ConfigError(
                 setting("loop")
@@ -313,6 +309,14 @@ class LoadedLog:
     batch_groups: int | None
     """B as given; else a run folder's own; None when the log's trainer steps tell it."""
 
+    def __repr__(self) -> str:
+        names = ", ".join(path.name for path in self.inputs[:3])  # (a table's head: below)
+        size = f"{self.table.height:,} records, {self.prepared.n_groups:,} groups"
+        return f"LoadedLog({names}: {size}, batch_groups={self.batch_groups})"
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(repr(self))}</p>{self.table.head(10)._repr_html_()}"
+
 
 def load_log(
     source: Source,
@@ -327,7 +331,7 @@ def load_log(
     """Read and prepare logs once for any number of replays on the simple loop, and
     choose their batch size (:func:`analysis.batch_groups_for`; where it came from is said
     to ``note``)."""
-    inputs = _paths(source)
+    inputs = paths_of(source)
     options = options if options is not None else ReadOptions()
     if order_by and order_by not in options.extra_fields:
         options = ReadOptions.of(options, extra_fields=(*options.extra_fields, order_by))
@@ -349,59 +353,29 @@ def load_log(
     return LoadedLog(inputs, table, prepared, report, found.batch_groups)
 
 
-@dataclass(frozen=True)
-class Swept:
-    """Every setting of a grid, or every policy, over one load of a log."""
-
-    engine: Engine
-    """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M, :attr:`Engine.POLICY` for policies."""
-    result: SweepResult | PolicySweep
-    log: LoadedLog
-
-
-def sweep_log(
-    source: Source,
+def read_run_folder(
+    folder: Path,
+    options: ReadOptions,
     *,
-    keep_versions: Sequence[int] = (),
-    max_preempts: Sequence[int | None] = (),
-    policies: Sequence[Policy | str] = (),
     batch_groups: int | None = None,
-    options: ReadOptions | None = None,
     order_by: str | None = None,
-    progress: Progress | None = None,
-    note: Callable[[str], None] | None = None,
-) -> Swept:
-    """Sweep a log: every policy when ``policies`` are given (one row each), else every
-    (K, M) of the grid; read and prepared once (:func:`load_log`). ``progress`` makes a
-    bar for ``"reading"``, then ``"replaying settings"`` or ``"replaying policies"``."""
-    if policies and (keep_versions or max_preempts):
-        raise ConfigError(
-            "give K and M inside each policy (dressage:k=K,m=M), not in "
-            + setting("keep_versions")
-            + " and "
-            + setting("max_preempts")
-        )
-    bars: Progress = progress or (lambda _: nullcontext(None))
-    log = load_log(
-        source, options=options, order_by=order_by, batch_groups=batch_groups,
-        progress=bars, note=note,
-    )  # fmt: skip
-    if policies:
-        chosen = [parse_policy(p) if isinstance(p, str) else p for p in policies]
-        with bars("replaying policies") as update:
-            swept: SweepResult | PolicySweep = sweep_policies(
-                log.prepared, chosen, batch_groups=log.batch_groups, progress=update
-            )
-        return Swept(Engine.POLICY, swept, log)
-    with bars("replaying settings") as update:
-        swept = sweep(
-            log.prepared,
-            keep_versions=keep_versions,
-            max_preempts=max_preempts,
-            batch_groups=log.batch_groups,
-            progress=update,
-        )
-    return Swept(Engine.SIMPLE_LOOP, swept, log)
+    bias: bool = False,
+) -> RunLog:
+    """A run folder read for its own loop, within the options' limits; settings of the
+    simple loop that its loop cannot apply are refused (:class:`NotUsedError`)."""
+    default = ReadOptions()  # a library call has no parser: an option is given when it differs
+    given = {
+        "batch_groups": batch_groups is not None,
+        "order_by": bool(order_by),
+        "bias": bias,
+        **{
+            name: getattr(options, name) != getattr(default, name)
+            for name in ("fields", "on_bad_record", "trust_pickle", "include_eval")
+        },
+    }
+    if unused := [name for name, is_given in given.items() if is_given]:
+        raise NotUsedError(unused)
+    return read_run(folder, limits=options.limits)
 
 
 def _replay_run_folder(
@@ -419,25 +393,16 @@ def _replay_run_folder(
     """A run folder, replayed as Dressage's collector loop: K as given; M and B are the
     run's own (its span rejections are on disk, its batch size in its log); its files
     are read within the options' limits."""
-    default = ReadOptions()  # a library call has no parser: an option is given when it differs
-    given = {
-        "batch_groups": config.batch_groups is not None,
-        "order_by": bool(order_by),
-        "bias": bias,
-        **{
-            name: getattr(options, name) != getattr(default, name)
-            for name in ("fields", "on_bad_record", "trust_pickle", "include_eval")
-        },
-    }
-    if unused := [name for name, is_given in given.items() if is_given]:
-        raise NotUsedError(unused)
+    run = read_run_folder(
+        folder, options, batch_groups=config.batch_groups, order_by=order_by, bias=bias
+    )
     if config.max_preempts is not None:
         said(
             setting("max_preempts", config.max_preempts) + " is not applied: a run folder is "
             "replayed with the run's own M (its span rejections are on disk, in traj_err/)"
         )
-    result = replay_run(
-        read_run(folder, limits=options.limits),
+    result = replay_what_if(
+        run,
         keep_versions=config.keep_versions,
         max_retries=max_retries,
         loop=loop,

@@ -25,7 +25,10 @@ from analysis.engine import (
 )
 from analysis.engine.batch_size import batch_groups_for
 from analysis.engine.decisions import Decision
-from analysis.errors import ConfigError
+from analysis.engine.run_loop.replay import replay_what_if
+from analysis.engine.run_loop.sweep import LoopSetting, setting_of
+from analysis.errors import ConfigError, setting
+from analysis.formats.dressage.run import is_run_folder, read_run
 from analysis.formats.load import load_logs
 from analysis.formats.load_report import LoadReport
 from analysis.formats.slime_dumps.train_dumps import (
@@ -44,8 +47,8 @@ from analysis.views.comparison import (
 
 
 def compare_logs(
-    a: PreparedLog | pl.DataFrame,
-    b: PreparedLog | pl.DataFrame,
+    a: PreparedLog | pl.DataFrame | LoopSetting,
+    b: PreparedLog | pl.DataFrame | LoopSetting,
     *,
     config_a: ReplayConfig,
     config_b: ReplayConfig,
@@ -56,7 +59,9 @@ def compare_logs(
     """Replay log ``a`` under ``config_a`` and ``b`` under ``config_b`` and compare them.
 
     Each log is a canonical table (from ``load_logs`` / ``records_to_table``) or a
-    :class:`PreparedLog`. Log-prob drift needs the per-record ``log_prob_drift`` column,
+    :class:`PreparedLog`, replayed on the simple loop, or a run folder already replayed on
+    Dressage's own loop (a :class:`LoopSetting`; its config is ignored, and it has no
+    drift figures). Log-prob drift needs the per-record ``log_prob_drift`` column,
     which only a table has: for a :class:`PreparedLog` that run's drift is left out and
     a note says so.
 
@@ -86,16 +91,29 @@ def compare_logs(
     names = _check_names(names)
     tables, notes = _with_train_log_probs((a, b), train_dumps, names)
     prepared = tuple(
-        log if isinstance(log, PreparedLog) else prepare(log, order_by=order_by) for log in tables
+        log if isinstance(log, PreparedLog | LoopSetting) else prepare(log, order_by=order_by)
+        for log in tables
     )
-    results = (replay(prepared[0], config_a), replay(prepared[1], config_b))
+    results = tuple(
+        ready if isinstance(ready, LoopSetting) else replay(ready, config)
+        for ready, config in zip(prepared, (config_a, config_b), strict=True)
+    )
     gaps, spans, drifts = [], [], []
     without: list[str] = []  # runs given as tables whose records carry no log-probs
     for name, log, ready, result in zip(names, tables, prepared, results, strict=True):
-        outcomes = trajectory_outcomes(ready, result)
+        outcomes = (
+            result.replay.trajectories
+            if isinstance(result, LoopSetting)
+            else trajectory_outcomes(ready, result)  # type: ignore[arg-type]
+        )
         gaps.append(_distribution(outcomes, "version_gap", name, GAP_SCHEMA))
         spans.append(_distribution(outcomes, "span", name, SPAN_SCHEMA))
-        if isinstance(log, pl.DataFrame):
+        if isinstance(result, LoopSetting):
+            notes.append(
+                f"run {name} is a run folder replayed on Dressage's {result.replay.loop} loop "
+                "(docs/semantics.md §12): its records carry no log-probs, so no drift by gap"
+            )
+        elif isinstance(log, pl.DataFrame) and isinstance(ready, PreparedLog):
             drifts.append(drift := _drift_by_gap(log, ready, result.config, name))
             if drift.height == 0:
                 without.append(name)
@@ -114,7 +132,10 @@ def compare_logs(
             else "neither run has records with both rollout_log_probs and log_probs: "
             "no drift by gap"
         )
-    figures = [_metrics(result.summary) for result in results]
+    figures = [
+        _run_metrics(result) if isinstance(result, LoopSetting) else _metrics(result.summary)
+        for result in results
+    ]
     table = pl.DataFrame(
         {
             "metric": list(METRICS),
@@ -126,7 +147,7 @@ def compare_logs(
     )
     return CompareResult(
         names=names,
-        results=results,
+        results=(results[0], results[1]),
         table=table,
         gap_distribution=pl.concat(gaps),
         span_distribution=pl.concat(spans),
@@ -136,12 +157,12 @@ def compare_logs(
 
 
 def _with_train_log_probs(
-    logs: tuple[PreparedLog | pl.DataFrame, PreparedLog | pl.DataFrame],
+    logs: tuple[PreparedLog | pl.DataFrame | LoopSetting, PreparedLog | pl.DataFrame | LoopSetting],
     train_dumps: tuple[TrainDumps | None, TrainDumps | None],
     names: tuple[str, str],
-) -> tuple[tuple[PreparedLog | pl.DataFrame, ...], list[str]]:
+) -> tuple[tuple[PreparedLog | pl.DataFrame | LoopSetting, ...], list[str]]:
     """Each log with its records' drift taken from its train dumps, where given."""
-    joined: list[PreparedLog | pl.DataFrame] = []
+    joined: list[PreparedLog | pl.DataFrame | LoopSetting] = []
     notes: list[str] = []
     for name, log, train in zip(names, logs, train_dumps, strict=True):
         if train is not None and isinstance(log, pl.DataFrame):
@@ -154,6 +175,31 @@ def _with_train_log_probs(
             )
         joined.append(log)
     return tuple(joined), notes
+
+
+def _run_side(
+    folder: Path, config: ReplayConfig, options: ReadOptions, note: Callable[[str], None] | None
+) -> LoopSetting:
+    """One side of a comparison that is a run folder: replayed on Dressage's own loop."""
+    if config.batch_groups is not None:
+        raise ConfigError(
+            f"{folder}: a run folder is replayed as Dressage's loop with the run's own batch "
+            "size (docs/semantics.md §12): leave out "
+            + setting("batch_groups")
+            + ", or add "
+            + setting("log_format", "artifacts")
+            + " to replay its records on the simple loop"
+        )
+    if config.max_preempts is not None and note is not None:
+        note(
+            str(folder)
+            + ": "
+            + setting("max_preempts", config.max_preempts)
+            + " is not applied: a run folder is replayed with the run's own M (its span "
+            "rejections are on disk, in traj_err/)"
+        )
+    run = read_run(folder, limits=options.limits)
+    return setting_of(run, replay_what_if(run, keep_versions=config.keep_versions))
 
 
 def _check_names(names: tuple[str, str]) -> tuple[str, str]:
@@ -189,6 +235,39 @@ def _metrics(summary: ReplaySummary) -> dict[str, float | None]:
         )
         figures[f"{unit} kept (%)"] = 100 * (counts[Decision.KEPT] or 0) / total if total else None
         figures[f"{unit} lost (%)"] = 100 * lost / total if total else None
+    return figures
+
+
+def _run_metrics(setting: LoopSetting) -> dict[str, float | None]:
+    """The table's figures for a run folder's replay on its own loop, as its sweep row
+    counts them (docs/semantics.md §12.7)."""
+    row = setting.figures()
+    kept = setting.replay.trajectories.filter(pl.col("decision") == Decision.KEPT)
+    lost = ("dropped_stale_pct", "rejected_span_pct", "failed_pct")
+    figures: dict[str, float | None] = {
+        "versions observed": float(len(setting.replay.versions)),
+        "groups total": float(setting.replay.attempts.height),
+        "version gap min (versions)": _number(kept["version_gap"].min()),
+        "version gap mean (versions)": _number(row["version_gap_mean"]),
+        "version gap max (versions)": _number(row["version_gap_max"]),
+        "version span mean (versions)": _number(row["version_span_mean"]),
+        "version span max (versions)": _number(row["version_span_max"]),
+    }
+    for unit in ("groups", "samples", "tokens"):
+        figures[f"{unit} kept (%)"] = row[f"{unit}_kept_pct"]
+    figures["groups lost (%)"] = sum(row[key] or 0.0 for key in lost)
+    trajectories = setting.replay.trajectories.join(
+        setting.segments, on="trajectory_id", how="left"
+    )
+    gone = trajectories["decision"].is_in(
+        [Decision.DROPPED_STALE, Decision.REJECTED_SPAN, Decision.FAILED]
+    )
+    for unit, column in (("samples", "segments"), ("tokens", "response_tokens")):
+        values = trajectories[column].fill_null(1 if unit == "samples" else 0).cast(pl.Float64)
+        total = float(values.sum())
+        figures[f"{unit} lost (%)"] = (
+            100.0 * float(values.filter(gone).sum()) / total if total else None
+        )
     return figures
 
 
@@ -275,19 +354,27 @@ def compare_inputs(
     """Read two logs and compare them under ``config``: each side's B as given, else its
     own (its trainer steps', or its run folder's: :func:`analysis.batch_groups_for`, where
     it came from said to ``note``); ``train_dumps`` are the first log's, then the second's
-    (:func:`analysis.read_train_dumps`), read within the same options."""
+    (:func:`analysis.read_train_dumps`), read within the same options. A Dressage run folder
+    (no ``log_format``) is replayed on its own loop at ``config``'s K, as ``replay RUN``
+    does (its own M and B: ``max_preempts`` is noted as not applied to it)."""
     options = options if options is not None else ReadOptions()
     bars: Progress = progress or (lambda _: nullcontext(None))
     if len(train_dumps) > 2:
         raise ConfigError("give train dumps at most twice, once per log")
     paths = (Path(first), Path(second))
-    loaded: list[tuple[pl.DataFrame, LoadReport]] = []
+    loaded: list[tuple[pl.DataFrame | LoopSetting, LoadReport]] = []
     for path in paths:
         report = LoadReport()
+        if options.log_format is None and is_run_folder(path):
+            loaded.append((_run_side(path, config, options, note), report))
+            continue
         with bars("reading") as update:
             loaded.append((load_logs([path], options, report=report, progress=update), report))
     configs = []
     for path, (table, report) in zip(paths, loaded, strict=True):
+        if isinstance(table, LoopSetting):
+            configs.append(table.config)
+            continue
         if config.batch_groups is not None:
             configs.append(config)
             continue

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 
 class ExitCode(IntEnum):
-    """Every exit code of ``dressage-replay``, in one table (the README lists the same)."""
+    """Every exit code of ``dressage-replay``, in one table (docs/pages/reference/exit-codes.md lists the same)."""
 
     OK = 0
     INTERNAL = 1
@@ -117,7 +117,7 @@ class Message(str):
 
     _parts: tuple[Part, ...]
 
-    def __new__(cls, *parts: Part) -> Message:
+    def __new__(cls, *parts: Part) -> Self:
         joined: list[Part] = []
         for part in parts:
             pieces = part._parts if isinstance(part, Message) else (part,)
@@ -173,14 +173,46 @@ class Message(str):
         return Message, self._parts
 
 
+class Explained(Message):
+    """A message said in one short line, with the detail behind it (:attr:`detail`): the
+    command line shows the detail with ``--verbose`` and ``--json`` carries it; composed
+    with more text it is a plain :class:`Message` again."""
+
+    detail: str
+
+    def __new__(cls, *parts: Part, detail: str = "") -> Explained:
+        text = super().__new__(cls, *parts)
+        text.detail = detail
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _explained, (self._parts, self.detail)
+
+
+def _explained(parts: tuple[Part, ...], detail: str) -> Explained:
+    return Explained(*parts, detail=detail)
+
+
+def detail_of(text: str) -> str:
+    """The detail behind a message said in short (:class:`Explained`); "" for any other."""
+    return text.detail if isinstance(text, Explained) else ""
+
+
 def render(text: str, say: Callable[[str, str | None], str]) -> str:
     """``text`` with each setting it refers to (if it is a :class:`Message`) said by
     ``say(keyword, value or None)``."""
     return text.render(say) if isinstance(text, Message) else text
 
 
+OFF = "none"
+"""The value of a setting that turns it off, as the command line says it (``--max-preempts
+none``); Python says ``None``."""
+
+
 def _keyword(name: str, value: str | None) -> str:
-    return name if value is None else f"{name}={value}"
+    if value is None:
+        return name
+    return f"{name}=None" if value == OFF else f"{name}={value}"
 
 
 def setting(name: str, value: object = None) -> SettingRef:

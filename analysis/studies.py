@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
 from analysis.engine import PreparedLog, ReplayConfig, ReplayResult, SweepResult, replay, sweep
 from analysis.engine.grid import SettingReplays
+from analysis.engine.run_loop.checks import keep_versions_told
+from analysis.engine.run_loop.replay import replay_what_if
+from analysis.engine.run_loop.sweep import LoopSetting, setting_of, sweep_run
 from analysis.errors import ConfigError, setting
+from analysis.formats.dressage.run import RunLog
 from analysis.rules.policies import sweep_policies
 from analysis.views import plots
 from analysis.views.bias import who_gets_dropped
@@ -28,37 +32,74 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def focus_setting(result: SweepResult) -> ReplayResult:
+def _acting(rows: pl.DataFrame) -> pl.DataFrame:
+    """The rows with ``controls`` (how many controls are on: K > 0, M given) and ``acting``
+    (how many of those decide something on this log: a K that drops a stale group, an M
+    that rejects a span)."""
+    k_on = pl.col("keep_versions") > 0
+    m_on = pl.col("max_preempts").is_not_null()
+    k_acts = k_on & (pl.col("dropped_stale_pct").fill_null(0) > 0)
+    m_acts = m_on & (pl.col("rejected_span_pct").fill_null(0) > 0)
+    return rows.with_columns(
+        (k_on.cast(pl.Int8) + m_on.cast(pl.Int8)).alias("controls"),
+        (k_acts.cast(pl.Int8) + m_acts.cast(pl.Int8)).alias("acting"),
+    )
+
+
+def focus_setting(result: SweepResult) -> ReplayResult | LoopSetting:
     """The setting the report looks at closely: of the Pareto-efficient settings with a
-    control on, one with both controls on (as Dressage runs) before one with a single
-    control, then the one that keeps the most tokens (samples when tokens are unknown);
-    else the first setting. With K off the per-batch drops would be an empty panel."""
-    rows = result.rows.with_row_index("position")
+    control on, one where every control that is on acts on this log (K drops a stale
+    group, M rejects a span) before one where a control decides nothing; then both
+    controls on (as Dressage runs) before one; then the one that keeps the most tokens
+    (samples when tokens are unknown); else the first setting. A K that drops nothing
+    decides as K off: featured, its per-batch drops would be an empty panel."""
+    rows = _acting(result.rows.with_row_index("position"))
     kept = "tokens_kept_pct" if rows["tokens_kept_pct"].null_count() == 0 else "samples_kept_pct"
-    controls = (pl.col("keep_versions") > 0).cast(pl.Int8) + pl.col(
-        "max_preempts"
-    ).is_not_null().cast(pl.Int8)
     candidates = (
-        rows.with_columns(controls.alias("controls"))
+        rows.with_columns((pl.col("acting") == pl.col("controls")).alias("all_act"))
         .filter(pl.col("pareto") & (pl.col("controls") > 0))
-        .sort(["controls", kept], descending=True, maintain_order=True)
+        .sort(["all_act", "acting", "controls", kept], descending=True, maintain_order=True)
     )
     position = int(candidates["position"][0]) if candidates.height else 0
     return result.results[position]
 
 
-def _is_chosen(result: SweepResult, focus: ReplayResult) -> bool:
+def _is_chosen(result: SweepResult, focus: ReplayResult | LoopSetting) -> bool:
     """Whether the focus setting is Pareto-efficient with a control on (not the fallback)."""
+    row = _focus_row(result, focus)
     config = focus.config
-    row = result.rows.filter(
-        (pl.col("keep_versions") == config.keep_versions)
-        & pl.col("max_preempts").eq_missing(config.max_preempts)
-    )
     return bool(
         row.height
         and row["pareto"][0]
         and (config.keep_versions > 0 or config.max_preempts is not None)
     )
+
+
+def _focus_row(result: SweepResult, focus: ReplayResult | LoopSetting) -> pl.DataFrame:
+    config = focus.config
+    return _acting(result.rows).filter(
+        (pl.col("keep_versions") == config.keep_versions)
+        & pl.col("max_preempts").eq_missing(config.max_preempts)
+    )
+
+
+def _idle_controls(result: SweepResult, focus: ReplayResult | LoopSetting) -> str:
+    """Words for each control of ``focus`` that is on and decides nothing on this log
+    (empty when every control on acts)."""
+    row = _focus_row(result, focus)
+    if not row.height:
+        return ""
+    config = focus.config
+    idle = []
+    if config.keep_versions > 0 and not (row["dropped_stale_pct"].fill_null(0)[0] > 0):
+        idle.append(
+            f"K={config.keep_versions} drops no stale group on this log, so it decides as K off"
+        )
+    if config.max_preempts is not None and not (row["rejected_span_pct"].fill_null(0)[0] > 0):
+        idle.append(
+            f"M={config.max_preempts} rejects no trajectory on this log, so it decides as M off"
+        )
+    return "; ".join(idle)
 
 
 def _has_control(result: SweepResult) -> bool:
@@ -87,18 +128,11 @@ def report_content(
         progress=progress,
     )
     focus = focus_setting(swept)
-    chosen = (
-        "the Pareto-efficient setting with a control on that keeps the most tokens, "
-        "both controls on before one"
-        if _is_chosen(swept, focus)
-        else "the first setting (no setting with a control on is Pareto-efficient)"
-        if _has_control(swept)
-        else "the first setting (no setting with a control on was swept)"
-    )
+    assert isinstance(focus, ReplayResult)  # a sweep of the simple loop
     return ReportContent(
         swept=swept,
         focus=focus,
-        chosen=chosen,
+        chosen=_chosen_words(swept, focus),
         # Every K under the focus setting's M, each replayed again as the figure reads it
         # (the sweep keeps its rows only).
         per_k=swept.results.where(max_preempts=focus.config.max_preempts),
@@ -107,6 +141,121 @@ def report_content(
             sweep_policies(prepared, policies, batch_groups=batch_groups) if policies else None
         ),
     )
+
+
+def _chosen_words(swept: SweepResult, focus: ReplayResult | LoopSetting) -> str:
+    """Why the report looks closely at ``focus``, in words, and which of its controls
+    decides nothing on this log."""
+    why = (
+        "the Pareto-efficient setting with a control on where each control on acts "
+        "(K drops, M rejects), both controls on before one, then the most tokens kept"
+        if _is_chosen(swept, focus)
+        else "the first setting (no setting with a control on is Pareto-efficient)"
+        if _has_control(swept)
+        else "the first setting (no setting with a control on was swept)"
+    )
+    idle = _idle_controls(swept, focus)
+    return why + (f" ({idle})" if idle else "")
+
+
+def run_report_content(
+    run: RunLog,
+    prepared: PreparedLog,
+    *,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    loop: Literal["partial", "fully"] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    policies: Sequence[Any] = (),
+) -> ReportContent:
+    """A run folder's report on Dressage's own loop (docs/semantics.md §12.7): the sweep of
+    :func:`sweep_run`, the setting looked at closely (the run's own when a row is, else as
+    :func:`focus_setting` chooses), its replays per K;
+    no who-gets-dropped (a comparison of the simple loop), the replay's decisions instead.
+    ``policies`` are swept on the simple loop over ``prepared`` (the folder read as one
+    log, with the run's own B), as ``sweep --policy`` does."""
+    swept = sweep_run(
+        run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
+        progress=progress,
+    )  # fmt: skip
+    own = swept.rows.with_row_index("position").filter(pl.col("own_setting"))
+    focus = swept.results[int(own["position"][0])] if own.height else focus_setting(swept)
+    if own.height:
+        idle = _idle_controls(swept, focus)
+        chosen = (
+            "the run's own setting (K as its staleness metrics tell, M as its span rejections "
+            "name), as replay RUN replays it" + (f" ({idle})" if idle else "")
+        )
+    else:
+        chosen = _chosen_words(swept, focus)
+    return ReportContent(
+        swept=swept,
+        focus=focus,
+        chosen=chosen,
+        per_k=swept.results.where(max_preempts=focus.config.max_preempts),
+        bias=None,
+        policies=(
+            sweep_policies(prepared, policies, batch_groups=run.target_groups) if policies else None
+        ),
+    )
+
+
+def make_run_plot(
+    kind: str,
+    run: RunLog,
+    *,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    loop: Literal["partial", "fully"] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Figure:
+    """:func:`make_plot` for a run folder, on Dressage's own loop: ``sweep`` and
+    ``heatmap`` draw :func:`sweep_run`'s rows; ``spans`` and ``timeline`` the replay at
+    the first K (``replay RUN -k K``), or with no K given (an empty list) at the run's own
+    K as its staleness metrics tell (:func:`run_plot_k`); ``gaps`` each K. No M list: the
+    run's own M."""
+    if kind in ("spans", "timeline") and not keep_versions:
+        keep_versions = [run_plot_k(run)]
+    _check_plot(kind, keep_versions, max_preempts or [None])
+    if kind in ("sweep", "heatmap"):
+        result = sweep_run(
+            run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
+            progress=progress,
+        )  # fmt: skip
+        return plots.plot_sweep(result) if kind == "sweep" else plots.plot_heatmap(result)
+    if kind == "gaps":
+        per_k = sweep_run(
+            run, keep_versions=keep_versions, max_preempts=max_preempts[:1], loop=loop
+        )
+        return plots.plot_gaps(None, per_k.results)
+    single = setting_of(run, replay_what_if(run, keep_versions=keep_versions[0], loop=loop))
+    return plots.plot_spans(single, single) if kind == "spans" else plots.plot_timeline(single)
+
+
+def run_plot_k(run: RunLog) -> int:
+    """The K a single-setting figure of a run folder draws when none is given: the run's
+    own, as its staleness metrics tell; a one-line refusal when they do not."""
+    told = keep_versions_told(run.metrics)
+    if told is None:
+        raise ConfigError(
+            "the run's staleness metrics do not tell its "
+            + setting("keep_versions")
+            + ", and a spans or timeline figure draws one setting; give it"
+        )
+    return told
+
+
+def _check_plot(
+    kind: str, keep_versions: Sequence[int], max_preempts: Sequence[int | None]
+) -> None:
+    if kind not in plots.PLOT_KINDS:
+        raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(plots.PLOT_KINDS)}")
+    if not keep_versions:
+        raise ConfigError("give at least one " + setting("keep_versions") + " value to plot")
+    if not max_preempts:
+        raise ConfigError(
+            "give at least one " + setting("max_preempts") + " value (or none) to plot"
+        )
 
 
 def build_report(
@@ -125,15 +274,23 @@ def build_report(
     version: str | None = None,
     written_at: datetime | None = None,
     policies: Sequence[Any] = (),
+    run: RunLog | None = None,
 ) -> str:
     """The report as one HTML document: :func:`report_content`, rendered by
     :func:`analysis.views.report.render_report` (see there for the header's arguments).
     ``policies`` (:mod:`analysis.rules.policies`) adds a section comparing them
-    (docs/semantics.md §13)."""
-    content = report_content(
-        prepared, table, keep_versions=keep_versions, max_preempts=max_preempts,
-        batch_groups=batch_groups, progress=progress, policies=policies,
-    )  # fmt: skip
+    (docs/semantics.md §13). With ``run`` (the run folder that ``prepared`` was read
+    from), the settings are replayed on Dressage's own loop (:func:`run_report_content`)."""
+    if run is not None:
+        content = run_report_content(
+            run, prepared, keep_versions=keep_versions, max_preempts=max_preempts,
+            progress=progress, policies=policies,
+        )  # fmt: skip
+    else:
+        content = report_content(
+            prepared, table, keep_versions=keep_versions, max_preempts=max_preempts,
+            batch_groups=batch_groups, progress=progress, policies=policies,
+        )  # fmt: skip
     return render_report(
         prepared, inspection, content, keep_versions=keep_versions, max_preempts=max_preempts,
         batch_groups=batch_groups, title=title, say=say, inputs=inputs, command=command,
@@ -156,14 +313,7 @@ def make_plot(
     first K and first M; ``gaps`` replays each K with the first M. ``progress(done,
     total)`` is called after each replay of a sweep.
     """
-    if kind not in plots.PLOT_KINDS:
-        raise ConfigError(f"unknown plot kind {kind!r}; use one of {', '.join(plots.PLOT_KINDS)}")
-    if not keep_versions:
-        raise ConfigError("give at least one " + setting("keep_versions") + " value to plot")
-    if not max_preempts:
-        raise ConfigError(
-            "give at least one " + setting("max_preempts") + " value (or none) to plot"
-        )
+    _check_plot(kind, keep_versions, max_preempts)
     if kind in ("sweep", "heatmap"):
         result = sweep(
             prepared,

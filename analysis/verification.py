@@ -23,8 +23,8 @@ import polars as pl
 
 from analysis.engine.decisions import Decision
 from analysis.engine.run_loop.checks import keep_versions_told as keep_versions_told
-from analysis.engine.run_loop.collector import step_metrics
 from analysis.engine.run_loop.fully import ThrownAway as ThrownAway
+from analysis.engine.run_loop.records import step_metrics
 from analysis.engine.run_loop.replay import LoopReplay, replay_run
 from analysis.engine.run_loop.ties import TieSearch
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
@@ -104,6 +104,7 @@ class Verification:
     def to_dict(self) -> dict[str, Any]:
         """The settings found, the checks and the total, as ``verify --json`` prints them."""
         return {
+            "engine": "dressage-loop",
             "loop": self.loop,
             "loop_reason": self.result.loop_reason,
             "keep_versions": self.result.keep_versions,

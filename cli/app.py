@@ -59,11 +59,48 @@ def _no_breaks_at_hyphens() -> None:
 
 _no_breaks_at_hyphens()
 
+_PLAIN_TYPES = {"<path>": "PATH", "<str>": "TEXT", "<list[Path]>": "PATH", "<list[str]>": "TEXT"}
+"""What help shows for a value without a metavar of its own, in place of typer's Python
+types (``<list[Path]>``, ``<str>``)."""
+
+
+def _plain_metavars() -> None:
+    """Help in a reader's words, not Python's: an option without a metavar shows PATH or
+    TEXT (typer shows ``<path>``, ``<list[Path]>``, ``<str>``), and an argument its name
+    alone, ``INPUT...`` in the usage line (typer shows ``{INPUT}...`` and
+    ``INPUT <list[Path]>``). Typer's own methods are left as they are where they differ
+    from those of the version this was written for."""
+    from typer import core
+
+    parameter, argument = (
+        getattr(core, "_TyperParameter", None),
+        getattr(core, "TyperArgument", None),
+    )
+    if parameter is None or argument is None or getattr(parameter, "_plain", False):
+        return
+    typed = parameter.display_type
+
+    def display_type(self: Any, ctx: Any) -> str:
+        shown = typed(self, ctx)
+        return str(_PLAIN_TYPES.get(shown, shown))
+
+    def usage_name(self: Any) -> str:
+        name = self.display_name_raw + ("..." if self.nargs != 1 else "")
+        return name if self.required else f"[{name}]"
+
+    parameter.display_type = display_type
+    parameter._plain = True
+    argument.display_type_rich = lambda self, ctx: None  # the name says it
+    argument._usage_display_name = usage_name
+
+
+_plain_metavars()
+
 app = typer.Typer(
     name="dressage-replay",
     help="Offline staleness analysis and replay of async RL rollout logs (Dressage, slime).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     # Plain click help: rich's boxed tables cut long option names at 80 columns
     # (`--samples-per-…`); click's layout never cuts a name.

@@ -7,9 +7,11 @@ that ``pass on_bad_record=skip`` reads ``pass --on-bad-record skip`` here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from analysis import render
+from analysis import detail_of, render
 
 FLAGS = {
     "keep_versions": "--keep-versions",
@@ -32,6 +34,7 @@ FLAGS = {
     "max_record_bytes": "--limit max_record_bytes=",
     "max_inflation": "--limit max_inflation=",
     "max_pickle_values": "--limit max_pickle_values=",
+    "max_pickle_reuse": "--limit max_pickle_reuse=",
     "max_pickle_bytes": "--limit max_pickle_bytes=",
     "max_depth": "--limit max_depth=",
     "max_spans": "--limit max_spans=",
@@ -85,4 +88,27 @@ def flagged_dict(result: dict[str, Any]) -> dict[str, Any]:
         for key in ("notes", "warnings")
         if key in result
     }
-    return {**result, **said}
+    # the detail behind a warning said in short (analysis.Explained), by its short line
+    details = {
+        flagged(text): flagged(detail)
+        for text in result.get("warnings", ())
+        if (detail := detail_of(text))
+    }
+    return {**result, **said, **({"warning_details": details} if details else {})}
+
+
+@contextmanager
+def options_refused_as_usage() -> Iterator[None]:
+    """Options of the simple loop given for a run folder replayed as Dressage's loop
+    (:class:`analysis.NotUsedError`): the option's shape for this input, a usage error
+    (exit 2) naming the flags, in every command that reads a run folder."""
+    import typer
+
+    from analysis import NotUsedError
+
+    try:
+        yield
+    except NotUsedError as error:
+        raise typer.BadParameter(
+            flagged(error.message), param_hint=", ".join(FLAGS[name] for name in error.unused)
+        ) from None

@@ -32,6 +32,7 @@ from cli.options import (
     Quiet,
     Traceback,
     TrustPickle,
+    Verbose,
     parse_grid,
     reading,
 )
@@ -49,6 +50,7 @@ class ReadFlags:
     include_eval: bool = False
     log_format: str | None = None
     quiet: bool = False
+    verbose: bool = False
     traceback_: bool = False
     given: frozenset[str] = frozenset()
     """Every option of the command that was given on its command line (the parser says
@@ -76,6 +78,7 @@ _READ_OPTIONS = {
     "include_eval": IncludeEval,
     "log_format": LogFormatOption,
     "quiet": Quiet,
+    "verbose": Verbose,
     "traceback_": Traceback,
 }
 """The shared options as typer declares them (type with its ``typer.Option``), in the
@@ -191,6 +194,17 @@ class GridFlags:
     def parse(self) -> tuple[list[int], list[int | None]]:
         """The K and M lists (:func:`parse_grid`)."""
         return parse_grid(self.keep_versions, self.max_preempts)
+
+    def parse_for(
+        self, inputs: Sequence[Path], options: analysis.ReadOptions
+    ) -> tuple[list[int], list[int | None]]:
+        """The K and M lists for these inputs: a run folder replayed on its own loop takes
+        only the run's own M when -m is not given (its loop cannot apply another M; an
+        empty list says so to the library)."""
+        ks, ms = self.parse()
+        if "max_preempts" not in self.given and analysis.picks_run_loop(inputs, options):
+            return ks, []
+        return ks, ms
 
     @property
     def grid_given(self) -> bool:

@@ -273,7 +273,7 @@ LimitOption = Annotated[
     typer.Option(
         "--limit",
         help="NAME=VALUE: raise a limit that protects memory from hostile input, e.g. "
-        "max_record_bytes=256M (see the README's Limits). Names: "
+        "max_record_bytes=256M (see docs/pages/reference/limits.md). Names: "
         + ", ".join(analysis.Limits.names())
         + ".",
         metavar="NAME=VALUE",
@@ -285,6 +285,24 @@ Traceback = Annotated[
     typer.Option(
         "--traceback",
         help="Show the Python traceback of an error.",
+        metavar=FLAG,
+    ),
+]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Say the detail behind a warning given in short.",
+        metavar=FLAG,
+    ),
+]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace an output that exists (a file, or a folder that is not empty); "
+        "without it an existing output is refused.",
         metavar=FLAG,
     ),
 ]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -67,6 +69,77 @@ def reader_gone(console: Any) -> None:
     raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
+STDOUT = "-"
+"""An output named ``-``: the data goes to standard output (``-o -``, ``--decisions -``)."""
+
+
+def is_stdout(path: Any) -> bool:
+    """Whether an output option names standard output (``-``)."""
+    return path is not None and str(path) == STDOUT
+
+
+def print_csv(frame: Any) -> None:
+    """A table as CSV on standard output (an output named ``-``)."""
+    with results_out():
+        typer.echo(frame.write_csv(), nl=False)
+
+
+def print_jsonl(records: Any) -> int:
+    """Records as JSONL on standard output (an output named ``-``); how many."""
+    import orjson
+
+    count = 0
+    with results_out():
+        out = sys.stdout.buffer
+        for record in records:
+            out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+            count += 1
+        out.flush()
+    return count
+
+
+def stdout_once(**outputs: Any) -> None:
+    """Refuse two outputs that both go to standard output (``--json``, an output named
+    ``-``): their data would be mixed in one stream."""
+    named = [name for name, value in outputs.items() if value is True or is_stdout(value)]
+    if len(named) > 1:
+        raise typer.BadParameter(
+            "both write to standard output; send one of them to a file", param_hint=", ".join(named)
+        )
+
+
+def refuse_existing(*outputs: Any, force: bool) -> None:
+    """One rule for every output, file or folder: one that exists is refused unless
+    ``--force`` (an empty folder is a place for a new one); said before any work. An
+    output named ``-`` is standard output."""
+    for output in outputs:
+        if output is None or is_stdout(output) or force:
+            continue
+        path = Path(output)
+        if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+            continue
+        if path.exists() or path.is_symlink():
+            kind = "a folder" if path.is_dir() else "a file"
+            raise analysis.OutputError(
+                f"{path}: already exists ({kind}); pass --force to replace it, or name another"
+            )
+
+
+def replacing(output: Any, *, force: bool) -> Any:
+    """Around the write of a folder output: with ``--force``, the folder that exists moved
+    aside, removed once the new one is written, put back if the write fails."""
+    if force and output is not None and not is_stdout(output) and Path(output).is_dir():
+        return analysis.set_aside(Path(output))
+    return contextlib.nullcontext()
+
+
+def stderr_console() -> Any:
+    """A console on stderr (what would go to stdout, when the data takes stdout)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
 def stdout_console() -> Any:
     from rich.console import Console
 
@@ -77,7 +150,24 @@ def stdout_console() -> Any:
 
 def print_json(result: dict[str, Any]) -> None:
     """One JSON value on standard output, its notes and warnings said as flags."""
-    typer.echo(json.dumps(flagged_dict(result)))
+    typer.echo(json_text(flagged_dict(result)))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as strict JSON: a float that is not finite (a mean over NaN rewards, a
+    drift of infinite log-probs) is ``null``, as JSON has no NaN or Infinity (``jq`` and
+    strict parsers refuse them; issue 34)."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def say_note(text: str) -> None:
@@ -92,10 +182,11 @@ def report_dict(report: analysis.LoadReport) -> dict[str, Any]:
     return {"skipped": {"by_reason": dict(report.skipped), "first": report.skipped_where}}
 
 
-def warn(report: analysis.LoadReport) -> None:
-    """Load warnings and skipped records, on stderr."""
+def warn(report: analysis.LoadReport, *, verbose: bool = False) -> None:
+    """Load warnings and skipped records, on stderr; the detail behind a warning said in
+    short (:class:`analysis.Explained`) with ``verbose``, else a pointer to it."""
     for warning in report.warnings:
-        typer.echo(f"warning: {one_line(flagged(warning))}", err=True)
+        say_warning(warning, verbose=verbose)
     skipped = sum(report.skipped.values())
     if skipped:
         reasons = ", ".join(
@@ -104,6 +195,16 @@ def warn(report: analysis.LoadReport) -> None:
         typer.echo(f"warning: skipped {reasons}; the first:", err=True)
         for where in report.skipped_where:
             typer.echo(f"  {one_line(flagged(where))}", err=True)
+
+
+def say_warning(warning: str, *, verbose: bool = False) -> None:
+    """One warning on stderr, in one line; one said in short gets its detail on a second
+    line with ``verbose``, else says where the detail is."""
+    detail = analysis.detail_of(warning)
+    more = " (--verbose says more)" if detail and not verbose else ""
+    typer.echo(f"warning: {one_line(flagged(warning))}{more}", err=True)
+    if detail and verbose:
+        typer.echo(f"  {one_line(flagged(detail))}", err=True)
 
 
 def show_library_warnings() -> None:

@@ -14,12 +14,15 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from analysis import (
+    ENGINE_WORDS,
     PARETO_NOTE,
-    SWEEP_CAPTION,
+    RUN_SWEEP_NOTE,
     Outcome,
     k_label,
     m_label,
+    m_not_applied_note,
     policy_sweep_table,
+    sweep_caption,
     sweep_table,
 )
 from cli.flags import flagged
@@ -113,7 +116,12 @@ def print_fitted(
     parts = _fitted_parts(console, table, len(headers), rows, keys=keys)
     for number, columns in enumerate(parts, start=1):
         part = "" if len(parts) == 1 else f" ({number} of {len(parts)})"
-        console.print(table(columns, part, rows))
+        shown = table(columns, part, rows)
+        if len(title + part) > console.measure(shown).maximum:
+            # a title wider than its part's table: on a line of its own, not wrapped to it
+            shown.title = None
+            console.print(title + part, highlight=False, style="table.title")
+        console.print(shown)
 
 
 def print_summary(summary: ReplaySummary, console: Console, *, policy: str | None = None) -> None:
@@ -122,12 +130,12 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     config = summary.config
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
-        f"Replay: keep_versions={k_label(config.keep_versions)}  "
+        f"Simple loop: keep_versions={k_label(config.keep_versions)}  "
         f"max_preempts={m_label(config.max_preempts)}  "
         f"batch_groups={config.batch_groups}"
     )
     if policy is not None:
-        title = f"Replay: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
+        title = f"Simple loop: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
     rows = [["total", *(outcome_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in OUTCOME_COLUMNS:
@@ -203,7 +211,7 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
     facts.add_column("value", justify="right")
     info = inspection.to_dict()
     for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps"):
-        facts.add_row(key.replace("_", " "), f"{info[key]:,}")
+        facts.add_row(key.replace("_", " "), f"{info[key]:,}")  # a run folder's: its own
     if inspection.eval_records:
         facts.add_row("of them evaluation", f"{inspection.eval_groups:,} groups, "
                       f"{inspection.eval_records:,} records")  # fmt: skip
@@ -214,9 +222,11 @@ def print_inspection(inspection: LogInspection, console: Console) -> None:
         "format",
         (", ".join(inspection.formats) or "-") + (converted if inspection.converted_from else ""),
     )
-    facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.run_batch_groups is not None:  # a run folder: B from its dressage_log.txt
-        facts.add_row("run's batch groups", f"{inspection.run_batch_groups:,}")
+        facts.add_row("batch groups (the run's)", f"{inspection.run_batch_groups:,}")
+        facts.add_row("settings replayed on", ENGINE_WORDS.get(inspection.settings_engine, "-"))
+    else:
+        facts.add_row("inferred batch groups", shown_number(inspection.inferred_batch_groups))
     if inspection.thrown_away is not None:  # a fully-async run folder: its loop's surplus
         facts.add_row("thrown away (surplus)", _thrown_cell(inspection.thrown_away))
     console.print(facts)
@@ -309,9 +319,13 @@ def print_sweep(result: SweepResult, console: Console) -> None:
         (name.replace(", ", "\n").replace(" ", "\n"), "left" if not name else "right")
         for name in names
     ]
-    print_fitted(console, SWEEP_CAPTION, headers, rows, keys=3)
+    print_fitted(console, sweep_caption(result.rows), headers, rows, keys=3)
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+    if "own_setting" in result.rows.columns:
+        console.print(RUN_SWEEP_NOTE, highlight=False)
+        if (not_applied := m_not_applied_note(result.rows)) is not None:
+            console.print(not_applied, highlight=False)
     for note in result.notes:  # about the log, as replay prints them
         console.print(f"note: {flagged(note)}", style="dim", highlight=False)
 
@@ -327,11 +341,11 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
     short = [[*row[:key], f"P{n}", *row[key + 1 :]] for n, row in enumerate(body, start=1)]
     if len(_measured_parts(console, headers, short)) < len(_measured_parts(console, headers, body)):
         # Long specs in a narrow terminal: a short name in the table, the specs under it.
-        print_fitted(console, SWEEP_CAPTION, headers, short, keys=2)
+        print_fitted(console, sweep_caption(rows), headers, short, keys=2)
         for n, row in enumerate(body, start=1):
             console.print(f"P{n}  {row[key]}", highlight=False, soft_wrap=True)
     else:
-        print_fitted(console, SWEEP_CAPTION, headers, body, keys=2)
+        print_fitted(console, sweep_caption(rows), headers, body, keys=2)
     if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
 
@@ -391,7 +405,16 @@ def print_compare(result: CompareResult, console: Console) -> None:
         digits = 2 if "(%)" in row["metric"] or "mean" in row["metric"] else 0
         rows.append([row["metric"], _fmt(row[first], digits), _fmt(row[second], digits)])
     headers = [("metric", "left"), (first, "right"), (second, "right")]
-    print_fitted(console, "Comparison", headers, rows, keys=1)
+    engines = {ENGINE_WORDS.get(e, e) for e in result.engines}
+    on = (
+        f"on {engines.pop()}"
+        if len(engines) == 1
+        else "; ".join(
+            f"{name} on {ENGINE_WORDS.get(e, e)}"
+            for name, e in zip(result.names, result.engines, strict=True)
+        )
+    )
+    print_fitted(console, f"Comparison {on}", headers, rows, keys=1)
     drift = result.drift_by_gap
     if drift.height:
         shown = Table(

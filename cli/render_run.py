@@ -27,7 +27,7 @@ def print_run_summary(result: LoopReplay, console: Console) -> None:
     run's own files."""
     figures = result.to_dict()
     counts = {"groups": figures["groups"], "trajectories": figures["trajectories"]}
-    title = f"Run replay: {result.loop} loop  keep_versions={result.keep_versions}"
+    title = f"Dressage's {result.loop} loop: keep_versions={result.keep_versions}"
     headers = [("outcome", "left"), *((unit, "right") for unit in counts)]
     rows = [["total", *(outcome_cell(c["total"], None) for c in counts.values())]]
     # The fully-async loop throws away what a call polled and did not need (§12.4).

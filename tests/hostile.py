@@ -113,6 +113,21 @@ def memo_reuse(text_bytes: int = 1 << 20, references: int = 100_000) -> bytes:
     )  # fmt: skip
 
 
+def memo_samples(tokens: int = 4000, references: int = 8000) -> bytes:
+    """A pickled dump whose samples are one sample of ``tokens`` tokens (mask, log-probs,
+    alternating token versions) referenced ``references`` times through the memo."""
+    import pickle
+
+    half = tokens // 2
+    sample = {
+        "group_index": 0, "index": 0, "tokens": [1] * tokens, "response_length": tokens,
+        "loss_mask": [1] * tokens, "rollout_log_probs": [-0.1] * tokens,
+        "metadata": {"parent_traj_id": "t", "full_versions": [0, 1] * half,
+                     "dressage_end_token_version": "1"},
+    }  # fmt: skip
+    return pickle.dumps({"rollout_id": 0, "samples": [sample] * references}, protocol=2)
+
+
 def huge_memo(index: int = 10**8) -> bytes:
     """A memo slot far past any object: the unpickler would grow its table to twice it."""
     return PROTO + b"]r" + _u4(index) + b"."
@@ -140,6 +155,20 @@ def deflated_pt(inflated: int = 32 << 20) -> bytes:
     times fewer (a zip bomb of a dump)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+            member.write(PROTO + b"X" + _u4(inflated - 8))
+            chunk = b"a" * (1 << 20)
+            for _ in range(inflated >> 20):
+                member.write(chunk)
+        archive.writestr("archive/version", b"3\n")
+    return buffer.getvalue()
+
+
+def compressed_pt(method: int, inflated: int = 64 << 20) -> bytes:
+    """A torch.save-shaped archive whose data.pkl (a text of ``inflated`` bytes) is
+    compressed with zipfile's ``method`` (bzip2 or lzma: a few KB for 64 MiB)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=method) as archive:
         with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
             member.write(PROTO + b"X" + _u4(inflated - 8))
             chunk = b"a" * (1 << 20)

@@ -66,7 +66,7 @@ class ReplayConfig:
             or self.max_preempts < 0
         ):
             raise ConfigError(
-                f"require `max_preempts` >= 0 or none (found {self.max_preempts!r}); "
+                f"require `max_preempts` >= 0 (found {self.max_preempts!r}); "
                 "pass "
                 + setting("max_preempts", "none")
                 + " to disable the partial-rollout control"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import polars as pl
 
@@ -36,7 +36,12 @@ SWEEP_SCHEMA: dict[str, Any] = {
     # docs/semantics.md §10.6: the same means with each trajectory weighted by its tokens
     "version_gap_mean_tokens": pl.Float64,
     "version_span_mean_tokens": pl.Float64,
+    # which replay gave the row: the simple loop here, Dressage's own loop for a run folder
+    "engine": pl.String,
 }
+
+SIMPLE_LOOP_ENGINE = "simple-loop"
+"""The ``engine`` of a row or a replay on the simple loop (docs/semantics.md §3)."""
 
 MAX_VALUES = 1_000
 """Most values one list may expand to (a sweep is every combination of two lists)."""
@@ -82,23 +87,65 @@ class SettingReplays(Sequence[ReplayResult]):
         return f"SettingReplays({len(self):,} settings, each replayed when asked for)"
 
 
+class Configured(Protocol):
+    """A replayed setting that says its setting (a run folder's, on Dressage's loop)."""
+
+    @property
+    def config(self) -> ReplayConfig: ...
+
+
+Kept = TypeVar("Kept", bound=Configured)
+
+
+class KeptReplays(Sequence[Kept], Generic[Kept]):
+    """The replay of each setting of a sweep, kept (a run folder's: one row per attempt and
+    trajectory, small; each M at one K is the same replay)."""
+
+    def __init__(self, settings: Sequence[Kept]) -> None:
+        self._settings = tuple(settings)
+        self.configs = tuple(s.config for s in self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    @overload
+    def __getitem__(self, index: int) -> Kept: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Kept]: ...
+    def __getitem__(self, index: int | slice) -> Kept | list[Kept]:
+        if isinstance(index, slice):
+            return list(self._settings[index])
+        return self._settings[index]
+
+    def where(self, *, max_preempts: int | None) -> KeptReplays[Kept]:
+        """The settings of this ``max_preempts`` (each K once)."""
+        return KeptReplays([s for s in self._settings if s.config.max_preempts == max_preempts])
+
+    def __repr__(self) -> str:
+        return f"KeptReplays({len(self):,} settings, kept)"
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """One row per setting (``rows``); ``results[i]`` replays the setting of row ``i``
-    in full when asked for (:class:`SettingReplays`: the full results are not kept)."""
+    in full when asked for (:class:`SettingReplays`: the full results are not kept), or
+    for a run folder on Dressage's loop is its replay, kept (:class:`KeptReplays` of
+    ``LoopSetting``)."""
 
     rows: pl.DataFrame
-    results: SettingReplays
+    results: SettingReplays | KeptReplays[Any]
     notes: tuple[str, ...] = ()
     """The notes about the log of every setting's replay, each once, in order (a version
     observed after a newer one, unknown tokens, no versions at all)."""
+    engine: str = SIMPLE_LOOP_ENGINE
+    """Which replay gave the rows: ``simple-loop`` or ``dressage-loop`` (a run folder)."""
 
     def __repr__(self) -> str:
         keep = sorted(set(self.rows["keep_versions"].to_list()))
         limits = sorted({m for m in self.rows["max_preempts"].to_list() if m is not None})
         off = ["none"] if self.rows["max_preempts"].null_count() else []
         return (
-            f"SweepResult({self.rows.height:,} settings: K {keep}, "
+            f"SweepResult({self.rows.height:,} settings on the {self.engine}: K {keep}, "
             f"M {off + limits}; .rows has one row per setting)"
         )
 
@@ -307,6 +354,7 @@ def sweep_row(result: ReplayResult) -> tuple[Any, ...]:
         False,
         summary.token_weighted.get("version_gap_mean"),
         summary.token_weighted.get("version_span_mean_kept"),
+        SIMPLE_LOOP_ENGINE,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import (
+    Explained,
     InputNotFoundError,
     Message,
     ReplayError,
@@ -129,7 +130,8 @@ def _folder_files(root: Path) -> tuple[dict[str, list[Path]], list[str]]:
             for kind, endings in kinds:
                 if not name.endswith(endings):
                     continue
-                if (path := root / entry.name).is_file():
+                path = root / entry.name
+                if entry.is_file():  # (the listing's own type: no system call for most)
                     found[kind].append(path)
                 elif path.is_symlink() and not path.exists():
                     broken.append(entry.name)
@@ -153,6 +155,20 @@ def _directory_sources(root: Path, log_format: str | None = None) -> tuple[list[
     return _dressage_or_slime_sources(root, log_format)
 
 
+def run_folder_read_as_log(root: Path) -> Explained:
+    """What a run folder read as one log is, in one short line, with the detail behind it
+    (said by every command that reads it so: it is not the run's own loop)."""
+    return Explained(
+        f"{root}: a Dressage run folder, read as one log on the simple loop here, not on its "
+        "own loop",
+        detail=f"{root}: its traj_payload/ and traj_err/ are read as one log (every attempt, "
+        "in completion order when its records carry it) for the simple loop of "
+        "docs/semantics.md §3 (policies, --format artifacts, the log's facts); settings of K "
+        "(replay, sweep, plot, report, compare, verify) are replayed as Dressage's own loop "
+        "runs (§12)",
+    )
+
+
 def _dressage_or_slime_sources(
     root: Path, log_format: str | None
 ) -> tuple[list[Source], list[str]]:
@@ -161,13 +177,7 @@ def _dressage_or_slime_sources(
     a later kind beside them are not read (runs keep one kind of log), with a warning that
     names them."""
     if is_run_tree(root):
-        return [Source(root, ARTIFACTS.name, folder=True)], [
-            f"{root}: a Dressage run folder: its traj_payload/ and traj_err/ are read as one "
-            "log (every attempt, in completion order when its records carry it) for the "
-            "simple loop of "
-            "docs/semantics.md §3; `replay` without a policy, and `verify`, replay the run as "
-            "Dressage's own loop runs (§12)"
-        ]
+        return [Source(root, ARTIFACTS.name, folder=True)], [run_folder_read_as_log(root)]
     found, broken = _folder_files(root)
     artifacts = is_artifact_folder(root)
     chosen: list[Source] = []

@@ -35,7 +35,7 @@ from analysis.table.labels import (
     run_length_spans,
 )
 from analysis.table.limits import DEFAULT_LIMITS, Limits, over_limit
-from analysis.table.schema import CANONICAL_COLUMNS, MAX_TOKENS
+from analysis.table.schema import CANONICAL_COLUMNS, MAX_TOKENS, SPAN_RULE
 
 
 def _fields_present(record: dict[str, Any]) -> str:
@@ -97,10 +97,10 @@ def _spans_from_field(value: Any, where: str) -> list[Span]:
         if type(start) is not int or type(end) is not int or end >= 2**63:
             start = _as_int(start, "version_spans start", where)
             end = _as_int(end, "version_spans end", where)
-        if start != expected or end is None or end <= start:
+        if start != expected or end is None or end <= start or end > MAX_TOKENS:
             raise LogFormatError(
-                f"{where}: version_spans must be consecutive runs from 0 "
-                f"(found start {start}, end {end} where start {expected} was due)"
+                f"{where}: {SPAN_RULE} (found start {start}, end {end} where start "
+                f"{expected} was due)"
             )
         label = version if type(version) is str else label_text(version)
         spans.append((start, end, "" if label is None else label))

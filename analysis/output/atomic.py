@@ -258,6 +258,35 @@ def atomic_folder(path: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def set_aside(path: Path) -> Iterator[None]:
+    """An output that exists (a file or a folder), moved aside while its replacement is
+    written: removed once the block ends well, put back when it fails (the command
+    line's ``--force``; a folder is never written into another's files)."""
+    path = Path(path)
+    if not path.exists():
+        yield
+        return
+    aside = path.with_name(f".{path.name}.replaced-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot move it aside to replace it ({exc.strerror})") from exc
+    try:
+        yield
+    except BaseException:
+        with _no_interrupts(), contextlib.suppress(OSError):
+            if not path.exists():
+                os.replace(aside, path)
+        raise
+    with _no_interrupts():
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                aside.unlink()
+
+
+@contextlib.contextmanager
 def _no_interrupts() -> Iterator[None]:
     """Ctrl-C ignored for the clean-up in the block (the main thread only can set it)."""
     if threading.current_thread() is not threading.main_thread():

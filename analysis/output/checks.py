@@ -4,6 +4,9 @@ of the inputs (a multi-GB log must not be read first to learn of a typo in the o
 from __future__ import annotations
 
 import glob
+import os
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -65,9 +68,25 @@ def check_output(
 
 
 def check_folder(path: Path) -> Path:
-    """The folder ``path`` is to be written in, which must exist."""
+    """The folder ``path`` is to be written in, which must exist and take a new file (a
+    read-only folder was found only once the work was done: issue 34)."""
     directory = path.parent
-    if not directory.is_dir():
+    try:
+        is_folder = stat.S_ISDIR(os.stat(directory).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        is_folder = False
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
+    if not is_folder:
         problem = "is a file, not a folder" if directory.exists() else "does not exist"
         raise OutputError(f"{path}: {directory} {problem}; give a path in an existing folder")
+    try:  # an anonymous file where the system has them (O_TMPFILE): nothing is left
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise _unwritable(path, exc) from exc
     return directory
+
+
+def _unwritable(path: Path, exc: OSError) -> OutputError:
+    return OutputError(f"{path}: cannot write there ({exc.strerror}); choose a writable folder")

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from analysis.errors import ConfigError, OutputError, ReplayError, SkipReason, setting
 from analysis.formats.text.jsonl_parts import Piece, cut
+from analysis.output.checks import check_folder
 from analysis.table.options import ReadOptions
 
 
@@ -374,6 +375,7 @@ def _check_output(output: Path, inputs: Sequence[str | Path]) -> None:
         )
     if not output.parent.is_dir():
         raise OutputError(f"{output}: its folder {output.parent} does not exist; create it first")
+    check_folder(output)  # and takes a new entry
     resolved = output.resolve()
     for raw in inputs:
         given = Path(raw).resolve()

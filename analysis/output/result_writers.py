@@ -30,8 +30,12 @@ DECISION_COLUMNS = ("group_id", "decision", "stage", "batch", "version_index", "
 def write_decisions(result: ReplayResult, path: Path, *, inputs: Iterable[Path] = ()) -> None:
     """Write one row per group (CSV or Parquet by extension), the decision columns first."""
     refuse_overwriting_inputs(Path(path), inputs)
-    frame = result.decisions
-    write_frame(frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS)), path)
+    write_frame(decisions_in_order(result.decisions), path)
+
+
+def decisions_in_order(frame: pl.DataFrame) -> pl.DataFrame:
+    """A decisions table with :data:`DECISION_COLUMNS` first, as it is written."""
+    return frame.select(*DECISION_COLUMNS, pl.exclude(DECISION_COLUMNS))
 
 
 def write_trajectories(
@@ -39,10 +43,14 @@ def write_trajectories(
 ) -> None:
     """Write one row per trajectory of a replayed log, in the columns a run folder's replay
     writes too (:data:`analysis.engine.run_loop.replay.TRAJECTORY_TABLE_COLUMNS`)."""
+    write_frame_to(trajectory_table(prepared, result), path, inputs=inputs)
+
+
+def trajectory_table(prepared: PreparedLog, result: ReplayResult) -> pl.DataFrame:
+    """One row per trajectory of a replayed log, as :func:`write_trajectories` writes it."""
     from analysis.engine import TRAJECTORY_TABLE_COLUMNS, trajectory_outcomes
 
-    outcomes = trajectory_outcomes(prepared, result)
-    write_frame_to(outcomes.select(TRAJECTORY_TABLE_COLUMNS), path, inputs=inputs)
+    return trajectory_outcomes(prepared, result).select(TRAJECTORY_TABLE_COLUMNS)
 
 
 def write_frame_to(frame: pl.DataFrame, path: Path, *, inputs: Iterable[Path] = ()) -> None:

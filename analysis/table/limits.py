@@ -4,7 +4,7 @@ A log is data from elsewhere: a few kilobytes can declare gigabytes (a gzip or z
 a pickle that references one object a billion times). Each reader checks what it is
 about to hold against one of these limits, and refuses the input with a one-line error
 that names the limit and the setting that raises it (exit 5, as a damaged file). The
-README's "Limits" section lists them with their defaults.
+documentation's "Limits and bad input" page (docs/pages/reference/limits.md) lists them with their defaults.
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ class Limits:
     (so a billion references to one list count a billion times) and each 8 bytes of text
     as one: 134 million, beyond the largest real dumps (tens of millions of token ids,
     log-probs and mask values)."""
+    max_pickle_reuse: int = 4
+    """Most values a pickle may hold per byte of it (each counted every time it is
+    referenced), past its first million: a pickle without memo reuse spends a byte or
+    more on each value (real dumps hold 0.4 a byte), so memo references may repeat what
+    a pickle holds only as far as a file this many times its size could. A 76 KB pickle
+    repeating one sample 8,000 times, within ``max_pickle_values``, made 8,000 rows of
+    4,000 spans (1.4 GB, then out of memory)."""
     max_pickle_bytes: int = 512 * MiB
     """Most memory that reading, inflating and building one untrusted pickle may take (a
     dump's samples, their token lists as Python lists: 8 bytes a small number, 32 a float

@@ -47,13 +47,15 @@ class ReadOptions:
     """Read every file given, and a folder's JSONL files, as this format (``jsonl``,
     ``prime-rl``, ``areal``, ``verl``, ``nemo-rl``, ...) instead of the one found
     (docs/semantics.md, "Other systems' logs")."""
-    # Limits that protect memory from hostile input (analysis.table.limits; README "Limits").
+    # Limits that protect memory from hostile input (analysis.table.limits; docs/pages/reference/limits.md).
     max_record_bytes: int = DEFAULT_LIMITS.max_record_bytes
     """Largest JSONL line or JSON document, in bytes."""
     max_inflation: int = DEFAULT_LIMITS.max_inflation
     """Largest decompressed/compressed ratio of a gzip stream or a deflated zip member."""
     max_pickle_values: int = DEFAULT_LIMITS.max_pickle_values
     """Most values one pickle may hold, each object counted every time it is referenced."""
+    max_pickle_reuse: int = DEFAULT_LIMITS.max_pickle_reuse
+    """Most values a pickle may hold per byte of it (past a million), counted at every reference."""
     max_pickle_bytes: int = DEFAULT_LIMITS.max_pickle_bytes
     """Most memory the unpickler may take to build one pickle, in bytes."""
     max_depth: int = DEFAULT_LIMITS.max_depth

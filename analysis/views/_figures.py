@@ -5,11 +5,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import polars as pl
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+
+FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+PNG_DPI = 150
+"""Resolution of PNG output; vector formats ignore it."""
+
+
+def save_figure(
+    figure: Figure,
+    path: str | Path,
+    *,
+    inputs: Sequence[str | Path] = (),
+    version: str | None = None,
+) -> None:
+    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file,
+    with its provenance line (:func:`provenance`)."""
+    from analysis.output.atomic import atomic_path
+    from analysis.output.checks import check_output
+
+    path = Path(path)
+    check_output(path, FIGURE_FORMATS, what="figure")
+    stamp(figure, inputs, version)
+    with atomic_path(path) as temp:
+        # The temporary name ends in .tmp, so the format must be given, not guessed.
+        figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -17,6 +45,82 @@ def new_figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
+
+
+_SETTING = "_dressage_replay_setting"
+"""The attribute of a figure holding the setting it draws, for its provenance line."""
+
+
+def note_setting(figure: Figure, setting: str) -> None:
+    """Remember the setting (or grid of settings) a figure draws, with its B, for the
+    provenance line :func:`stamp` draws."""
+    setattr(figure, _SETTING, setting)
+
+
+def tool_version() -> str:
+    """The installed dressage-replay version, or "unknown" (run from a source tree that
+    was never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dressage-replay")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def provenance(
+    figure: Figure, inputs: Sequence[str | Path] = (), version: str | None = None
+) -> str:
+    """The provenance line of a figure: its inputs' names, the setting it draws and the
+    tool's version (a figure pasted into a document keeps where it came from)."""
+    names = [Path(path).name or str(path) for path in inputs]
+    shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+    parts = [shown, getattr(figure, _SETTING, ""), f"dressage-replay {version or tool_version()}"]
+    return "   ".join(part for part in parts if part)
+
+
+def grid_setting(
+    keep_versions: Sequence[int], max_preempts: Sequence[int | None], batches: Sequence[int | None]
+) -> str:
+    """The settings of a sweep in a few words: ``K=0,1,2 M=none,1 B=4``."""
+    ks = ",".join(str(k) for k in keep_versions)
+    ms = ",".join("none" if m is None else str(m) for m in max_preempts)
+    shown = sorted({str(b) for b in batches})
+    return f"K={ks} M={ms} B={'/'.join(shown) or 'n/a'}"
+
+
+def sweep_setting(rows: pl.DataFrame) -> str:
+    """A sweep's settings (its rows) in a few words, for its provenance line."""
+    if not rows.height:
+        return ""
+    return grid_setting(
+        rows["keep_versions"].unique(maintain_order=True).to_list(),
+        rows["max_preempts"].unique(maintain_order=True).to_list(),
+        rows["batch_groups"].unique().to_list(),
+    )
+
+
+PROVENANCE_INCHES = 0.22
+"""The strip below a figure's panels that holds its provenance line."""
+
+
+def stamp(figure: Figure, inputs: Sequence[str | Path] = (), version: str | None = None) -> None:
+    """Draw the provenance line (:func:`provenance`) small in the figure's lower right, in
+    a strip kept free of the panels."""
+    if getattr(figure, "_dressage_replay_stamped", False):
+        return
+    height = figure.get_figheight()
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    engine = figure.get_layout_engine()
+    strip = min(0.2, PROVENANCE_INCHES / height)
+    if isinstance(engine, ConstrainedLayoutEngine):  # the panels leave the strip free
+        engine.set(rect=(0, strip, 1, 1 - strip))
+    figure.text(
+        0.995, 0.2 * strip, provenance(figure, inputs, version),
+        ha="right", va="bottom", fontsize=7, color="0.4",
+    )  # fmt: skip
+    figure._dressage_replay_stamped = True  # type: ignore[attr-defined]
 
 
 def show_empty(ax: Axes, message: str) -> None:

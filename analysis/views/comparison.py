@@ -25,6 +25,9 @@ from analysis.engine import (
     ReplayResult,
     ReplaySummary,
 )
+from analysis.engine.grid import SIMPLE_LOOP_ENGINE
+from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
+from analysis.views._figures import note_setting
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -78,7 +81,8 @@ class CompareResult:
     """
 
     names: tuple[str, str]
-    results: tuple[ReplayResult, ReplayResult]
+    results: tuple[ReplayResult | LoopSetting, ReplayResult | LoopSetting]
+    """Each run's replay: on the simple loop, or a run folder's on Dressage's own loop."""
     table: pl.DataFrame
     gap_distribution: pl.DataFrame
     span_distribution: pl.DataFrame
@@ -92,15 +96,28 @@ class CompareResult:
 
     @property
     def summaries(self) -> tuple[ReplaySummary, ReplaySummary]:
-        """The two replays' summaries, whose figures the table repeats."""
-        return self.results[0].summary, self.results[1].summary
+        """The two replays' summaries, whose figures the table repeats (both on the simple
+        loop; a run folder's replay on its own loop has none: :attr:`results`)."""
+        first, second = self.results
+        if isinstance(first, LoopSetting) or isinstance(second, LoopSetting):
+            raise TypeError("a run folder replayed on Dressage's loop has no ReplaySummary")
+        return first.summary, second.summary
+
+    @property
+    def engines(self) -> tuple[str, str]:
+        """Which replay each run had: ``simple-loop`` or ``dressage-loop``."""
+        first, second = (
+            RUN_LOOP_ENGINE if isinstance(r, LoopSetting) else SIMPLE_LOOP_ENGINE
+            for r in self.results
+        )
+        return first, second
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able form: runs with their settings, the table rows and the three frames."""
         return {
             "runs": [
-                {"name": name, "config": result.config.to_dict()}
-                for name, result in zip(self.names, self.results, strict=True)
+                {"name": name, "config": result.config.to_dict(), "engine": engine}
+                for name, result, engine in zip(self.names, self.results, self.engines, strict=True)
             ],
             "table": [
                 {key: _whole(row["metric"], value) for key, value in row.items()}
@@ -110,7 +127,9 @@ class CompareResult:
             "span_distribution": self.span_distribution.to_dicts(),
             "drift_by_gap": self.drift_by_gap.to_dicts(),
             "summaries": {
-                name: result.summary.to_dict()
+                name: result.replay.to_dict()
+                if isinstance(result, LoopSetting)
+                else result.summary.to_dict()
                 for name, result in zip(self.names, self.results, strict=True)
             },
             "notes": list(self.notes),
@@ -130,6 +149,43 @@ def _whole(metric: str, value: Any) -> Any:
     return int(value) if counted else value
 
 
+THIN_RECORDS = 10
+"""A gap's drift from fewer records than this (or than a twentieth of the run's fullest
+gap) is drawn hollow, with its count: a mean of one record is not a mean of 900."""
+
+
+def thin_gaps(records: list[int]) -> list[bool]:
+    """Which of a run's gaps rest on few records (:data:`THIN_RECORDS`).
+
+    Examples
+    --------
+    >>> thin_gaps([919, 60, 1])
+    [False, False, True]
+    """
+    floor = max(THIN_RECORDS, max(records, default=0) / 20)
+    return [count < floor for count in records]
+
+
+def _draw_drift(ax: Axes, run: pl.DataFrame, name: str, color: str) -> bool:
+    """One run's drift by gap: a line through every gap, filled markers where a gap has
+    records enough, hollow ones with their count where it has few; whether any is thin."""
+    gaps, drift = run["version_gap"].to_list(), run["mean_abs_log_prob_diff"].to_list()
+    records = run["records"].to_list()
+    thin = thin_gaps(records)
+    # measured with both controls off, whatever the setting
+    ax.plot(gaps, drift, color=color, label=name)
+    solid = [(g, d) for g, d, t in zip(gaps, drift, thin, strict=True) if not t]
+    if solid:
+        ax.scatter(*zip(*solid, strict=True), color=color, marker="o", zorder=3)
+    for gap, value, count, few in zip(gaps, drift, records, thin, strict=True):
+        if few:
+            ax.scatter([gap], [value], facecolors="white", edgecolors=color, marker="o",
+                       zorder=3)  # fmt: skip
+            ax.annotate(f"n={count}", (gap, value), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7, color=color)  # fmt: skip
+    return any(thin)
+
+
 def plot_compare(result: CompareResult) -> Figure:
     """Gap shares, span shares and (when any record has log-probs) drift by gap, per run."""
     from matplotlib.figure import Figure
@@ -139,8 +195,8 @@ def plot_compare(result: CompareResult) -> Figure:
     figure = Figure(figsize=(5.2 * panels, 4.2), layout="constrained")
     axes = figure.subplots(1, panels, squeeze=False)[0]
     labels = {
-        name: f"{name} ({config.describe()})"
-        for name, config in zip(result.names, result.configs, strict=True)
+        name: f"{name} ({config.describe()}, {engine})"
+        for name, config, engine in zip(result.names, result.configs, result.engines, strict=True)
     }
     _share_bars(
         axes[0],
@@ -160,21 +216,22 @@ def plot_compare(result: CompareResult) -> Figure:
     )
     if has_drift:
         ax = axes[2]
-        for name in result.names:
+        thin_any = False
+        for number, name in enumerate(result.names):
             run = result.drift_by_gap.filter(pl.col("run") == name)
             if run.height:
-                ax.plot(
-                    run["version_gap"].to_list(),
-                    run["mean_abs_log_prob_diff"].to_list(),
-                    marker="o",
-                    label=name,  # measured with both controls off, whatever the setting
-                )
-        ax.set_title("Log-prob drift by version gap (all data, controls off)")
+                thin_any |= _draw_drift(ax, run, name, f"C{number}")
+        ax.set_title(
+            "Log-prob drift by version gap (all data, controls off)"
+            + ("\nhollow: a gap of few records, n = its records" if thin_any else "")
+        )
+        ax.margins(x=0.08, y=0.12)  # room for the counts of the gaps at the edges
         ax.set_xlabel("version gap (versions behind current)")
         ax.set_ylabel("mean |rollout - trainer log-prob| (nats/token)")
         _integer_ticks(ax)
         ax.legend()
     figure.suptitle(f"{result.names[0]} vs {result.names[1]}")
+    note_setting(figure, "; ".join(dict.fromkeys(config.describe() for config in result.configs)))
     return figure
 
 

@@ -46,6 +46,9 @@ class LogInspection:
     run_batch_groups: int | None = None
     """A Dressage run folder's own batch size (dressage_log.txt's target_groups), which
     its trajectory records do not carry: what the commands use when B is not given."""
+    run_trainer_steps: int | None = None
+    """A Dressage run folder's trainer steps, as its dumps, log and metrics number them
+    (its trajectory records carry none); None for other logs."""
     converted_from: tuple[str, ...] = field(default=())
     """The formats a converted (Parquet/Arrow) log was read from, as its metadata says."""
     thrown_away: ThrownAway | None = None
@@ -53,6 +56,15 @@ class LogInspection:
     (docs/semantics.md §12.4); None for other logs."""
     thrown_away_setting: str = ""
     """The replay that counted it (loop, K), in words."""
+    settings_engine: str = "simple-loop"
+    """The replay that settings of K and M get for this input (``sweep``, ``plot``,
+    ``report``, ``compare``, ``replay``): ``dressage-loop`` for a run folder, which
+    ``inspect`` itself describes as one log (docs/semantics.md §12.7)."""
+
+    @property
+    def steps(self) -> int:
+        """The trainer steps: a run folder's own, else those its records carry."""
+        return self.trainer_steps if self.run_trainer_steps is None else self.run_trainer_steps
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,16 +74,18 @@ class LogInspection:
             "groups": self.groups,
             "trajectories": self.trajectories,
             "segments": self.segments,
-            "trainer_steps": self.trainer_steps,
+            "trainer_steps": self.steps,
             "eval_groups": self.eval_groups,
             "eval_records": self.eval_records,
             "attempt_groups": self.attempt_groups,
             "inferred_batch_groups": self.inferred_batch_groups,
             "run_batch_groups": self.run_batch_groups,
+            "run_trainer_steps": self.run_trainer_steps,
             "converted_from": list(self.converted_from),
             "thrown_away": None
             if self.thrown_away is None
             else {**self.thrown_away.to_dict(), "setting": self.thrown_away_setting},
+            "engine": self.settings_engine,
             "versions_observed": len(self.versions),
             "versions": list(self.versions),
             "quality": dict(self.quality),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,16 +29,21 @@ from analysis.engine import (
     SweepResult,
 )
 from analysis.engine.config import k_label, m_label
+from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
 from analysis.errors import setting
-from analysis.output.atomic import atomic_path
-from analysis.output.checks import check_output
 from analysis.views._figures import (
+    FIGURE_FORMATS as FIGURE_FORMATS,
+    PNG_DPI as PNG_DPI,
     bar_heights,
     bar_ticks,
     capped_bars,
     floats,
+    grid_setting,
     new_figure,
+    note_setting,
+    save_figure as save_figure,
     show_empty,
+    sweep_setting,
 )
 
 # Re-exported: plots is where callers find every figure.
@@ -56,14 +60,8 @@ if TYPE_CHECKING:
 PLOT_KINDS = ("sweep", "spans", "gaps", "timeline", "heatmap")
 """What ``analysis.make_plot`` draws."""
 
-FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-
-
 # A histogram whose smallest bar is below this share of its tallest gets a log count axis.
 LOG_COUNTS_RATIO = 0.05
-
-# Resolution of PNG output; vector formats ignore it.
-PNG_DPI = 150
 
 
 def _kept_column(rows: pl.DataFrame) -> tuple[str, str]:
@@ -160,9 +158,11 @@ def plot_sweep(sweep: SweepResult) -> Figure:
     figure = new_figure(12, 4.8)
     kept_ax, gap_ax = figure.subplots(1, 2, sharex=True)
     batch = rows["batch_groups"].unique().to_list()
+    note_setting(figure, sweep_setting(rows))
     figure.suptitle(
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
+        + f", on {_engine_words(sweep)}"
     )
     kept_ax.set_title(f"Kept data ({kept_unit})")
     kept_ax.set_xlabel("keep_versions K (versions; 0 = off)")
@@ -266,7 +266,17 @@ def wants_log_counts(counts: Sequence[int]) -> bool:
     return bool(shown) and min(shown) < LOG_COUNTS_RATIO * max(shown)
 
 
-def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
+def _engine_words(of: SweepResult | ReplayResult | LoopSetting) -> str:
+    """The replay that gave a figure's numbers, in words (its title names it)."""
+    if isinstance(of, LoopSetting):
+        return f"Dressage's {of.replay.loop} loop"
+    if isinstance(of, SweepResult) and of.engine == RUN_LOOP_ENGINE:
+        loops = of.rows["loop"].unique().to_list() if "loop" in of.rows.columns else []
+        return f"Dressage's {loops[0]} loop" if len(loops) == 1 else "Dressage's loop"
+    return "the simple loop"
+
+
+def plot_spans(prepared: PreparedLog | LoopSetting, result: ReplayResult | LoopSetting) -> Figure:
     """Histogram of version spans per trajectory, all vs kept, with the M+1 limit marked.
 
     The count axis is logarithmic when the tail is small next to the head (see
@@ -285,7 +295,10 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
-    ax.set_title(f"Version span per trajectory ({result.config.describe()})")
+    note_setting(figure, result.config.describe())
+    ax.set_title(
+        f"Version span per trajectory ({result.config.describe()}, {_engine_words(result)})"
+    )
     ax.set_xlabel("version span (distinct versions in one trajectory)")
     ax.set_ylabel("trajectories")
     ax.grid(True, axis="y", alpha=0.3)
@@ -344,10 +357,15 @@ def plot_spans(prepared: PreparedLog, result: ReplayResult) -> Figure:
     return figure
 
 
-def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
+def plot_gaps(
+    prepared: PreparedLog | LoopSetting | None,
+    results: Sequence[ReplayResult] | Sequence[LoopSetting],
+) -> Figure:
     """Share of kept trajectories at each version gap, one bar series per setting."""
     series: list[tuple[ReplayConfig, Counter[int], int]] = []
+    engine = "the simple loop"
     for result in results:  # one at a time: a sweep's results are replayed when read
+        engine = _engine_words(result)
         values, sizes = np.unique(result.kept_gaps(), return_counts=True)
         tally = Counter(dict(zip(values.tolist(), sizes.tolist(), strict=True)))
         series.append((result.config, tally, int(sizes.sum())))
@@ -357,11 +375,19 @@ def plot_gaps(prepared: PreparedLog, results: Sequence[ReplayResult]) -> Figure:
 
     figure = new_figure(8, 4.8)
     ax = figure.subplots()
+    note_setting(
+        figure,
+        grid_setting(
+            list(dict.fromkeys(c.keep_versions for c in configs)),
+            list(dict.fromkeys(c.max_preempts for c in configs)),
+            [c.batch_groups for c in configs],
+        ),
+    )
     title = "Version gap of kept trajectories"
     if configs and shared_m:
         config = configs[0]
         title += f" (M={m_label(config.max_preempts)}, B={config.batch_groups})"
-    ax.set_title(title)
+    ax.set_title(f"{title}, on {engine}")
     ax.set_xlabel("version gap (versions behind the current one)")
     ax.set_ylabel("% of kept trajectories")
     ax.grid(True, axis="y", alpha=0.3)
@@ -404,7 +430,13 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
         max(6.0, 1.0 * len(keep_values) + 3.5), max(3.5, 0.7 * len(preempt_values) + 2.2)
     )
     ax = figure.subplots()
-    ax.set_title(f"Kept data ({kept_unit}); bold = Pareto-efficient")
+    note_setting(figure, sweep_setting(rows))
+    batch = rows["batch_groups"].unique().to_list() if rows.height else []
+    per_batch = f", B={batch[0]}" if len(batch) == 1 else ""
+    ax.set_title(
+        f"Kept data ({kept_unit}) on {_engine_words(sweep)}{per_batch}\nbold = Pareto-efficient"
+        + ("; n/a = M not applied" if "max_preempts_applied" in rows.columns else "")
+    )
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
     if rows.height == 0:
@@ -462,12 +494,3 @@ def settings_note(
     if kind == "gaps" and len(max_preempts) > 1:
         return f"a gaps figure draws one M: M={limit}, the first of those given"
     return None
-
-
-def save_figure(figure: Figure, path: str | Path) -> None:
-    """Write a figure as PNG, SVG or PDF, chosen by the extension, via a temporary file."""
-    path = Path(path)
-    check_output(path, FIGURE_FORMATS, what="figure")
-    with atomic_path(path) as temp:
-        # The temporary name ends in .tmp, so the format must be given, not guessed.
-        figure.savefig(temp, format=FIGURE_FORMATS[path.suffix.lower()], dpi=PNG_DPI)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from analysis.views._figures import floats, new_figure, show_empty
+from analysis.views._figures import floats, new_figure, note_setting, show_empty
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -36,6 +36,10 @@ def plot_policies(sweep: PolicySweep) -> Figure:
     figure = new_figure(13, 5.2 + 0.16 * math.ceil(rows.height / 2))  # the legend below
     scatter_ax, loss_ax = figure.subplots(1, 2, width_ratios=(1.2, 1))
     batch = rows["batch_groups"].unique().to_list() if rows.height else []
+    note_setting(
+        figure,
+        f"{rows.height} policies B={'/'.join(sorted(str(b) for b in batch)) or 'n/a'}",
+    )
     figure.suptitle(
         "Staleness policies on one log"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
@@ -64,8 +68,6 @@ def plot_policies(sweep: PolicySweep) -> Figure:
 
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
-_DODGE_POINTS = 7.0
-"""How far apart (in points) the markers of policies at the same point are drawn."""
 _LOSS_COLORS = ("0.15", "0.4", "0.62", "0.82")
 """Greys: the losses' colours are not any policy's (the left panel's colours are)."""
 
@@ -83,36 +85,36 @@ def coinciding(rows: pl.DataFrame, kept_column: str) -> list[list[int]]:
     return [members for members in keys.values() if len(members) > 1]
 
 
-def _draw_points(ax: Axes, rows: pl.DataFrame, kept_column: str) -> None:
-    from matplotlib.transforms import offset_copy
+def alike_groups(rows: pl.DataFrame, kept_column: str) -> list[list[int]]:
+    """Every row (by position) in a group of the rows at its point: the policies that
+    decide alike (:func:`coinciding`) together, in the order the first of each was given."""
+    shared = {members[0]: members for members in coinciding(rows, kept_column)}
+    inside = {number for members in shared.values() for number in members}
+    return [
+        shared.get(number, [number])
+        for number in range(rows.height)
+        if number in shared or number not in inside
+    ]
 
+
+def _draw_points(ax: Axes, rows: pl.DataFrame, kept_column: str) -> None:
+    """One marker per point: policies that decide alike share it, and its label names
+    them all (drawn apart, they read as a difference that is not there)."""
     kept = floats(rows[kept_column].to_list())
     gaps = floats(rows["version_gap_mean"].to_list())
     weighted = floats(rows["version_gap_mean_tokens"].to_list())
-    shared = coinciding(rows, kept_column)
-    dodge, tag = {}, {}
-    for letter, members in zip("abcdefghijklmnopqrstuvwxyz", shared, strict=False):
-        for place, number in enumerate(members):
-            dodge[number] = (place - (len(members) - 1) / 2) * _DODGE_POINTS
-            tag[number] = letter
-    for number, label in enumerate(rows["policy"].to_list()):
-        color, marker = f"C{number % 10}", _MARKERS[number % len(_MARKERS)]
-        moved = offset_copy(
-            ax.transData, fig=ax.get_figure(root=True), y=dodge.get(number, 0.0), units="points"
-        )
-        said = f"{label}  [{tag[number]}]" if number in tag else label
-        ax.plot([gaps[number], weighted[number]], [kept[number]] * 2, color=color,
-                linewidth=0.8, transform=moved)  # fmt: skip
+    policies = rows["policy"].to_list()
+    groups = alike_groups(rows, kept_column)
+    for place, members in enumerate(groups):
+        number = members[0]
+        color, marker = f"C{place % 10}", _MARKERS[place % len(_MARKERS)]
+        said = "\n= ".join(policies[member] for member in members)
+        ax.plot([gaps[number], weighted[number]], [kept[number]] * 2, color=color, linewidth=0.8)
         ax.scatter([gaps[number]], [kept[number]], color=color, marker=marker, s=50, zorder=3,
-                   label=said, transform=moved)  # fmt: skip
+                   label=said)  # fmt: skip
         ax.scatter([weighted[number]], [kept[number]], facecolors="none", edgecolors=color,
-                   marker=marker, s=50, zorder=3, transform=moved)  # fmt: skip
-    # Markers drawn with an offset are not counted by autoscaling: count the points.
-    ax.update_datalim(
-        [(x, y) for x, y in zip([*gaps, *weighted], kept * 2, strict=True) if x == x and y == y]
-    )
-    ax.margins(x=0.06, y=0.12)  # room for markers drawn side by side at the edges
-    ax.autoscale_view()
+                   marker=marker, s=50, zorder=3)  # fmt: skip
+    ax.margins(x=0.06, y=0.12)
     pareto = rows.filter(pl.col("pareto"))
     if pareto.height:
         ax.scatter(
@@ -126,14 +128,12 @@ def _draw_points(ax: Axes, rows: pl.DataFrame, kept_column: str) -> None:
             label="Pareto-efficient",
         )
     ax.scatter([], [], facecolors="none", edgecolors="0.3", label="hollow: token-weighted gap")
-    title = (
-        "[a], [b], ...: policies that decide alike, at one point, drawn one above the other"
-        if shared
-        else None
-    )
+    alike = len(groups) < rows.height
+    title = "A = B: policies that decide alike, one point" if alike else None
     # Outside the axes, under them: ten policies would cover the points and the y label.
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
-              title=title, title_fontsize=8)  # fmt: skip
+    # From the axes' left edge: centred, a legend wider than the axes left the figure.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2,
+              title=title, title_fontsize=8, alignment="left")  # fmt: skip
 
 
 def _draw_losses(ax: Axes, rows: pl.DataFrame) -> None:
@@ -151,4 +151,4 @@ def _draw_losses(ax: Axes, rows: pl.DataFrame) -> None:
         ax.set_xlim(0, 100)
         ax.text(0.5, 0.5, "no policy lost a group", transform=ax.transAxes, ha="center",
                 va="center", fontsize=11, color="0.35")  # fmt: skip
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=len(_LOSSES))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)

@@ -20,13 +20,23 @@ from typing import Any
 import polars as pl
 
 from analysis.engine import PARETO_NOTE, PreparedLog, ReplayResult, SweepResult
+from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
 from analysis.errors import render
 from analysis.output.atomic import atomic_path
 from analysis.output.checks import check_output
 from analysis.rules.policies import PolicySweep
+from analysis.table.limits import printable
+from analysis.views._figures import tool_version
 from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
-from analysis.views.tables import SWEEP_CAPTION, number, policy_sweep_table, sweep_table
+from analysis.views.tables import (
+    RUN_SWEEP_NOTE,
+    m_not_applied_note,
+    number,
+    policy_sweep_table,
+    sweep_caption,
+    sweep_table,
+)
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
@@ -72,17 +82,6 @@ NOT_PROBLEMS = frozenset({"numeric_labels_misordered_by_sorting"})
 ordered by first observation, not by sorting, so these are not defects."""
 
 
-def tool_version() -> str:
-    """The installed dressage-replay version, or "unknown" (run from a source tree that
-    was never installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dressage-replay")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 @dataclass(frozen=True)
 class ReportContent:
     """What a report shows, computed (:func:`analysis.build_report` runs the replays):
@@ -90,12 +89,14 @@ class ReportContent:
     and the policies' sweep when asked for."""
 
     swept: SweepResult
-    focus: ReplayResult
+    focus: ReplayResult | LoopSetting
     chosen: str
     """Why ``focus`` is the setting looked at closely, in words."""
-    per_k: Sequence[ReplayResult]
+    per_k: Sequence[ReplayResult] | Sequence[LoopSetting]
     """Every K under the focus setting's M (replayed as the figure reads them)."""
-    bias: BiasReport
+    bias: BiasReport | None
+    """Who gets dropped (the simple loop's); None for a run folder on its own loop, whose
+    report shows the focus replay's decisions instead."""
     policies: PolicySweep | None = None
 
 
@@ -126,10 +127,11 @@ def render_report(
 
     swept, focus, chosen, per_k = content.swept, content.focus, content.chosen, content.per_k
     config = focus.config
+    counted = focus if isinstance(focus, LoopSetting) else prepared
     figures = [
         ("fig-sweep", "Tokens kept and version gap against K", plots.plot_sweep(swept)),
         ("fig-heatmap", "Tokens kept over the K x M grid", plots.plot_heatmap(swept)),
-        ("fig-spans", "Trajectory version spans, all vs kept", plots.plot_spans(prepared, focus)),
+        ("fig-spans", "Trajectory version spans, all vs kept", plots.plot_spans(counted, focus)),
         ("fig-gaps", "Version gaps of kept trajectories for each K",
          plots.plot_gaps(prepared, per_k)),
         ("fig-timeline", "Per emitted batch", plots.plot_timeline(focus)),
@@ -137,8 +139,17 @@ def render_report(
     bias = content.bias
     limit = "none" if config.max_preempts is None else config.max_preempts
     setting = f"K={config.keep_versions}, M={limit}, B={config.batch_groups}"
+    on = (
+        f"on Dressage's {focus.replay.loop} loop"
+        if isinstance(focus, LoopSetting)
+        else "on the simple loop"
+    )
     batch = (
-        f"{batch_groups:,}" if batch_groups is not None else f"inferred: {config.batch_groups:,}"
+        f"{batch_groups:,}"
+        if batch_groups is not None
+        else f"the run's own: {config.batch_groups:,}"
+        if isinstance(focus, LoopSetting)
+        else f"inferred: {config.batch_groups:,}"
     )
     about = _about_table(
         inputs=[str(path) for path in inputs],
@@ -151,19 +162,25 @@ def render_report(
         written_at=written_at or datetime.now(UTC),
         command=command,
     )
-    notes = [note if say is None else render(note, say) for note in focus.summary.notes]
+    said = focus.notes if isinstance(focus, LoopSetting) else focus.summary.notes
+    notes = [note if say is None else render(note, say) for note in said]
+    run_notes = [RUN_SWEEP_NOTE, *filter(None, [m_not_applied_note(swept.rows)])]
     sections = [
         ("log", "The log", [_facts_tables(inspection)]),
         ("settings", "Settings compared", [
             _sweep_table(swept.rows), f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
+            *(f"<p class='note'>{html.escape(note)}</p>" for note in run_notes
+              if swept.engine == RUN_LOOP_ENGINE),
         ]),
         ("figures", "Figures", [
             f"<p class='note'>Single-setting figures use {html.escape(setting)}: "
-            f"{html.escape(chosen)}.</p>",
+            f"{html.escape(chosen)}; every figure replayed {html.escape(on)}.</p>",
             *(_figure(anchor, caption, figure) for anchor, caption, figure in figures),
         ]),
         ("bias", f"Who gets dropped ({setting})", [
             _bias_table(bias.table), _never_batched(bias.never_batched),
+        ]) if bias is not None else ("decisions", f"Decisions ({setting}, {on})", [
+            _run_decisions(focus),
         ]),
         *([("notes", f"Notes ({setting})", [
             "".join(f"<p class='note'>{html.escape(note)}</p>" for note in notes),
@@ -185,7 +202,9 @@ def render_report(
             for anchor, heading, body in sections
         ),
     ]  # fmt: skip
-    return (
+    # A name that is not UTF-8 (an input's, the command's) keeps its bytes as \xff escapes:
+    # Python reads it as lone surrogates, which no UTF-8 file takes (issue 34).
+    return printable(
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(page_title)}</title><style>{_STYLE}</style>"
         f"<script>{_CHECK_SCRIPT}</script></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
@@ -205,7 +224,7 @@ def _policies_section(swept: PolicySweep) -> tuple[str, str, list[str]]:
         [
             "<p class='note'>Each policy as docs/semantics.md §13 replays it, on the same log "
             "and B; tok. columns weight each trajectory by its response tokens (§10.6).</p>",
-            _table(headers, body, caption=SWEEP_CAPTION, row_classes=classes),
+            _table(headers, body, caption=sweep_caption(swept.rows), row_classes=classes),
             f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
             _figure(
                 "fig-policies",
@@ -267,7 +286,7 @@ def _figure(anchor: str, caption: str, figure: Any) -> str:
 def _facts_tables(inspection: LogInspection) -> str:
     """What the log holds and its data-quality counts, as ``inspect`` prints them."""
     facts: list[tuple[str, str]] = [
-        (key.replace("_", " "), number(getattr(inspection, key)))
+        (key.replace("_", " "), number(inspection.to_dict()[key]))
         for key in ("sources", "records", "groups", "trajectories", "segments", "trainer_steps")
     ]
     if inspection.eval_records:
@@ -285,11 +304,10 @@ def _facts_tables(inspection: LogInspection) -> str:
                 else ""
             ),
         ),
-        ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a")),
-        *(
-            [("run's batch groups", number(inspection.run_batch_groups))]
-            if inspection.run_batch_groups is not None
-            else []
+        (
+            ("inferred batch groups", number(inspection.inferred_batch_groups, none="n/a"))
+            if inspection.run_batch_groups is None
+            else ("batch groups (the run's)", number(inspection.run_batch_groups))
         ),
         *(
             [
@@ -363,7 +381,27 @@ def _sweep_table(rows: pl.DataFrame) -> str:
     """The sweep as ``sweep`` prints it (:func:`analysis.views.tables.sweep_table`)."""
     headers, body = sweep_table(rows)
     classes = ["pareto" if efficient else "" for efficient in rows["pareto"].to_list()]
-    return _table(headers, body, caption=SWEEP_CAPTION, row_classes=classes)
+    return _table(headers, body, caption=sweep_caption(rows), row_classes=classes)
+
+
+def _run_decisions(focus: ReplayResult | LoopSetting) -> str:
+    """The focus replay's decisions by attempt and by trajectory, as ``replay RUN``
+    prints them (a run folder: who gets dropped compares the simple loop's groups)."""
+    assert isinstance(focus, LoopSetting)
+    figures = focus.replay.to_dict()
+    groups, trajectories = figures["groups"], figures["trajectories"]
+    words = {**OUTCOME_WORDS, "dropped_stale_arrival": "stale, arrival",
+             "dropped_stale_pending": "stale, pending"}  # fmt: skip
+    body = [
+        [words.get(key, key.replace("_", " ")), number(groups[key]), number(trajectories[key])]
+        for key in groups
+        if key == "total" or (key != "dropped_stale" and (groups[key] or trajectories[key]))
+    ]
+    note = (
+        "<p class='note'>Who gets dropped (length, reward, arrival delay) is compared on "
+        "the simple loop only: <code>replay RUN --format artifacts --bias</code>.</p>"
+    )
+    return _table(["decision", "groups", "trajectories"], body) + note
 
 
 def _bias_table(frame: pl.DataFrame) -> str:

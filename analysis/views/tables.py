@@ -9,6 +9,41 @@ import polars as pl
 
 SWEEP_CAPTION = "Sweep (shares in %)"
 
+ENGINE_WORDS = {"simple-loop": "the simple loop", "dressage-loop": "Dressage's loop"}
+
+
+def sweep_caption(rows: pl.DataFrame) -> str:
+    """The sweep's caption, naming the replay that gave its rows: ``on the simple loop``
+    (docs/semantics.md §3), or ``on Dressage's partial loop`` for a run folder (§12)."""
+    engines = rows["engine"].unique().to_list() if "engine" in rows.columns else []
+    if "loop" in rows.columns and rows.height and rows["loop"][0] is not None:
+        return f"{SWEEP_CAPTION} on Dressage's {rows['loop'][0]} loop"
+    words = " and ".join(ENGINE_WORDS.get(e, e) for e in sorted(engines)) or "the simple loop"
+    return f"{SWEEP_CAPTION} on {words}"
+
+
+RUN_SWEEP_NOTE = (
+    "own: the run's own setting (its replay is `replay RUN -k K`, checked against the run's "
+    "files). At another K the replay uses only the attempts the run made: 'batches short' "
+    "counts rollout calls it could not fill with them (a stricter K needs replacement "
+    "attempts the run never made; 'groups short' in all), 'unneeded' the run's attempts it "
+    "leaves over beyond the run's own leftovers (a looser K would not have made them). "
+    "docs/semantics.md §12.7."
+)
+"""What a run folder's sweep table marks, said under it."""
+
+
+def m_not_applied_note(rows: pl.DataFrame) -> str | None:
+    """What a run folder's sweep says of its rows at another M than the run's, if any."""
+    if "max_preempts_applied" not in rows.columns or rows["max_preempts_applied"].all():
+        return None
+    own = rows["max_preempts_replayed"][0]
+    return (
+        "n/a: M not applied. Dressage's loop replays the run's own span rejections "
+        f"(M={'off or unknown' if own is None else own}, from traj_err/): such a row repeats "
+        "that M's figures, and is never Pareto-efficient"
+    )
+
 
 def number(value: Any, digits: int = 1, *, none: str = "-") -> str:
     """A figure as every table prints it: whole numbers with thousands separators, others
@@ -25,16 +60,19 @@ def sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     failed column only when the log has failed groups (then a row's group shares add up
     to 100: kept, stale, span-rejected, failed)."""
     failed = bool(rows.height) and bool(rows["failed_pct"].max())
+    run = "own_setting" in rows.columns
     headers = [
         "", "K", "M", "groups kept", "samples kept", "tokens kept", "stale, arrival",
         "stale, pending", "span rejected", *(["groups failed"] if failed else []), "batches",
         "gap mean", "gap max", "span mean", "span max",
     ]  # fmt: skip
+    extra, extra_headers = _run_columns(rows) if run else ([], [])
     body = [
         [
             "*" if row["pareto"] else "",
-            str(row["keep_versions"]),
-            "none" if row["max_preempts"] is None else str(row["max_preempts"]),
+            str(row["keep_versions"]) + (" own" if run and row["own_setting"] else ""),
+            ("none" if row["max_preempts"] is None else str(row["max_preempts"]))
+            + (" n/a" if run and not row["max_preempts_applied"] else ""),
             number(row["groups_kept_pct"]),
             number(row["samples_kept_pct"]),
             number(row["tokens_kept_pct"]),
@@ -47,10 +85,29 @@ def sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
             number(row["version_gap_max"]),
             number(row["version_span_mean"], 2),
             number(row["version_span_max"]),
+            *(shown(row) for shown in extra),
         ]
         for row in rows.iter_rows(named=True)
     ]
-    return headers, body
+    return [*headers, *extra_headers], body
+
+
+def _run_columns(
+    rows: pl.DataFrame,
+) -> tuple[list[Any], list[str]]:
+    """A run folder's sweep: leftovers (and surplus, unknown where any), then how much a
+    row rests on attempts the run did not make (docs/semantics.md §12.7)."""
+    columns: list[tuple[str, Any]] = [("left over", lambda r: number(r["leftover_pct"]))]
+    if rows["discarded_surplus_pct"].fill_null(0).max():
+        columns.append(("surplus", lambda r: number(r["discarded_surplus_pct"])))
+    if rows["unknown_pct"].fill_null(0).max():
+        columns.append(("unknown", lambda r: number(r["unknown_pct"])))
+    columns += [
+        ("batches short", lambda r: number(r["unfilled_batches"])),
+        ("groups short", lambda r: number(r["groups_short"])),
+        ("unneeded", lambda r: number(r["unneeded_attempts"])),
+    ]
+    return [shown for _, shown in columns], [name for name, _ in columns]
 
 
 def policy_sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:

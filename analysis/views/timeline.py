@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from analysis.engine import ReplayResult
-from analysis.views._figures import floats, legend_outside, new_figure, show_empty
+from analysis.engine.run_loop.sweep import LoopSetting
+from analysis.views._figures import floats, legend_outside, new_figure, note_setting, show_empty
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -46,7 +47,7 @@ def _bin_batches(batches: pl.DataFrame, bins: int) -> pl.DataFrame:
     )
 
 
-def plot_timeline(result: ReplayResult) -> Figure:
+def plot_timeline(result: ReplayResult | LoopSetting) -> Figure:
     """Per emitted batch: version gap, groups dropped while collecting it, version index.
 
     Beyond :data:`TIMELINE_MAX_BATCHES` batches a per-batch line is a zigzag that hides the
@@ -58,6 +59,7 @@ def plot_timeline(result: ReplayResult) -> Figure:
     batches = result.batches
     binned = batches.height > TIMELINE_MAX_BATCHES
     figure = new_figure(11, 8)
+    note_setting(figure, result.config.describe())
     gap_ax, drop_ax, index_ax = figure.subplots(3, 1, sharex=True)
     per, size = "per emitted batch", 1
     if binned:
@@ -66,7 +68,12 @@ def plot_timeline(result: ReplayResult) -> Figure:
         per = f"{batches.height} batches in {shown.height} runs of ~{size}"
     else:
         shown = batches
-    figure.suptitle(f"Replay timeline, {per} ({result.config.describe()})")
+    on = (
+        f"Dressage's {result.replay.loop} loop, per rollout call"
+        if isinstance(result, LoopSetting)
+        else "the simple loop"
+    )
+    figure.suptitle(f"Replay timeline, {per} ({result.config.describe()}, on {on})")
     gap_ax.set_title(
         "Version gap of the batches' trajectories (line = mean, band = min-max of batch means)"
         if binned

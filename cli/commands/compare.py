@@ -12,12 +12,20 @@ import analysis
 from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
     FLAG,
-    INT,
     BatchGroups,
+    Force,
     one_keep_versions,
     one_max_preempts,
 )  # fmt: skip
-from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    print_json,
+    progress_bar,
+    refuse_existing,
+    results_out,
+    say_note,
+    stdout_console,
+    warn,
+)
 
 
 def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
@@ -36,11 +44,21 @@ def run_names(names: str | None, first: Path, second: Path) -> tuple[str, str]:
 def compare(
     first: Annotated[
         Path,
-        typer.Argument(help="The first log (file or folder).", show_default=False, readable=False),
+        typer.Argument(
+            help="The first log (file or folder).",
+            show_default=False,
+            readable=False,
+            metavar="FIRST",
+        ),
     ],
     second: Annotated[
         Path,
-        typer.Argument(help="The second log (file or folder).", show_default=False, readable=False),
+        typer.Argument(
+            help="The second log (file or folder).",
+            show_default=False,
+            readable=False,
+            metavar="SECOND",
+        ),
     ],
     keep_versions: Annotated[
         int,
@@ -49,16 +67,20 @@ def compare(
             "-k",
             help="K applied to both logs.",
             parser=one_keep_versions,
-            metavar=INT,
+            metavar="<int|off>",
         ),
     ] = 0,
     max_preempts: Annotated[
-        str, typer.Option("--max-preempts", "-m", help="M applied to both logs.")
+        str,
+        typer.Option("--max-preempts", "-m", help="M applied to both logs.", metavar="<int|none>"),
     ] = "none",
     batch_groups: BatchGroups = None,
     names: Annotated[
         str | None,
-        typer.Option(help="Names of the two runs, comma-separated (default: the file names)."),
+        typer.Option(
+            help="Names of the two runs, comma-separated (default: the file names).",
+            metavar="NAME,NAME",
+        ),
     ] = None,
     plot_file: Annotated[
         Path | None, typer.Option("--plot", help="Also draw the comparison to this .png/.svg/.pdf.")
@@ -66,6 +88,7 @@ def compare(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the comparison as JSON.", metavar=FLAG)
     ] = False,
+    force: Force = False,
     train_dumps: Annotated[
         list[Path] | None,
         typer.Option(
@@ -73,6 +96,7 @@ def compare(
             help="slime train-side dumps (train_data/) of the first log, then (given again) of "
             "the second: the trainer's log-probs, joined to the log on (rollout_id, index).",
             show_default=False,
+            metavar="FOLDER",
         ),
     ] = None,
     read: ReadFlags = READ,
@@ -88,6 +112,7 @@ log-prob drift by gap."""
         analysis.check_output(
             plot_file, analysis.FIGURE_FORMATS, what="figure", inputs=[first, second]
         )
+        refuse_existing(plot_file, force=force)
     if len(train_dumps or []) > 2:
         raise typer.BadParameter("give it at most twice, once per log", param_hint="--train-dumps")
     compared = analysis.compare_inputs(
@@ -96,7 +121,7 @@ log-prob drift by gap."""
     )  # fmt: skip
     result = compared.result
     if plot_file is not None:
-        analysis.save_figure(analysis.plot_compare(result), plot_file)
+        analysis.save_figure(analysis.plot_compare(result), plot_file, inputs=[first, second])
         typer.echo(f"wrote {plot_file}", err=True)  # as plot and report say
     with results_out():
         if json_output:
@@ -106,4 +131,4 @@ log-prob drift by gap."""
 
             print_compare(result, stdout_console())
     for report in compared.reports:  # skipped records and warnings were dropped unsaid before
-        warn(report)
+        warn(report, verbose=read.verbose)

@@ -10,10 +10,11 @@ import typer
 import analysis
 from cli.groups import READ, ReadFlags, reads_logs
 from cli.options import (
+    Force,
     Inputs,
     whole_option,
 )  # fmt: skip
-from cli.output import progress_bar, warn
+from cli.output import progress_bar, refuse_existing, replacing, warn
 
 
 @reads_logs(placed={"workers": "include_eval", "ray": "workers"})
@@ -33,9 +34,11 @@ def convert(
         str | None,
         typer.Option(
             help="Keep this field as a column, so that a replay of the output can order "
-            "group arrival by it (--order-by); rows stay in input order."
+            "group arrival by it (--order-by); rows stay in input order.",
+            metavar="FIELD",
         ),
     ] = None,
+    force: Force = False,
     read: ReadFlags = READ,
     workers: Annotated[
         int | None,
@@ -60,11 +63,16 @@ def convert(
 
     With an output path without an extension, the table is written as a folder of Parquet
     parts that every command reads as one log, by the local cores or, with --ray, a Ray
-    cluster (README: Performance)."""
+    cluster (docs: Many runs, big logs)."""
     logs = read.reading(inputs, order_by=order_by)
     quiet = read.quiet
+    analysis.refuse_overwriting_inputs(output, inputs)
+    refuse_existing(output, force=force)
     if not output.suffix:
-        _convert_partitioned(inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet)
+        with replacing(output, force=force):
+            _convert_partitioned(
+                inputs, output, logs.options, workers=workers, ray=ray, quiet=quiet
+            )
         return
     if ray is not None or workers is not None:
         flag = "--ray" if ray is not None else "--workers"
@@ -77,7 +85,7 @@ def convert(
         rows = analysis.convert_logs(inputs, output, logs.options, report=report, progress=update)
     typer.echo(f"wrote {rows:,} records to {output}", err=True)
     report.warnings = analysis.converted_warnings(report.warnings, report.formats)
-    warn(report)
+    warn(report, verbose=read.verbose)
 
 
 def _convert_partitioned(

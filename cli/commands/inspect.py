@@ -70,7 +70,7 @@ def inspect(
                 print_admission(
                     bounds, stdout_console(), unchecked=_unchecked(inspection, run_folder)
                 )
-    warn(report)
+    warn(report, verbose=read.verbose)
 
 
 def with_run_facts(
@@ -89,8 +89,15 @@ def with_run_facts(
         # command reading the run refuses it); then the warning
         target = analysis.run_target_groups(folder, limits)
         typer.echo(f"warning: the generation thrown away is not counted: {error}", err=True)
-        return dataclasses.replace(inspection, run_batch_groups=target)
-    inspection = dataclasses.replace(inspection, run_batch_groups=run.target_groups)
+        return dataclasses.replace(
+            inspection, run_batch_groups=target, settings_engine="dressage-loop"
+        )
+    inspection = dataclasses.replace(
+        inspection,
+        run_batch_groups=run.target_groups,
+        run_trainer_steps=run.trainer_steps,
+        settings_engine="dressage-loop",
+    )
     if thrown is None:  # the partial loop puts its surplus back
         return inspection
     return dataclasses.replace(

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 import analysis
-from cli.flags import FLAGS, flagged
-from cli.groups import READ, RUN, ReadFlags, RunFlags, reads_logs, takes_run_settings
+from cli.flags import flagged, options_refused_as_usage
+from cli.groups import (
+    READ,
+    RUN,
+    ReadFlags,
+    RunFlags,
+    declared,
+    reads_logs,
+    takes_group,
+    takes_run_settings,
+)
 from cli.options import (
     FLAG,
     BatchGroups,
+    Force,
     Inputs,
     OrderBy,
     PolicyOption,
@@ -20,14 +31,58 @@ from cli.options import (
     one_max_preempts,
     the_policy,
 )
-from cli.output import print_json, progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    is_stdout,
+    print_csv,
+    print_json,
+    progress_bar,
+    refuse_existing,
+    results_out,
+    say_note,
+    stdout_console,
+    stdout_once,
+    warn,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
+@dataclass(frozen=True)
+class TableOutputs:
+    """replay's tables (one row per group or attempt, one per trajectory) and whether an
+    existing one is replaced, given to the command as one value."""
+
+    decisions: Path | None = None
+    trajectories: Path | None = None
+    force: bool = False
+    given: frozenset[str] = frozenset()
+
+
+_TABLES = {
+    "decisions": Annotated[
+        Path | None,
+        typer.Option(
+            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow; "
+            "- writes CSV to standard output (in place of the summary)."
+        ),
+    ],
+    "trajectories": Annotated[
+        Path | None,
+        typer.Option(
+            help="Write one row per trajectory (trajectory_id, group_id, decision, stage, "
+            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow; - "
+            "writes CSV to standard output."
+        ),
+    ],
+    "force": Force,
+}
+TABLES = TableOutputs()
+
+
 @reads_logs()
 @takes_run_settings()
+@takes_group("tables", TableOutputs, declared(TableOutputs, _TABLES))
 def replay(
     inputs: Inputs,
     keep_versions: Annotated[
@@ -54,19 +109,7 @@ def replay(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the summary as one JSON object.", metavar=FLAG)
     ] = False,
-    decisions: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write one row per group to a file: .csv, .parquet, .json, .jsonl or .arrow."
-        ),
-    ] = None,
-    trajectories: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write one row per trajectory (trajectory_id, group_id, decision, stage, "
-            "batch, version_gap, span) to a file: .csv, .parquet, .json, .jsonl or .arrow."
-        ),
-    ] = None,
+    tables: TableOutputs = TABLES,
     bias: Annotated[
         bool,
         typer.Option(
@@ -82,11 +125,14 @@ def replay(
     """Replay both staleness controls for one setting and summarise what they would do.
 
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
-replayed as Dressage's own collector loop runs (README: Your run's logs); with --policy, \
+replayed as Dressage's own collector loop runs (docs: Tutorial: a real run folder); with --policy, \
 its records are replayed on the simple loop, as sweep --policy does."""
+    decisions, trajectories, force = tables.decisions, tables.trajectories, tables.force
+    stdout_once(**{"--json": json_output, "--decisions": decisions, "--trajectories": trajectories})
     for output in (decisions, trajectories):  # before the log is read: a typo is told at once
-        if output is not None:
+        if output is not None and not is_stdout(output):
             analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
+    refuse_existing(decisions, trajectories, force=force)
     # the second would be written over the first
     if decisions and trajectories and decisions.resolve() == trajectories.resolve():
         raise analysis.OutputError(
@@ -101,7 +147,7 @@ its records are replayed on the simple loop, as sweep --policy does."""
         max_preempts=None if chosen is not None else one_max_preempts(max_preempts),
         batch_groups=batch_groups,
     )
-    try:
+    with options_refused_as_usage():
         replayed = analysis.replay(
             inputs, config, policy=chosen, options=read.options(order_by=order_by),
             order_by=order_by, bias=bias,
@@ -109,19 +155,20 @@ its records are replayed on the simple loop, as sweep --policy does."""
             note=say_note, max_retries=run.max_retries,
             loop=run.loop,  # type: ignore[arg-type]
         )  # fmt: skip
-    except analysis.NotUsedError as error:  # the option's shape, for this input: a usage error
-        raise typer.BadParameter(
-            flagged(error.message), param_hint=", ".join(FLAGS[name] for name in error.unused)
-        ) from None
-    for path in replayed.write(decisions=decisions, trajectories=trajectories):
+    files = [None if is_stdout(path) else path for path in (decisions, trajectories)]
+    for path in replayed.write(decisions=files[0], trajectories=files[1]):
         typer.echo(f"wrote {path}", err=True)  # as every command that writes says
     with results_out():
-        if json_output:
+        if is_stdout(decisions) or is_stdout(trajectories):  # the table is the output
+            print_csv(
+                replayed.decision_frame() if is_stdout(decisions) else replayed.trajectory_frame()
+            )
+        elif json_output:
             print_json(replayed.to_dict())
         else:
             print_replayed(replayed, stdout_console())
     if replayed.report is not None:
-        warn(replayed.report)
+        warn(replayed.report, verbose=read.verbose)
     for warning in replayed.warnings if replayed.report is None else ():
         typer.echo(f"warning: {flagged(warning)}", err=True)
 

@@ -16,6 +16,7 @@ import analysis
 from cli.groups import declared, takes_group
 from cli.options import (
     FLAG,
+    Force,
     LimitOption,
     Quiet,
     Traceback,
@@ -25,7 +26,7 @@ from cli.options import (
     run_limits,
     whole_option,
 )
-from cli.output import progress_bar
+from cli.output import is_stdout, print_jsonl, progress_bar, refuse_existing, replacing
 
 
 class LogFormatChoice(StrEnum):
@@ -155,7 +156,7 @@ _PIPELINE = {
             "--admission",
             help="Hold groups back before they start, as another system does: "
             "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
-            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
+            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (docs: Simulate a pipeline).",
             metavar="RULE:KNOB=VALUE",
             show_default=False,
         ),
@@ -169,7 +170,10 @@ def simulate(
     output: Annotated[
         Path,
         typer.Option(
-            "--output", "-o", help="Output file (jsonl, parquet) or folder (artifacts, pt)."
+            "--output",
+            "-o",
+            help="Output file (jsonl, parquet) or folder (artifacts, pt); - writes JSONL to "
+            "standard output.",
         ),
     ],
     log_format: Annotated[
@@ -193,13 +197,26 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    force: Force = False,
     limit: LimitOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
+    """Simulate an async rollout/training pipeline and write its log (see docs: Simulate a pipeline)."""
     config = pipeline.config()
-    chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    if is_stdout(output):  # a stream of records: JSONL only
+        if log_format not in (None, LogFormatChoice("jsonl")):
+            raise typer.BadParameter(
+                "standard output (-o -) takes JSONL only; give a file or folder name for "
+                + log_format.value,
+                param_hint="--format",
+            )
+        chosen = "jsonl"
+    else:
+        chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    if not is_stdout(output):
+        analysis.check_folder(output)  # before --like reads a run (issue 34)
+    refuse_existing(output, force=force)  # a file as a folder: one rule
     if limit and like is None:
         raise typer.BadParameter(
             "only read with --like: it bounds what reading that run may hold; leave it out, "
@@ -207,7 +224,9 @@ def simulate(
             param_hint="--limit",
         )
     if like is not None:
-        config = _fitted(like, pipeline.given_fields(config), run_limits(limit))
+        config = _fitted(
+            like, pipeline.given_fields(config), run_limits(limit), stdout_taken=is_stdout(output)
+        )
         if pipeline.admission:  # verl's R defaults to the fitted groups per step
             config = dataclasses.replace(
                 config,
@@ -220,19 +239,25 @@ def simulate(
         records = analysis.simulate(config)
         if update is not None:
             records = groups_done(records, config.n_groups, update)
-        count = analysis.write_log(records, output, chosen)
-    typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {output}", err=True)
+        if is_stdout(output):
+            count = print_jsonl(records)
+        else:
+            with replacing(output, force=force):
+                count = analysis.write_log(records, output, chosen)
+    where = "standard output" if is_stdout(output) else output
+    typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {where}", err=True)
 
 
 def _fitted(
-    like: Path, given: dict[str, object], limits: analysis.Limits
+    like: Path, given: dict[str, object], limits: analysis.Limits, *, stdout_taken: bool = False
 ) -> analysis.SimulationConfig:
-    """Fit the simulator to ``like`` and print the fit (stdout); its configuration."""
-    from cli.output import stdout_console
+    """Fit the simulator to ``like`` and print the fit (stdout, or stderr when the records
+    go there); its configuration."""
+    from cli.output import stderr_console, stdout_console
     from cli.render import print_fit
 
     fit = analysis.fit_run(like, given=given, limits=limits)
-    print_fit(fit, like, stdout_console())
+    print_fit(fit, like, stdout_console() if not stdout_taken else stderr_console())
     return fit.config
 
 

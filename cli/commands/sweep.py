@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 import analysis
+from cli.flags import options_refused_as_usage
 from cli.groups import GRID, READ, GridFlags, ReadFlags, sweeps_logs
 from cli.options import (
     FLAG,
+    Force,
     Inputs,
     policies_option,
     some_policies,
 )  # fmt: skip
-from cli.output import progress_bar, results_out, say_note, stdout_console, warn
+from cli.output import (
+    is_stdout,
+    json_text,
+    print_csv,
+    progress_bar,
+    refuse_existing,
+    results_out,
+    say_note,
+    stdout_console,
+    stdout_once,
+    warn,
+)
 
 
-@sweeps_logs(placed={"output": "batch_groups", "json_output": "output"})
+@sweeps_logs(placed={"output": "batch_groups", "json_output": "output", "force": "json_output"})
 def sweep(
     inputs: Inputs,
     grid: GridFlags = GRID,
@@ -28,12 +40,14 @@ def sweep(
         typer.Option(
             "--output",
             "-o",
-            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow.",
+            help="Write the rows to a file: .csv, .parquet, .json, .jsonl or .arrow; - writes "
+            "CSV to standard output.",
         ),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the rows as JSON.", metavar=FLAG)
     ] = False,
+    force: Force = False,
     policy: Annotated[
         list[str] | None,
         policies_option(
@@ -53,20 +67,26 @@ def sweep(
             param_hint="--policy",
         )
     policies = some_policies(policy or [])
-    ks, ms = ([], []) if policies else grid.parse()
-    if output is not None:  # before the log is read: a typo is told at once
+    options = read.options(order_by=grid.order_by)
+    ks, ms = ([], []) if policies else grid.parse_for(inputs, options)
+    stdout_once(**{"--json": json_output, "--output": output})
+    if output is not None and not is_stdout(output):  # before the log is read: a typo is told
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
-    swept = analysis.sweep_log(
-        inputs, keep_versions=ks, max_preempts=ms, policies=policies, batch_groups=grid.batch_groups,
-        options=read.options(order_by=grid.order_by), order_by=grid.order_by,
-        progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
-    )  # fmt: skip
-    if output is not None:
+    refuse_existing(output, force=force)
+    with options_refused_as_usage():
+        swept = analysis.sweep_log(
+            inputs, keep_versions=ks, max_preempts=ms, policies=policies,
+            batch_groups=grid.batch_groups, options=options, order_by=grid.order_by,
+            progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
+        )  # fmt: skip
+    if output is not None and not is_stdout(output):
         analysis.write_frame_to(swept.result.rows, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)  # as every command that writes says
     with results_out():
-        if json_output:
-            typer.echo(json.dumps(_json_rows(swept.result)))
+        if is_stdout(output):  # the rows are the output
+            print_csv(swept.result.rows)
+        elif json_output:
+            typer.echo(json_text(_json_rows(swept.result)))
         elif isinstance(swept.result, analysis.PolicySweep):
             from cli.render import print_policy_sweep
 
@@ -75,7 +95,7 @@ def sweep(
             from cli.render import print_sweep
 
             print_sweep(swept.result, stdout_console())
-    warn(swept.log.report)
+    warn(swept.report, verbose=read.verbose)
 
 
 def _json_rows(result: analysis.SweepResult | analysis.PolicySweep) -> list[dict[str, Any]]:

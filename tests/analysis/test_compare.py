@@ -6,6 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -243,3 +244,27 @@ def test_compare_leaves_matplotlib_unimported() -> None:
     code = "import sys, analysis.views.comparison; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_drift_of_few_records_is_drawn_hollow_with_its_count(result: CompareResult) -> None:
+    """A gap's mean of one record was drawn like one of 919 (issue 33)."""
+    from matplotlib.colors import to_rgba
+
+    from analysis.views.comparison import thin_gaps
+
+    drift = plot_compare(result).axes[2]
+    expected = {}
+    for name in result.names:
+        run = result.drift_by_gap.filter(pl.col("run") == name)
+        for gap, count, few in zip(
+            run["version_gap"], run["records"], thin_gaps(run["records"].to_list()), strict=True
+        ):
+            expected[(name, gap)] = (count, few)
+    assert any(few for _, few in expected.values()) and not all(f for _, f in expected.values())
+    counts = {text.get_text() for text in drift.texts}
+    assert counts == {f"n={count}" for count, few in expected.values() if few}
+    white = to_rgba("white")
+    faces = [np.asarray(c.get_facecolor(), dtype=float).reshape(-1, 4) for c in drift.collections]
+    hollow = [face for face in faces if len(face) and tuple(face[0]) == white]
+    assert len(hollow) == sum(few for _, few in expected.values())
+    assert "hollow" in drift.get_title()

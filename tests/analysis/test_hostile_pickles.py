@@ -29,8 +29,8 @@ def _load(data: bytes, tmp_path: Path, name: str = "x.pkl", **limits: int) -> ob
 @pytest.mark.parametrize(
     ("data", "limit"),
     [
-        (hostile.laughs(40), "max_pickle_values"),
-        (hostile.memo_reuse(1 << 20, 100_000), "max_pickle_values"),
+        (hostile.laughs(40), "max_pickle_reuse"),
+        (hostile.memo_reuse(1 << 20, 100_000), "max_pickle_reuse"),
         (hostile.deep_lists(20_000), "max_depth"),
     ],
     ids=["billion-laughs", "memo-reuse", "deep"],
@@ -45,6 +45,26 @@ def test_pickle_bombs_are_refused_naming_the_limit(data: bytes, limit: str, tmp_
         tracemalloc.stop()
     assert [name for name, _ in caught.value.settings] == [limit]
     assert peak < 3 * len(data) + (16 << 20)  # nothing expanded
+
+
+def test_memo_references_count_against_the_bytes_of_the_pickle(tmp_path: Path) -> None:
+    """Issue 34: one sample of 4,000 tokens repeated 8,000 times by memo reference (76 KB,
+    128 million values, within max_pickle_values) made 8,000 rows of 4,000 spans and ran
+    out of memory. A pickle holds at most max_pickle_reuse values a byte (past a million)."""
+    data = hostile.memo_samples(tokens=4000, references=8000)
+    assert len(data) < 100_000
+    with pytest.raises(LimitError) as caught:
+        _load(data, tmp_path, "0.pt")
+    assert [name for name, _ in caught.value.settings] == ["max_pickle_reuse"]
+    assert f"a pickle of {len(data):,} bytes holding more than" in str(caught.value)
+    # The same values without memo reuse are read; raised, the limit lets the reuse through.
+    few = hostile.memo_samples(tokens=4000, references=40)
+    assert len(_load(few, tmp_path, "1.pt")["samples"]) == 40  # type: ignore[index]
+    raised = _load(data, tmp_path, "0.pt", max_pickle_reuse=1 << 20)
+    assert len(raised["samples"]) == 8000  # type: ignore[index]
+    # max_pickle_values still holds when the reuse limit is raised past it.
+    with pytest.raises(LimitError, match="max_pickle_values=1,000,000"):
+        _load(data, tmp_path, "0.pt", max_pickle_reuse=1 << 20, max_pickle_values=10**6)
 
 
 def test_a_raised_limit_lets_a_genuine_file_through(tmp_path: Path) -> None:

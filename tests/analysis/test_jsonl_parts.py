@@ -53,8 +53,8 @@ def pieces_the_helper_sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     taken: list[int] = []
     real = jsonl_parts.Helper.collected
 
-    def collected(self: jsonl_parts.Helper) -> dict:  # type: ignore[type-arg]
-        sent = real(self)
+    def collected(self: jsonl_parts.Helper, *waiting: Any) -> dict:  # type: ignore[type-arg]
+        sent = real(self, *waiting)
         taken.extend(sent)
         return sent
 
@@ -230,3 +230,24 @@ def test_a_read_error_midway_ends_the_file_as_in_one_process(
     assert 0 < one[0].height < 200 and one[1] == {"damaged file": 1}
     assert two[0].equals(one[0]), (two[0]["record"].to_list()[-5:], one[0]["record"].max())
     assert two[1:] == one[1:]
+
+
+def test_progress_counts_the_bytes_of_both_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file read in pieces moves its bar as either process reads (issue 33: a 1.28 GB log
+    sat at 0% for a minute, then 100%)."""
+    path = log_with_bad_lines(tmp_path / "log.jsonl", False)
+    monkeypatch.setattr(jsonl_parts, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(jsonl_parts, "PIECES", 40)
+    calls: list[tuple[int, int]] = []
+    helped = pieces_the_helper_sent(monkeypatch)
+    options = analysis.ReadOptions(progress=lambda done, total: calls.append((done, total)))
+    analysis.load_logs([path], options)
+    total = calls[-1][1]
+    assert calls[-1][0] == total and {t for _, t in calls} == {total}
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)  # never back
+    between = {done for done, _ in calls if 0 < done < total}
+    assert len(between) >= 10, calls
+    # the helper's pieces count as it sends them: the bar passes what this process read
+    assert helped and max(between) > total * 0.75, (helped, calls)

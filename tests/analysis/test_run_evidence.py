@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from analysis.engine.run_loop.collector import kept_groups_by_step
+from analysis.engine.run_loop.records import kept_groups_by_step
 from analysis.engine.run_loop.replay import replay_run
 from analysis.formats.dressage.log import read_dressage_log
 from analysis.formats.dressage.retries import infer_retry_limit

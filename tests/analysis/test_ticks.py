@@ -107,12 +107,15 @@ def test_the_queue_order_is_one_the_engine_allows(
 
 def test_a_held_up_tick_may_put_an_earlier_submission_first() -> None:
     """g0 submitted first but recorded 80 ms after g1: only a held-up tick queues it first,
-    so it may go first; g2, submitted after g1 and recorded 80 ms after it, may not."""
+    so it may go first; g2, known submitted after g1 and recorded 80 ms after it, may not;
+    one whose submission order the files do not tell may (a retry the log names only by
+    its failed attempt's id), but not once the gap is past a held-up tick."""
     g1, g0, g2 = make_attempt(1, 1.000), make_attempt(0, 1.080), make_attempt(2, 1.080)
     assert may_precede(g0, g1, TIMING)
     assert not may_precede(g2, g1, TIMING)
     unknown = make_attempt(3, 1.080, known=False)
-    assert not may_precede(unknown, g1, TIMING)  # the files do not say it was submitted first
+    assert may_precede(unknown, g1, TIMING)  # not known to be submitted after it
+    assert not may_precede(make_attempt(5, 1.001 + TIMING.stall_s, known=False), g1, TIMING)
     assert may_precede(make_attempt(4, 1.020, known=False), g1, TIMING)  # closer than 25 ms
 
 
@@ -211,7 +214,8 @@ def test_a_compressed_run_is_replayed_as_dressage_queued_it(
     order (by time, by submission within 10 ms) steps take other groups than Dressage did
     and the run's own checks disagree; choosing among the orders the files allow by the
     run's dumps, metrics and log, every check agrees and every trajectory that disagrees
-    with Dressage is reported order-ambiguous (under 1%)."""
+    with Dressage is reported order-ambiguous (under 2%: a completion recorded just before
+    a call's start may have reached its second poll, which the files cannot tell)."""
     settings = run_settings[name]
     run = read_run(run_folders[name])
     replayed = replay_run(
@@ -234,7 +238,7 @@ def test_a_compressed_run_is_replayed_as_dressage_queued_it(
                 wrong.add(session)
     flagged = {session for session, row in rows.items() if row["order_ambiguous"]}
     assert wrong <= flagged
-    assert len(flagged) <= 0.01 * len(rows)
+    assert len(flagged) <= 0.02 * len(rows)
     assert replayed.consistent
     files_order = replay_run(
         run,

@@ -369,7 +369,7 @@ def simulate_in_child(folder: Path, name: str, groups: int) -> tuple[float, floa
         f"    print({PEAK_KB}, file=sys.stderr)\n"
     )
     arguments = ["simulate", "-o", str(folder / name), "--groups", str(groups)]
-    arguments += ["--samples-per-prompt", "8", "--seed", "1", "--quiet"]
+    arguments += ["--samples-per-prompt", "8", "--seed", "1", "--quiet", "--force"]
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", code, *arguments], capture_output=True, text=True, cwd=ROOT
@@ -577,7 +577,9 @@ def bench_hostile_inputs() -> list[dict[str, Any]]:
             [
                 functools.partial(ran, "inspect", str(members)),
                 functools.partial(ran, "replay", str(flood), "-b", "1"),
-                functools.partial(ran, "report", str(flood), "-b", "1", "-o", f"{folder}/r.html"),
+                functools.partial(
+                    ran, "report", str(flood), "-b", "1", "-o", f"{folder}/r.html", "--force"
+                ),
             ]
         )
     return [

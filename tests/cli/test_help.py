@@ -55,3 +55,34 @@ def test_help_breaks_lines_at_spaces_only(name: str, words: list[str]) -> None:
     for word in words:
         assert any(word in line for line in lines), word
     assert "<list[str]>" not in text and "<str>" not in text  # metavars, not Python types
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS.commands))
+def test_help_shows_plain_metavars_not_python_types(name: str) -> None:
+    """A new user met `{INPUT}...`, `INPUT <list[Path]>`, `--plot <path>`, `-m <str>`."""
+    import re
+
+    text = _help(name, width=100)
+    usage = text.splitlines()[0]
+    assert "{" not in usage and "}" not in usage, usage
+    assert not re.search(r"<(list\[\w+\]|path|str|Path|bool)>", text), name
+    for param in COMMANDS.commands[name].params:
+        if param.param_type_name == "argument":  # its name alone: no type beside it
+            metavar = param.metavar or (param.name or "").upper()
+            assert re.search(rf"^  {re.escape(metavar)}(\.\.\.)?\s{{2,}}\S", text, re.M), metavar
+            assert metavar.isupper(), metavar
+
+
+def test_shell_completion_is_offered_and_completes_commands() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = _help(width=100)
+    assert "--install-completion" in text and "--show-completion" in text
+    script = Path(sys.executable).parent / "dressage-replay"
+    env = {**os.environ, "_DRESSAGE_REPLAY_COMPLETE": "complete_bash",
+           "COMP_WORDS": "dressage-replay plot ti", "COMP_CWORD": "2"}  # fmt: skip
+    done = subprocess.run([script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["timeline"], done

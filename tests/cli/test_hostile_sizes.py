@@ -43,7 +43,10 @@ def test_a_version_per_group_is_swept_and_reported_in_bounded_memory_and_time(
     24 s against a replay's 16: the clock is ``make bench``'s."""
     words = command.split()
     output = {"report": ["-o", str(tmp_path / "r.html")], "plot": ["-o", str(tmp_path / "p.png")]}
-    run = hostile.run_bounded(*words, str(version_flood), "-b", "1", *output.get(words[0], []))
+    setting = ["-k", "2", "-m", "1"] if command == "plot timeline" else []  # one it must be told
+    run = hostile.run_bounded(
+        *words, str(version_flood), "-b", "1", *setting, *output.get(words[0], [])
+    )
     assert run.code == 0, run.stderr
     assert run.peak_mb < PEAK_MB, run.peak_mb
     assert run.cpu_seconds < replayed.cpu_seconds + 5, (run, replayed)

@@ -175,7 +175,8 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
     scatter_ax, loss_ax = plot_policies(result).axes
     drawn = scatter_ax.get_legend()
     assert drawn is not None
-    legend = [text.get_text().split("  [")[0] for text in drawn.get_texts()]
+    # every policy named once, those that decide alike in one entry ("A\n= B")
+    legend = [name for text in drawn.get_texts() for name in text.get_text().split("\n= ")]
     assert [parse_policy(s).label() for s in SPECS] == legend[: len(SPECS)]
     # One bar per policy and outcome, of the outcome's share.
     assert len(loss_ax.patches) == 4 * len(SPECS)
@@ -195,9 +196,10 @@ def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
 
 
 def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_the_way() -> None:
-    """Policies that decide alike are tagged [a], [b] in the legend and drawn side by side;
-    the legend is under the axes (ten policies covered the points and the y label); the
-    losses are greys, not any policy's colour."""
+    """Policies that decide alike share one marker, at their own point, with one label
+    naming them all (drawn apart, 36.2 and 34.8 read as a difference where both are
+    35.5); the legend is under the axes (ten policies covered the points and the y
+    label); the losses are greys, not any policy's colour."""
     from matplotlib.colors import to_rgba
 
     from analysis.rules.policies import sweep_policies
@@ -214,12 +216,17 @@ def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_th
     legend = scatter_ax.get_legend()
     assert legend is not None
     labels = [text.get_text() for text in legend.get_texts()]
-    tag = labels[1].split("  ")[-1]
-    assert tag.startswith("[") and all(labels[i].endswith(tag) for i in (1, 2, 3, 4))
+    policies = result.rows["policy"].to_list()
+    (shared,) = [label for label in labels if policies[1] in label.split("\n= ")]
+    assert shared.split("\n= ") == policies[1:5]  # one entry names the four
+    points = len(result.rows) - sum(len(members) - 1 for members in alike)
+    filled = [c for c in scatter_ax.collections if c.get_label() in labels[:points]]
+    assert len(filled) == points
+    kept_of = dict(zip(policies, result.rows["tokens_kept_pct"].to_list(), strict=True))
+    for collection in filled:  # each marker at its own value: nothing moved apart
+        y = float(collection.get_offsets()[0][1])  # type: ignore[index,arg-type]
+        assert y == pytest.approx(kept_of[str(collection.get_label()).split("\n")[0]])
     assert "decide alike" in legend.get_title().get_text()
-    offsets = {round(c.get_offset_transform().transform((0, 0))[1] - scatter_ax.transData.transform((0, 0))[1], 3)
-               for c in scatter_ax.collections[2:10:2]}  # fmt: skip
-    assert len(offsets) > 1  # the alike ones are not drawn on top of each other
     kept = [v for v in result.rows["tokens_kept_pct"].to_list() if v is not None]
     low, high = scatter_ax.get_ylim()
     assert low < min(kept) and max(kept) < high  # every point in view, shifted ones too
@@ -292,8 +299,10 @@ def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     assert summary["policy"]["spec"] == "dressage:keep_versions=3,max_preempts=2"
     assert summary["config"]["max_preempts"] == 2  # as the spec says: applied
     assert "--max-preempts" not in replayed.stderr and "is not applied" not in replayed.stderr
-    assert "`replay` without a policy, and `verify`, replay the run as Dressage's own" in (
-        replayed.stderr
+    assert "read as one log on the simple loop here, not on its own loop" in replayed.stderr
+    verbose = runner.invoke(app, ["replay", folder, "--policy", spec, "--verbose"])
+    assert "settings of K (replay, sweep, plot, report, compare, verify) are replayed as " in (
+        verbose.stderr
     )
     own = json.loads(runner.invoke(app, ["replay", folder, "-k", "3", "--json"]).stdout)
     assert own["groups"]["kept"] != summary["groups"]["kept"]  # the run's loop: 58.8%, not 76.5%
@@ -303,7 +312,7 @@ def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spe
     """K off is "off" and M off is "none" everywhere: the replay title, the policy's label
     and spec (as in the plots' legends); both parse back to the same policy."""
     title = runner.invoke(app, ["replay", SAMPLES[0], "-k", "off", "-m", "off"]).stdout
-    assert title.splitlines()[0].startswith("Replay: keep_versions=off  max_preempts=none  ")
+    assert title.splitlines()[0].startswith("Simple loop: keep_versions=off  max_preempts=none  ")
     policy = parse_policy("dressage:k=0,m=off")
     assert policy.label() == "dressage:k=off,m=none"
     assert policy.spec() == "dressage:keep_versions=off,max_preempts=none"

@@ -64,7 +64,10 @@ def test_json_equals_library_summary(small_logs: dict[str, Path]) -> None:
     assert code == 0
     table = analysis.load_logs([small_logs["pt"]])
     expected = analysis.replay(table, analysis.ReplayConfig(keep_versions=1, batch_groups=4))
-    assert json.loads(out) == json.loads(json.dumps(expected.summary.to_dict()))
+    assert json.loads(out) == {
+        "engine": "simple-loop",
+        **json.loads(json.dumps(expected.summary.to_dict())),
+    }
 
 
 def test_table_output_names_the_setting(small_logs: dict[str, Path]) -> None:
@@ -205,7 +208,10 @@ def test_order_by_a_canonical_column_the_replay_does_not_read(
     expected = analysis.replay(
         table, analysis.ReplayConfig(keep_versions=2, batch_groups=3), order_by="sample_index"
     )
-    assert json.loads(out) == json.loads(json.dumps(expected.summary.to_dict()))
+    assert json.loads(out) == {
+        "engine": "simple-loop",
+        **json.loads(json.dumps(expected.summary.to_dict())),
+    }
 
 
 def test_an_unknown_option_suggests_the_one_it_begins(small_logs: dict[str, Path]) -> None:

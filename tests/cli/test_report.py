@@ -40,11 +40,13 @@ def test_report_is_self_contained(report_file: Path) -> None:
     assert text.count("<img ") == 5 and text.count("data:image/png;base64,") == 5
     for section in ("The log", "Settings compared", "Figures", "Who gets dropped"):
         assert f">{section}" in text
-    assert len(Page.of(report_file).table("Sweep (shares in %)").rows) == 4 * 4  # per (K, M)
+    assert (
+        len(Page.of(report_file).table("Sweep (shares in %) on the simple loop").rows) == 4 * 4
+    )  # per (K, M)
     assert "Pareto-efficient" in text
     assert (
-        "the Pareto-efficient setting with a control on that keeps the most tokens, "
-        "both controls on before one" in text
+        "the Pareto-efficient setting with a control on where each control on acts "
+        "(K drops, M rejects), both controls on before one, then the most tokens kept" in text
     )
 
 
@@ -56,7 +58,7 @@ def test_report_says_when_it_falls_back_to_the_first_setting(tmp_path: Path) -> 
     assert result.exit_code == 0, result.stderr
     text = target.read_text()
     assert "K=0, M=none, B=4: the first setting (no setting with a control on was swept)" in text
-    assert "with a control on that keeps the most tokens" not in text
+    assert "where each control on acts" not in text
 
 
 def test_report_refuses_other_extensions_and_inputs(tmp_path: Path) -> None:
@@ -205,6 +207,7 @@ def test_report_header_command_reproduces_the_report(tmp_path: Path) -> None:
     command = shlex.split(about["to reproduce"])
     assert command[:2] == ["dressage-replay", "report"]
     assert command[2:] == [arg for arg in arguments[1:] if arg != "-q"]
+    target.rename(tmp_path / "first.html")  # (an output that exists is refused)
     result = runner.invoke(app, command[1:])
     assert result.exit_code == 0, result.stderr
     stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -215,7 +218,7 @@ def test_report_uses_the_command_lines_names(report_file: Path) -> None:
     """Outcome names and the bias table's column order as `replay`, `sweep` and the
     who-gets-dropped table print them (cli/render.py)."""
     page = Page.of(report_file)
-    sweep = page.table("Sweep (shares in %)")
+    sweep = page.table("Sweep (shares in %) on the simple loop")
     assert sweep.headers == [
         "", "K", "M", "groups kept", "samples kept", "tokens kept", "stale, arrival",
         "stale, pending", "span rejected", "groups failed", "batches", "gap mean", "gap max",

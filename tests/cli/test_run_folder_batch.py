@@ -1,10 +1,12 @@
-"""A run folder and other systems' logs on the commands of the simple loop without -b:
-the run's own batch size (dressage_log.txt's target_groups), said; an error that remains
-names the input and speaks of its own kind (not of slime's fields)."""
+"""A run folder and other systems' logs without -b: the run's own batch size
+(dressage_log.txt's target_groups), on its own loop, or said when its records are replayed
+on the simple loop (--format artifacts); an error that remains names the input and speaks
+of its own kind (not of slime's fields)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,10 +25,17 @@ def test_sweep_of_a_run_folder_uses_its_own_batch_size(run_folders: dict[str, Pa
     assert analysis.read_run(folder).target_groups == 2
     result = runner.invoke(app, ["sweep", folder, "-k", "2", "-m", "1", "--json"])
     assert result.exit_code == 0, result.stderr
-    assert NOTE in result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["batch_groups"] == 2 and row["engine"] == "dressage-loop"
     given = runner.invoke(app, ["sweep", folder, "-k", "2", "-m", "1", "-b", "2", "--json"])
-    assert json.loads(result.stdout) == json.loads(given.stdout)
-    assert NOTE not in given.stderr
+    assert given.exit_code == 2 and "--format artifacts" in given.stderr  # its loop's own B
+    log = ["sweep", folder, "-k", "2", "-m", "1", "--format", "artifacts", "--json"]
+    simple = runner.invoke(app, log)
+    assert simple.exit_code == 0 and NOTE in simple.stderr
+    assert json.loads(simple.stdout)[0]["engine"] == "simple-loop"
+    with_b = runner.invoke(app, [*log, "-b", "2"])
+    assert json.loads(simple.stdout) == json.loads(with_b.stdout)
+    assert NOTE not in with_b.stderr
 
 
 @pytest.mark.parametrize("command", ["plot", "report", "replay-log", "compare"])
@@ -34,11 +43,12 @@ def test_every_simple_loop_command_reads_a_run_folder_without_b(
     command: str, run_folders: dict[str, Path], tmp_path: Path
 ) -> None:
     folder = str(run_folders["k2-m1"])
+    log = ["--format", "artifacts"]
     args = {
-        "plot": ["plot", "heatmap", folder, "-o", str(tmp_path / "h.png")],
-        "report": ["report", folder, "-o", str(tmp_path / "r.html")],
-        "replay-log": ["replay", folder, "--format", "artifacts", "-k", "1"],
-        "compare": ["compare", folder, str(run_folders["k1-mnone"]), "-k", "1"],
+        "plot": ["plot", "heatmap", folder, *log, "-o", str(tmp_path / "h.png")],
+        "report": ["report", folder, *log, "-o", str(tmp_path / "r.html")],
+        "replay-log": ["replay", folder, *log, "-k", "1"],
+        "compare": ["compare", folder, str(run_folders["k1-mnone"]), *log, "-k", "1"],
     }[command]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.stderr
@@ -48,9 +58,13 @@ def test_every_simple_loop_command_reads_a_run_folder_without_b(
 def test_inspect_of_a_run_folder_shows_its_batch_size(run_folders: dict[str, Path]) -> None:
     folder = str(run_folders["k2-m1"])
     found = json.loads(runner.invoke(app, ["inspect", folder, "--json"]).stdout)
-    assert found["trainer_steps"] == 0 and found["run_batch_groups"] == 2
+    # the run's own steps (its dumps, log and metrics), not the 0 its records carry
+    steps = len(list((run_folders["k2-m1"] / "rollout_data").glob("*.pt")))
+    assert found["trainer_steps"] == steps == found["run_trainer_steps"] and steps > 1
+    assert found["run_batch_groups"] == 2
     table = runner.invoke(app, ["inspect", folder], terminal_width=200).stdout
-    assert "run's batch groups" in table
+    assert "batch groups (the run's)" in table and "n/a" not in table
+    assert re.search(rf"trainer steps\s*│\s*{steps}\s", table)
 
 
 def test_inspect_admission_of_a_run_folder_says_why_nothing_is_checked(

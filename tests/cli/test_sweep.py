@@ -204,7 +204,7 @@ def test_tables_too_wide_for_the_terminal_are_split_not_cut(
     out = io.StringIO()
     print_summary(replayed.summary, Console(file=out, width=width))  # the replay's own table
     assert "…" not in out.getvalue()
-    assert out.getvalue().count("span rejected") == out.getvalue().count("Replay:")
+    assert out.getvalue().count("span rejected") == out.getvalue().count("Simple loop:")
     out = io.StringIO()
     report = analysis.who_gets_dropped(prepared, replayed, table=table)
     print_bias(report, Console(file=out, width=width))
@@ -247,8 +247,34 @@ def test_a_figure_of_one_setting_says_which_it_drew(
 
     out = tmp_path / "spans.png"
     args = ["plot", "spans", str(small_logs["jsonl"]), "-k", "1,2", "-m", "1,2", "-o", str(out)]
+    args.append("--force")  # one figure written over and over
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "draws one setting: K=1, M=1" in result.stderr
-    one = CliRunner().invoke(app, [*args[:3], "-k", "2", "-m", "1", "-o", str(out)])
+    one = CliRunner().invoke(app, [*args[:3], "-k", "2", "-m", "1", "-o", str(out), "--force"])
     assert "note:" not in one.stderr
+    # with one control not given, the note says it was left off
+    k_only = CliRunner().invoke(app, [*args[:3], "-k", "2", "-o", str(out), "--force"])
+    assert k_only.exit_code == 0, k_only.output
+    assert "drew K=2, M=off (-m not given)" in k_only.stderr
+    gaps = CliRunner().invoke(
+        app, ["plot", "gaps", args[2], "-k", "1,2", "-o", str(out), "--force"]
+    )
+    assert "drew K=1, 2 at M=off (-m not given)" in gaps.stderr
+
+
+def test_a_figure_of_one_setting_needs_a_setting(
+    small_logs: dict[str, Path], tmp_path: Path
+) -> None:
+    """`plot spans LOG` without -k/-m silently drew both controls off, with a note about
+    "the first of those given" when none were given: now a usage error saying what to give."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    out = tmp_path / "spans.png"
+    for kind in ("spans", "timeline"):
+        result = CliRunner().invoke(app, ["plot", kind, str(small_logs["jsonl"]), "-o", str(out)])
+        assert result.exit_code == 2
+        assert "give -k K and -m M" in " ".join(result.stderr.replace("│", " ").split())
+        assert not out.exists()

@@ -10,10 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-import polars as pl
-
 from analysis.engine.decisions import Decision, Stage
-from analysis.formats.dressage.run import RunLog
 
 
 @dataclass(frozen=True)
@@ -35,6 +32,11 @@ class PollTiming:
     """A worker tick held up (the worker shares the process) queues every group done
     meanwhile at once, in submission order: a group submitted earlier may reach the queue
     before one whose files say it completed up to this much earlier."""
+    late_s: float = 0.8
+    """A group's own task may end late (the busy event loop delays its reward and writes):
+    it may reach the queue up to this much after its recorded end, whatever the submission
+    order, after a call's start too (a late move, §12.2; lags up to 714 ms were measured in
+    compressed-timing runs). Searched only where nothing likelier reproduces a step."""
 
 
 @dataclass(slots=True, eq=False)
@@ -66,6 +68,9 @@ class AttemptDecision:
     retried: bool | None = None
     gaps: dict[str, int | None] = field(default_factory=dict)
     leftover: str | None = None
+    polled: tuple[float, bool] | None = None
+    """When the poll that decided it was at the earliest (the call's start, or its last
+    completion's recorded end), and whether it was the call's first poll."""
 
 
 class Tracker:
@@ -126,16 +131,53 @@ def _retries(later: Attempt, earlier: Attempt) -> bool:
     return False
 
 
-def may_precede(later: Attempt, earlier: Attempt, timing: PollTiming) -> bool:
+def may_precede(
+    later: Attempt, earlier: Attempt, timing: PollTiming, *, unknown_order: bool = True
+) -> bool:
     """Whether ``later`` (after ``earlier`` in the queue order) may have reached the queue
     first: their completions are closer than the files can order (different ticks), or a
-    held-up tick queued both and ``later`` was submitted first."""
+    held-up tick queued both and ``later`` was not known to be submitted after it (with
+    ``unknown_order`` False: known to be submitted before it)."""
     if _retries(later, earlier):
         return False
     gap = later.completed_at - earlier.completed_at
     if gap < timing.order_uncertainty_s:
         return True
-    return gap < timing.stall_s and known_submitted_before(later, earlier) is True
+    known = known_submitted_before(later, earlier)
+    return gap < timing.stall_s and (known is True or (unknown_order and known is None))
+
+
+def late_targets(
+    collector: Collector, position: int, start: float | None, reach: int
+) -> list[tuple[int, float, bool]]:
+    """Where the undelivered attempt at ``position`` may have reached the queue had its
+    task ended late (``timing.late_s`` after its recorded end, whatever the submission
+    order; once per attempt): (``after``, ``at``, ``join``) of :meth:`Collector.move_late`,
+    right after a later completion up to ``reach`` (joining its poll, or in a poll of its
+    own where that poll ends), and, when it completed by the call's ``start``, after the
+    others queued by then, in the first poll after it."""
+    order, timing = collector.order, collector.timing
+    moved = order[position]
+    if moved.attempt_id in collector.late:
+        return []
+    found = []
+    queued = position  # the last of the completions queued by the start
+    for q in range(position + 1, min(reach, len(order) - 1) + 1):
+        other = order[q]
+        if other.completed_at - moved.completed_at >= timing.late_s or _retries(other, moved):
+            break
+        at = max(collector.late.get(other.attempt_id, other.completed_at), moved.completed_at)
+        if start is not None and at <= start:
+            queued = q
+        found.append((q, at, True))
+        if (
+            q + 1 == len(order)
+            or collector.poll[order[q + 1].attempt_id] != collector.poll[other.attempt_id]
+        ):
+            found.append((q, at, False))
+    if start is not None and moved.completed_at <= start < moved.completed_at + timing.late_s:
+        found.append((queued, start + 1e-6, False))
+    return found
 
 
 @dataclass(frozen=True)
@@ -206,7 +248,7 @@ def _chains(attempts: list[Attempt], gap: float) -> dict[str, int]:
     return chains
 
 
-_FRESH_POLLS = itertools.count(-1, -1)
+FRESH_POLLS = itertools.count(-1, -1)
 """Ids of polls a hypothesis splits off (the chains' ids are >= 0)."""
 
 
@@ -235,6 +277,8 @@ class Collector:
             chains = _chains(order, timing.tick_tie_s), _chains(order, timing.same_poll_s)
         self.tie = chains[0]
         self.poll = dict(chains[1])  # an attempt moved ahead joins the poll it passes
+        self.late: dict[str, float] = {}  # attempt id -> queued not before (a late move)
+        self.polled: tuple[float, bool] | None = None  # the poll deciding now (AttemptDecision)
         self.decisions: dict[str, AttemptDecision] = {}
         self.new_versions: dict[str, tuple[str, ...]] = {}
         self.current_after: dict[int, int | None] = {}
@@ -256,7 +300,7 @@ class Collector:
             self.last_fetch,
         )
         copy.decisions, copy.current_after = dict(self.decisions), dict(self.current_after)
-        copy.new_versions = dict(self.new_versions)
+        copy.new_versions, copy.late = dict(self.new_versions), dict(self.late)
         return copy
 
     def move_ahead(self, position: int) -> None:
@@ -266,6 +310,15 @@ class Collector:
         self.order[position], self.order[position + 1] = later, earlier
         self.poll[later.attempt_id] = self.poll[earlier.attempt_id]
 
+    def move_late(self, position: int, after: int, at: float, *, join: bool = False) -> None:
+        """The undelivered attempt at ``position`` reached the queue late: right after the
+        one at ``after``, not before ``at``, in a poll of its own (``join``: in that one's)."""
+        attempt = self.order.pop(position)
+        self.order.insert(after, attempt)
+        self.late[attempt.attempt_id] = at
+        fresh = self.poll[self.order[after - 1].attempt_id] if join else next(FRESH_POLLS)
+        self.poll[attempt.attempt_id] = fresh
+
     def toggle_poll(self, position: int) -> None:
         """Move the poll boundary between the undelivered attempts at ``position`` and
         ``position + 1``: split one poll there (the rest of it a poll of its own), or
@@ -274,7 +327,7 @@ class Collector:
         if self.poll[first.attempt_id] != self.poll[second.attempt_id]:
             self.poll[second.attempt_id] = self.poll[first.attempt_id]
             return
-        fresh, old = next(_FRESH_POLLS), self.poll[first.attempt_id]
+        fresh, old = next(FRESH_POLLS), self.poll[first.attempt_id]
         for attempt in self.order[position + 1 :]:
             if self.poll[attempt.attempt_id] != old:
                 break
@@ -295,6 +348,7 @@ class Collector:
             tuple(a.attempt_id for a in self.queue),
             tuple(a.attempt_id for a in self.order[self.delivered : end]),
             self.poll_breaks(self.delivered, end),
+            tuple(self.late.get(a.attempt_id) for a in self.order[self.delivered : end]),
             tuple(self.tracker.versions),
         )
 
@@ -312,7 +366,8 @@ class Collector:
             self.order.insert(self.delivered, self.order.pop(later))
 
     def _ready(self, attempt: Attempt, upto: float) -> bool:
-        return attempt.completed_at + self.timing.queue_delay_s <= upto
+        queued = self.late.get(attempt.attempt_id, attempt.completed_at)
+        return queued + self.timing.queue_delay_s <= upto
 
     def _ready_in_tie(self, upto: float) -> int | None:
         """The position of an attempt of the next one's tie that completed by ``upto``."""
@@ -368,7 +423,7 @@ class Collector:
         self, attempt: Attempt, decision: Decision, rollout_id: int | None, **facts: Any
     ) -> None:
         self.decisions[attempt.attempt_id] = AttemptDecision(
-            decision, rollout_id, gaps=self.tracker.gaps(attempt), **facts
+            decision, rollout_id, gaps=self.tracker.gaps(attempt), polled=self.polled, **facts
         )
 
     def _take(self, attempt: Attempt, pending: list[Attempt], rollout_id: int) -> None:
@@ -393,9 +448,14 @@ class Collector:
         while len(pending) < target_groups:
             if first:
                 self._deliver(start)
-                first = False
+                self.polled, first = (start, True), False
             elif not self.queue and not self._deliver_next_poll():
                 break  # nothing more will ever complete
+            else:
+                self.polled = (
+                    max(self.late.get(a.attempt_id, a.completed_at) for a in self.queue),
+                    False,
+                )
             chunk, self.queue = self.queue, []
             pending = self._observe(chunk, pending, rollout_id)
             fetched += chunk
@@ -423,62 +483,3 @@ class Collector:
         for attempt in self.order:
             if attempt.attempt_id not in self.decisions:
                 self._decide(attempt, Decision.LEFTOVER, final_rollout_id, leftover="drained")
-
-
-def attempts_from(run: RunLog) -> list[Attempt]:
-    trajectories = run.trajectories.sort("attempt_id", "sample_position")
-    sessions: dict[str, list[str]] = {}
-    versions: dict[str, list[tuple[str, str]]] = {}
-    spans: dict[str, list[int]] = {}
-    for row in trajectories.iter_rows(named=True):
-        sessions.setdefault(row["attempt_id"], []).append(row["trajectory_id"])
-        if row["completed"] and row["span"]:
-            spans.setdefault(row["attempt_id"], []).append(row["span"])
-        if row["completed"] and row["end_version"] is not None:
-            versions.setdefault(row["attempt_id"], []).append(
-                (row["trajectory_id"], row["end_version"])
-            )
-    attempts = {
-        row["attempt_id"]: Attempt(
-            attempt_id=row["attempt_id"],
-            start_rollout_id=row["start_rollout_id"],
-            retry_count=row["retry_count"],
-            completed_at=row["completed_at"],
-            fail_kind=row["fail_kind"],
-            span_verdict=row["span_verdict"],
-            draw=row["draw"],
-            async_group_id=row["async_group_id"],
-            sessions=tuple(sessions.get(row["attempt_id"], ())),
-            spans=tuple(spans.get(row["attempt_id"], ())),
-            end_versions=tuple(versions.get(row["attempt_id"], ())),
-            incomplete=bool(row.get("incomplete")),
-        )
-        for row in run.attempts.iter_rows(named=True)
-    }
-    for row in run.attempts.iter_rows(named=True):
-        if row["retry_of"] is not None:
-            attempts[row["attempt_id"]].retry_of = attempts.get(row["retry_of"])
-    return list(attempts.values())
-
-
-def kept_groups_by_step(run: RunLog) -> dict[int, set[str]]:
-    kept: dict[int, set[str]] = {}
-    for step, session in run.kept.select("rollout_id", "trajectory_id").iter_rows():
-        kept.setdefault(step, set()).add(session)
-    return kept
-
-
-def step_metrics(run: RunLog) -> dict[int, dict[str, Any]]:
-    if not run.metrics.height:
-        return {}
-    return {int(row["rollout_id"]): row for row in run.metrics.iter_rows(named=True)}
-
-
-def logged_drops(run: RunLog) -> dict[int, list[int]]:
-    """Per call, the group numbers of the log's "dropping stale" lines, in log order."""
-    drops: dict[int, list[int]] = {}
-    events = run.log_events.filter(pl.col("kind") == "dropped_stale")
-    for rollout_id, number in events.select("rollout_id", "number").iter_rows():
-        if rollout_id is not None:
-            drops.setdefault(rollout_id, []).append(number)
-    return drops

@@ -17,6 +17,7 @@ from analysis.engine.run_loop.collector import (
     Collector,
     PollTiming,
     completion_order,
+    late_targets,
     may_precede,
 )
 
@@ -354,7 +355,7 @@ def _variants(
     completions too, which the fully-async loop throws away: only those done before the
     next call started); then one poll of completions less than a tick apart split in two;
     then one pair of near-simultaneous completions the other way
-    (:func:`may_precede`). ``ends`` receives (cut, completions delivered) of the first
+    (:func:`may_precede`); then one completion queued late (:func:`late_targets`). ``ends`` receives (cut, completions delivered) of the first
     replays as they are tried."""
     order = collector.order
     for start in cuts:
@@ -376,6 +377,18 @@ def _variants(
         yield from _splits_at(collector, start, end)
     for start, end in list(ends):
         yield from _swaps_at(collector, start, end)
+    for start, end in list(ends):
+        yield from _lates_at(collector, start, end)
+
+
+def _lates_at(
+    collector: Collector, start: float, end: int
+) -> Iterator[tuple[float, Callable[[Collector], None]]]:
+    """At one cut: one completion up to the call's reach queued late (:func:`late_targets`)."""
+    for position in range(collector.delivered, min(end, len(collector.order))):
+        for after, at, join in late_targets(collector, position, start, end + 1):
+            move = functools.partial(Collector.move_late, position=position, after=after, at=at)
+            yield start, functools.partial(move, join=join)
 
 
 def _splits_at(

@@ -12,6 +12,7 @@ log lines and metrics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,16 +22,13 @@ from analysis.engine.decisions import LOOP_DECISIONS, Decision, Stage
 from analysis.engine.run_loop.checks import (
     at_told_k,
     disagreeing_steps,
+    keep_versions_told,
     output_frames,
     self_checks,
 )
-from analysis.engine.run_loop.collector import (
-    AttemptDecision,
-    PollTiming,
-    kept_groups_by_step,
-    step_metrics,
-)
+from analysis.engine.run_loop.collector import AttemptDecision, PollTiming
 from analysis.engine.run_loop.fully import LOOPS, ThrownAway, thrown_away
+from analysis.engine.run_loop.inference import expected_starts
 from analysis.engine.run_loop.readings import (
     Pass,
     one_pass,
@@ -38,10 +36,10 @@ from analysis.engine.run_loop.readings import (
     retried_differs,
     retry_limit,
     settle_label_orders,
-    unknowns,
-    untimed_calls,
 )
+from analysis.engine.run_loop.records import kept_groups_by_step, step_metrics
 from analysis.engine.run_loop.ties import TieSearch
+from analysis.engine.run_loop.unknowns import unknowns
 from analysis.errors import ConfigError, Message, MissingFieldError, setting
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
@@ -181,6 +179,13 @@ class LoopReplay:
         return self.trajectories.select(RUN_TRAJECTORY_COLUMNS)
 
 
+def untimed_calls(run: RunLog, final: int | None) -> bool:
+    """Whether the fully loop's log leaves calls from 2 on untimed (no trainer's "weights
+    updated" line before them): then where they begin is searched both ways."""
+    expected = expected_starts(run.weight_updates)
+    return final is None or any(r not in expected for r in range(2, final + 1))
+
+
 def _check_settings(keep_versions: int, max_retries: int | None) -> None:
     for name, value in (("keep_versions", keep_versions), ("max_retries", max_retries)):
         if name == "max_retries" and value is None:
@@ -225,6 +230,7 @@ def replay_run(
     timing: PollTiming | None = None,
     ties: TieSearch | None = None,
     unknown_where_checks_disagree: bool | None = None,
+    call_starts: Mapping[int, float] | None = None,
 ) -> LoopReplay:
     """Replay Dressage's collector loop over a run, at staleness setting ``keep_versions``
     (K; 0 = off) and ``max_retries`` (``DRESSAGE_ROLLOUT_MAX_RETRIES``; None: as the run's
@@ -246,7 +252,13 @@ def replay_run(
     dump holds (docs/semantics.md §12.5). None (the default) applies it when
     ``keep_versions`` is the K the run's metrics tell, or they tell none
     (:func:`at_told_k`); at another K the replay is a what-if whose checks are expected to
-    disagree, and its decisions stay as replayed.
+    disagree, and its decisions stay as replayed: the run's dumps neither confirm nor
+    overrule them (docs/semantics.md §12.7).
+
+    ``call_starts``: where no log line times the rollout calls (no log, or the fully-async
+    loop), start them here instead of searching the cuts that reproduce the dumps (a
+    what-if at another K: the starts the replay at the run's own K found, since the
+    trainer's timing is the run's whatever K; :func:`replay_what_if`).
     """
     _check_settings(keep_versions, max_retries)
     timing = timing or PollTiming()
@@ -279,7 +291,8 @@ def replay_run(
     def replay(limit: int, **reading: Any) -> Pass:
         return one_pass(
             run, keep_versions=keep_versions, max_retries=limit, timing=timing,
-            final=final, loop=loop_name, ties=ties or TieSearch(), **reading,
+            final=final, loop=loop_name, ties=ties or TieSearch(), call_starts=call_starts,
+            **reading,
         )  # fmt: skip
 
     by_limit: dict[int, Pass] = {}
@@ -302,16 +315,18 @@ def replay_run(
     others = []
     if any(a.incomplete for a in base.attempts):
         others.append(replay(limit, late_incomplete=True))
-    if not run.calls.height and (loop_name != "fully" or untimed_calls(run, final)):
+    timed = run.calls.height or call_starts  # the starts given: one reading of them
+    if not timed and (loop_name != "fully" or untimed_calls(run, final)):
         others.append(replay(limit, latest_starts=True))
     collector, attempts, starts = base.collector, base.attempts, base.starts
     checks = self_checks(run, attempts, collector, starts, kept_by_step, metrics)
-    reproduced_by_ties(base, checks, loop_name)
+    reproduced_by_ties(run, base, checks, loop_name, timing)
     told = at_told_k(run.metrics, keep_versions)
     disagreeing = disagreeing_steps(checks, unknown_where_checks_disagree, told)
     possible = unknowns(
-        run, base, others, fitting, checks, loop_name, timing, disagreeing=disagreeing
-    )
+        run, base, others, fitting, checks, loop_name, timing, disagreeing=disagreeing,
+        what_if=not told,
+    )  # fmt: skip
     for key in possible:
         d = collector.decisions[key]
         collector.decisions[key] = AttemptDecision(
@@ -356,6 +371,30 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     for stage in Stage:
         counts[f"{Decision.DROPPED_STALE}_{stage}"] = stale.count(stage.value)
     return {"total": frame.height, **counts}
+
+
+def replay_what_if(
+    run: RunLog,
+    *,
+    keep_versions: int,
+    max_retries: int | None = None,
+    loop: Literal["partial", "fully"] | None = None,
+    own: LoopReplay | None = None,
+) -> LoopReplay:
+    """:func:`replay_run` as ``replay RUN -k K`` and a sweep's rows run it: at the K the
+    run's metrics tell, or on a run whose log times its calls, that replay; at another K on
+    a run whose calls no log line times (no log; the fully-async loop), the calls start
+    where the replay at the run's own K (``own``, replayed when not given) found them,
+    instead of where they would best reproduce the dumps at a K the run did not have."""
+    told = keep_versions_told(run.metrics)
+    if told is None or at_told_k(run.metrics, keep_versions) or run.calls.height:
+        return replay_run(run, keep_versions=keep_versions, max_retries=max_retries, loop=loop)
+    if own is None or own.keep_versions != told:
+        own = replay_run(run, keep_versions=told, max_retries=max_retries, loop=loop)
+    return replay_run(
+        run, keep_versions=keep_versions, max_retries=max_retries, loop=loop,
+        call_starts=own.call_starts,
+    )  # fmt: skip
 
 
 def keep_versions_reproducing(

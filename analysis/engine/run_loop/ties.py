@@ -7,6 +7,7 @@ otherwise by another such order are order-ambiguous."""
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -18,6 +19,7 @@ from analysis.engine.run_loop.collector import (
     AttemptDecision,
     Collector,
     PollTiming,
+    late_targets,
     may_precede,
 )
 from analysis.engine.run_loop.inference import matches_step
@@ -35,10 +37,18 @@ def _submission_ranks(attempts: list[Attempt]) -> list[int] | None:
     return [sorted(keys).index(key) for key in keys]
 
 
-def _drops_agree(trial: Collector, rollout_id: int, before: int, logged: list[int] | None) -> bool:
+def _drops_agree(
+    trial: Collector,
+    rollout_id: int,
+    before: int,
+    logged: list[int] | None,
+    times: list[float] | None = None,
+) -> bool:
     """Whether the call's stale drops come in the order of the log's "dropping stale ...
     group N" lines: Dressage numbers groups in submission order, so the drops' ranks in
-    submission order (where the files tell it) are the logged numbers' ranks."""
+    submission order (where the files tell it) are the logged numbers' ranks; and at their
+    times (``times``): a drop is logged no earlier than its poll's last completion was
+    recorded, and one of the call's first poll right at its start (§12.2)."""
     if not logged:
         return True
     dropped = [
@@ -50,7 +60,33 @@ def _drops_agree(trial: Collector, rollout_id: int, before: int, logged: list[in
     if len(dropped) != len(logged) or len(set(logged)) != len(logged):
         return True  # the counts are checked with the metrics; nothing to pair here
     ranks = _submission_ranks(dropped)
-    return ranks is None or ranks == [sorted(logged).index(n) for n in logged]
+    if ranks is not None and ranks != [sorted(logged).index(n) for n in logged]:
+        return False
+    return (
+        times is None
+        or len(times) != len(dropped)
+        or all(
+            _logged_then(trial.decisions[a.attempt_id].polled, at, trial.timing)
+            for a, at in zip(dropped, times, strict=True)
+        )
+    )
+
+
+LOG_SLACK_S = 0.002
+"""The log's times are to the millisecond (truncated)."""
+
+
+def _logged_then(polled: tuple[float, bool] | None, at: float, timing: PollTiming) -> bool:
+    """Whether a drop decided in a poll at ``polled`` may have been logged at ``at``: not
+    before the poll's completions were recorded; within ``order_uncertainty_s`` of the call's
+    start when it was the first poll (first-poll drops are logged within 2 ms of the start
+    line in the runs built with Dressage's code)."""
+    if polled is None:
+        return True
+    when, first = polled
+    if at < when - LOG_SLACK_S:
+        return False
+    return not first or at <= when + timing.order_uncertainty_s
 
 
 @dataclass(frozen=True)
@@ -72,6 +108,12 @@ class TieSearch:
     unmatched: int = 3
     """Calls no order reproduces (a setting other than the run's, most likely) after
     which the files' order is kept."""
+    wide: bool = False
+    """Whether the moves include the less likely ones: a held-up tick queueing first a
+    completion whose submission order the files do not tell, or joining two polls up to
+    ``stall_s`` apart, and one completion queued late (:func:`late_targets`, up to
+    ``late_s`` after its recorded end). The wider search of a call no other order
+    reproduces has them."""
 
 
 @dataclass
@@ -115,44 +157,79 @@ def differing(a: Collector, b: Collector, since: tuple[int, int] | None = None) 
     return found
 
 
+def _may_toggle(collector: Collector, position: int, timing: PollTiming, wide: bool) -> bool:
+    """Whether the poll boundary between the completions at ``position`` and the next
+    may move: split or join when they are closer than the files can order; with ``wide``,
+    join also when a held-up tick (``stall_s``) may have queued both at once."""
+    earlier, later = collector.order[position], collector.order[position + 1]
+    gap = abs(later.completed_at - earlier.completed_at)
+    if gap < timing.order_uncertainty_s:
+        return True
+    apart = collector.poll[earlier.attempt_id] != collector.poll[later.attempt_id]
+    return wide and apart and gap < timing.stall_s
+
+
 def _reorderings(
-    collector: Collector, reach: int, timing: PollTiming, bounds: TieSearch
+    collector: Collector, reach: int, timing: PollTiming, bounds: TieSearch, start: float
 ) -> list[tuple[int, Collector]]:
     """The collector with its completions up to ``reach`` (and ``bounds.frontier`` more)
     changed by up to ``bounds.swaps`` moves the files allow (:func:`may_precede`): an
     adjacent swap, or a poll boundary moved between two completions closer than the
-    files can order; the unchanged order first."""
-    start = collector.delivered
+    files can order (or joined across a held-up tick); then, one per reordering and after
+    the others of its level, a late move (:func:`late_targets`, past the call's ``start``
+    too); the unchanged order first."""
+    call_start, start = start, collector.delivered
+    margin = timing.order_uncertainty_s  # not queued by the start: the files cannot tell
     end = min(len(collector.order), reach + bounds.frontier)
 
     def key(c: Collector) -> tuple[Any, ...]:
-        return tuple(a.attempt_id for a in c.order[start:end]), c.poll_breaks(start, end)
+        window = c.order[start:end]
+        late = tuple(c.late.get(a.attempt_id) for a in window)
+        return tuple(a.attempt_id for a in window), c.poll_breaks(start, end), late
 
     found = [(0, collector)]
     seen = {key(collector)}
     level = [collector]
     for moves in range(1, bounds.swaps + 1):
-        following = []
-        for base in level:
-            for position in range(start, end - 1):
-                later, earlier = base.order[position + 1], base.order[position]
-                variants = []
-                if may_precede(later, earlier, timing):
-                    variants.append(Collector.move_ahead)
-                if abs(later.completed_at - earlier.completed_at) < timing.order_uncertainty_s:
-                    variants.append(Collector.toggle_poll)
-                for move in variants:
-                    trial = base.clone()
-                    move(trial, position)
-                    if key(trial) in seen:
-                        continue
-                    seen.add(key(trial))
-                    found.append((moves, trial))
-                    following.append(trial)
-                    if len(found) >= bounds.candidates:
-                        return found
+        following: list[Collector] = []
+        plain = [
+            (base, functools.partial(move, position=position))
+            for base in level
+            for position in range(start, end - 1)
+            for move in _plain_moves(base, position, timing, bounds.wide)
+        ]
+        late = [
+            (base, functools.partial(Collector.move_late, position=p, after=q, at=at, join=join))
+            for base in level
+            if len(base.late) == len(collector.late)  # one late move per reordering
+            for p in range(start, end)
+            if bounds.wide or 0 <= call_start - base.order[p].completed_at < margin
+            for q, at, join in late_targets(base, p, call_start, end - 1)
+            if bounds.wide or at > call_start
+        ]
+        for base, move in plain + late:
+            trial = base.clone()
+            move(trial)
+            if key(trial) in seen:
+                continue
+            seen.add(key(trial))
+            found.append((moves, trial))
+            following.append(trial)
+            if len(found) >= bounds.candidates:
+                return found
         level = following
     return found
+
+
+def _plain_moves(base: Collector, position: int, timing: PollTiming, wide: bool) -> list[Any]:
+    """The swap and poll-boundary moves the files allow at ``position``."""
+    later, earlier = base.order[position + 1], base.order[position]
+    variants: list[Any] = []
+    if may_precede(later, earlier, timing, unknown_order=wide):
+        variants.append(Collector.move_ahead)
+    if _may_toggle(base, position, timing, wide):
+        variants.append(Collector.toggle_poll)
+    return variants
 
 
 def _settle(
@@ -177,6 +254,12 @@ def _settle(
     trial.order[trial.delivered : end] = tail
     for attempt in tail:
         trial.poll[attempt.attempt_id] = base.poll[attempt.attempt_id]
+        if attempt.attempt_id in base.late:
+            trial.late[attempt.attempt_id] = base.late[attempt.attempt_id]
+        else:
+            trial.late.pop(attempt.attempt_id, None)
+    taken = {a.attempt_id for a in trial.order[first : trial.delivered]}
+    late = LATE_MOVE_COST * sum(1 for k in trial.late.keys() - base.late.keys() if k in taken)
     delivered = [natural[a.attempt_id] for a in trial.order[first : trial.delivered]]
     swaps = sum(1 for i, x in enumerate(delivered) for y in delivered[i + 1 :] if y < x)
     passed = sorted(set(range(first, max(delivered, default=first))) - set(delivered))
@@ -184,7 +267,12 @@ def _settle(
     breaks = trial.poll_breaks(first, trial.delivered)
     pairs = itertools.pairwise(trial.order[first : trial.delivered])
     base_breaks = tuple(base.poll[a.attempt_id] != base.poll[b.attempt_id] for a, b in pairs)
-    return swaps + sum(x != y for x, y in zip(breaks, base_breaks, strict=True))
+    return late + swaps + sum(x != y for x, y in zip(breaks, base_breaks, strict=True))
+
+
+LATE_MOVE_COST = 2
+"""What a late move (:func:`late_targets`) costs beside the swaps it makes: a hypothesis
+with one ranks below those with plain swaps alone."""
 
 
 def _advance(
@@ -193,7 +281,7 @@ def _advance(
     start: float,
     target_groups: int,
     final: bool,
-    step: tuple[set[str] | None, Mapping[str, Any] | None, list[int] | None],
+    step: tuple[set[str] | None, Mapping[str, Any] | None, list[int] | None, list[float] | None],
     timing: PollTiming,
     bounds: TieSearch,
     search: bool,
@@ -214,7 +302,7 @@ def _advance(
             probe = hypothesis.collector.clone()
             probe.run_call(rollout_id, start, target_groups, final=final)
             natural = {a.attempt_id: i for i, a in enumerate(probe.order)}
-            orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds)
+            orders = _reorderings(hypothesis.collector, probe.delivered, timing, bounds, start)
             taken = probe.delivered - hypothesis.collector.delivered
             work += (len(orders) + 1) * (taken + len(hypothesis.collector.queue) + 1)
         else:
@@ -229,7 +317,7 @@ def _advance(
             cost = hypothesis.swaps + _settle(trial, hypothesis.collector, rank, first, natural)
             if not (
                 matches_step(trial, rollout_id, kept, step[0], step[1])
-                and _drops_agree(trial, rollout_id, before, step[2])
+                and _drops_agree(trial, rollout_id, before, step[2], step[3])
             ):
                 if swaps == 0:  # the order of the files
                     fallback.append(_Hypothesis(trial, cost, set(hypothesis.ambiguous)))
@@ -258,10 +346,12 @@ def resolve_ties(
     timing: PollTiming,
     bounds: TieSearch | None = None,
     dropped_by_step: Mapping[int, list[int]] | None = None,
+    drop_times: Mapping[int, list[float]] | None = None,
 ) -> TieResolution:
     """Run the calls, choosing among the orders the files allow for near-simultaneous
     completions (:func:`may_precede`) those whose replay gives each step's dump and
-    metrics (and the order of the log's stale drops, ``dropped_by_step``): a bounded beam
+    metrics (and the order and times of the log's stale drops, ``dropped_by_step``,
+    ``drop_times``): a bounded beam
     over the calls, the least reordered hypothesis first.
     Hypotheses that leave the same state behind are merged, the attempts they decide
     differently marked ambiguous."""
@@ -276,6 +366,7 @@ def resolve_ties(
             kept_by_step.get(rollout_id),
             metrics.get(rollout_id),
             (dropped_by_step or {}).get(rollout_id),
+            (drop_times or {}).get(rollout_id),
         )
         search = work < limit and misses < bounds.unmatched
         before = beam
@@ -284,7 +375,9 @@ def resolve_ties(
         )
         work += done
         if not matched and search and bounds.swaps and work < limit:  # wider, the best two
-            wider = replace(bounds, candidates=bounds.candidates * 4, swaps=bounds.swaps + 1)
+            wider = replace(
+                bounds, candidates=bounds.candidates * 4, swaps=bounds.swaps + 1, wide=True
+            )
             retry = _advance(
                 before[:2], rollout_id, start, target_groups, final, step, timing, wider, search
             )

@@ -28,9 +28,11 @@ from analysis.table.limits import (
 )
 from analysis.table.schema import (
     CANONICAL_SCHEMA,
+    COUNT_COLUMNS,
     REQUIRED_COLUMNS,
     arrow_type_fits,
     check_counts,
+    check_span_runs,
     is_string_view,
 )
 
@@ -92,6 +94,9 @@ def read_canonical(
     }
     # The source column is the file path, not whatever the file says.
     read = [name for name in present if name in extra or (name in wanted and name != "source")]
+    # Token counts are checked whether or not the caller asked for them, so that every
+    # command gives a file the same verdict (inspect refused one replay read: issue 34).
+    read += [name for name in COUNT_COLUMNS if name in present and name not in read]
     for name in read:
         if name in CANONICAL_SCHEMA and not arrow_type_fits(file.schema.field(name).type, name):
             raise LogFormatError(
@@ -105,8 +110,11 @@ def read_canonical(
     # A damaged file can make polars panic (a BaseException), not only raise.
     except (Exception, pl.exceptions.PanicException) as exc:
         raise DamagedFileError(f"{unreadable} ({exc})") from exc
+    if "version_spans" in stored.column_names:
+        check_span_runs(stored.column("version_spans"), source.path)
     try:
         frame = file.frame(stored)
+        check_counts(frame, source.path)
         absent = {name: dtype for name, dtype in wanted.items() if name not in frame.columns}
         frame = frame.with_columns(
             pl.lit(None, dtype=dtype).alias(name) for name, dtype in absent.items()
@@ -115,10 +123,11 @@ def read_canonical(
             frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
         # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
         frame = frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
+    except LogFormatError:  # a count out of range, said as such
+        raise
     except (Exception, pl.exceptions.PanicException) as exc:  # values, not the file
         raise LogFormatError(f"{unreadable} ({exc})") from exc
     _check_spans(frame, source, limits)
-    check_counts(frame, source.path)
     return frame
 
 

@@ -45,11 +45,7 @@ class ArtifactFormat(Format):
     ) -> Iterator[pl.DataFrame]:
         yield from reading.flush(str(source.path))
         options, report = reading.options, reading.report
-        progress, within = options.progress, None
-        if progress is not None:
-            # Instance folders count as parts of this one source.
-            def within(part: int, parts: int) -> None:
-                progress(before * parts + part, total * parts)
+        within = reading.within(before, total)  # instance folders: parts of this source
 
         extra = options.extra_fields
         folder = FolderTable(extra, where=str(source.path))

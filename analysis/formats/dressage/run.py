@@ -9,6 +9,7 @@ are required; every other file is optional and its absence is reported in ``warn
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ from analysis.formats.dressage.sessions import (
     SPAN_MARKER,
     Trajectory,
     classify_failure,
+    is_kind,
     read_trajectories,
     subfolders,
+    unreadable,
 )
 from analysis.formats.dressage.step_dumps import KEPT_SCHEMA, read_dump_rows
 from analysis.table.limits import DEFAULT_LIMITS, Limits
@@ -137,6 +140,40 @@ class RunLog:
     """(Unix time, rollout id) of the log's "weights updated (weight_update_after_rollout_r)"
     lines: the trainer starts rollout call r + 2 right after that update (§12.4)."""
 
+    @property
+    def trainer_steps(self) -> int:
+        """The run's trainer steps (rollout calls), as its dumps, log and metrics number
+        them: its trajectory records carry none."""
+        ids: set[int] = set()
+        for table in (self.kept, self.calls, self.metrics):
+            if "rollout_id" in table.columns:
+                ids.update(table["rollout_id"].drop_nulls().to_list())
+        if self.final_rollout_id is not None:
+            ids.add(self.final_rollout_id)
+        return len(ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"RunLog({str(self.root)!r}: {self.attempts.height:,} attempts, "
+            f"{self.trajectories.height:,} trajectories, {self.trainer_steps:,} trainer steps, "
+            f"loop={self.loop}, target_groups={self.target_groups})"
+        )
+
+    def _repr_html_(self) -> str:
+        """The tables in a notebook: their sizes, and the head of each."""
+        import html
+
+        rows = "".join(
+            f"<details><summary>{name}: {table.height:,} rows</summary>"
+            f"{table.head(5)._repr_html_()}</details>"
+            for name, table in (
+                ("trajectories", self.trajectories), ("attempts", self.attempts),
+                ("calls", self.calls), ("kept", self.kept), ("metrics", self.metrics),
+                ("log_events", self.log_events),
+            )
+        )  # fmt: skip
+        return f"<p>{html.escape(repr(self))}</p>{rows}"
+
 
 def find_run_root(path: Path) -> Path | None:
     """The folder holding ``traj_payload/`` or ``traj_err/``: ``path`` itself, its parent
@@ -177,9 +214,13 @@ def read_run(
     limits, is refused naming the limit.
     """
     given = Path(path)
-    if not given.exists():
-        raise InputNotFoundError(f"{given}: no such file or directory; check the path")
-    root = find_run_root(given)
+    try:
+        os.stat(given)
+        root = find_run_root(given)
+    except FileNotFoundError:
+        raise InputNotFoundError(f"{given}: no such file or directory; check the path") from None
+    except OSError as exc:
+        raise unreadable(given, exc, "cannot look into it") from exc
     if root is None:
         raise UnknownFormatError(
             f"{given}: not a Dressage run folder (no traj_payload/ or traj_err/ in it or in "
@@ -207,13 +248,13 @@ def read_run(
                 "no rollout_data/*.pt or rollouts.jsonl: kept groups cannot be checked and "
                 "the sample order of kept attempts is guessed"
             )
-        if (root / PROMPTS).is_file():
+        if is_kind(root / PROMPTS, "file"):
             sources.append(PROMPTS)
             prompts = read_prompt_order(root / PROMPTS, limits)
         else:
             warnings.append("no prompts.jsonl: draw ordinals fall back to instance-id order")
         metrics_file = next(
-            (root / name for name in (METRICS, METRICS_CSV) if (root / name).is_file()), None
+            (root / name for name in (METRICS, METRICS_CSV) if is_kind(root / name, "file")), None
         )
         if metrics_file is not None:
             sources.append(metrics_file.name)
@@ -221,7 +262,7 @@ def read_run(
             _warn_repeated_steps(metrics, metrics_file.name, warnings)
         else:
             warnings.append("no dressage_metrics.jsonl: the per-step metrics cannot be checked")
-        if (root / LOG).is_file():
+        if is_kind(root / LOG, "file"):
             sources.append(LOG)
             log = read_dressage_log(
                 root / LOG,
@@ -330,7 +371,7 @@ def run_target_groups(path: str | Path, limits: Limits = DEFAULT_LIMITS) -> int 
     root = find_run_root(Path(path))
     if root is None:
         return None
-    if (root / LOG).is_file():
+    if is_kind(root / LOG, "file"):
         try:
             target = call_start_target_groups(root / LOG, limits)
         except LimitError:

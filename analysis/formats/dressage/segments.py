@@ -113,7 +113,9 @@ def read_segment_file(
     try:
         stamp, data = _read_file(path, most)
     except OSError as exc:
-        return _unreadable_entry(path, f"{path}: cannot read ({exc.strerror})")
+        return _unreadable_entry(
+            path, f"{path}: cannot read ({exc.strerror}); check its permissions"
+        )
     if data is None:
         return stamp, path, []  # no longer a regular file (replaced since it was listed)
     if len(data) > most:
@@ -188,7 +190,11 @@ def directories(path: str, problems: list[FileResult]) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as exc:
-        problems.append(_unreadable_entry(path, f"{path}: cannot list the folder ({exc.strerror})"))
+        problems.append(
+            _unreadable_entry(
+                path, f"{path}: cannot list the folder ({exc.strerror}); check its permissions"
+            )
+        )
         return []
 
 
@@ -215,7 +221,10 @@ def _segment_files(samples: str, problems: list[FileResult]) -> list[str]:
         return []
     except OSError as exc:
         problems.append(
-            _unreadable_entry(samples, f"{samples}: cannot list the folder ({exc.strerror})")
+            _unreadable_entry(
+                samples,
+                f"{samples}: cannot list the folder ({exc.strerror}); check its permissions",
+            )
         )
         return []
 

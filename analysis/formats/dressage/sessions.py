@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,18 +99,51 @@ def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:
     return "other", []
 
 
+def unreadable(path: Path, exc: OSError, what: str = "cannot read") -> InputNotFoundError:
+    """The error of a file or folder of a run that is there but cannot be read (exit 3)."""
+    return InputNotFoundError(
+        f"{printable(str(path))}: {what} ({exc.strerror}); check its permissions, or move "
+        "it out of the run"
+    )
+
+
+def is_kind(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a regular file (``file``) or a folder (``dir``); absent is
+    False, but one that cannot be looked at (a folder above it that may not be searched)
+    is an error, not taken as missing (issue 34)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise unreadable(path, exc, "cannot look at it") from exc
+    return stat.S_ISDIR(mode) if kind == "dir" else stat.S_ISREG(mode)
+
+
+def files_in(folder: Path, suffix: str) -> list[Path]:
+    """The files of ``folder`` whose names end with ``suffix``, in name order; none when
+    it is absent, an error when it is there but cannot be listed (it was taken as missing)."""
+    try:
+        with os.scandir(folder) as listing:
+            return sorted(Path(entry.path) for entry in listing if entry.name.endswith(suffix))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise unreadable(folder, exc, "cannot list the folder") from exc
+
+
 def subfolders(folder: Path) -> list[Path]:
     try:
         with os.scandir(folder) as listing:
             return sorted(Path(entry.path) for entry in listing if entry.is_dir())
     except OSError as exc:
-        raise InputNotFoundError(f"{folder}: cannot list the folder ({exc.strerror})") from exc
+        raise unreadable(folder, exc, "cannot list the folder") from exc
 
 
 def _sessions(root: Path, kind: str) -> Iterable[Path]:
     """Session folders ``<kind>/<instance>/<session>/``."""
     top = root / kind
-    if not top.is_dir():
+    if not is_kind(top, "dir"):
         return
     for instance in subfolders(top):
         yield from subfolders(instance)
@@ -132,7 +166,8 @@ def read_trajectories(
     no_samples: list[Path] = []
     empty: list[Path] = []
     for folder in _sessions(root, PAYLOAD):
-        has_session, has_samples = (folder / "session.json").is_file(), bool(_sample_files(folder))
+        has_session = is_kind(folder / "session.json", "file")
+        has_samples = bool(_sample_files(folder))
         if not (has_session or has_samples):
             empty.append(folder)
             continue
@@ -143,7 +178,7 @@ def read_trajectories(
             no_samples.append(folder)
     no_error: list[Path] = []
     for folder in _sessions(root, ERRORS):
-        if (folder / "error.json").is_file():
+        if is_kind(folder / "error.json", "file"):
             found.append(_read_error_session(folder, limits))
         else:
             no_error.append(folder)
@@ -171,7 +206,7 @@ def read_trajectories(
 def _sample_files(folder: Path) -> list[Path]:
     """``samples/<segment>.json`` of a session, in segment order."""
     return sorted(
-        (folder / "samples").glob("*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)
+        files_in(folder / "samples", ".json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0)
     )
 
 
@@ -219,7 +254,7 @@ def _read_payload_session(folder: Path, limits: Limits) -> Trajectory:
     with only one of them is read from that one."""
     path = folder / "session.json"
     segments: list[dict[str, Any]] = []
-    if path.is_file():
+    if is_kind(path, "file"):
         session = read_json_file(path, limits)
         data = session.get("data") if isinstance(session, dict) else None
         if not isinstance(data, list) or not all(isinstance(seg, dict) for seg in data):

@@ -15,6 +15,7 @@ from analysis.errors import (
     short_repr,
 )
 from analysis.formats.dressage.records import optional_int
+from analysis.formats.dressage.sessions import files_in, is_kind
 from analysis.formats.slime_dumps.reader import dump_samples
 from analysis.formats.text.jsonl import jsonl_records
 from analysis.formats.text.lean import lean_plan
@@ -40,7 +41,7 @@ def read_dump_rows(
     file gave them: ``rollout_data/<step>.pt`` (safe reader), else ``rollouts.jsonl``."""
     by_step: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     folder = root / DUMPS
-    paths = sorted(folder.glob("*.pt")) if folder.is_dir() else []
+    paths = files_in(folder, ".pt")
     paths = [p for p in paths if p.stem.isdigit()]  # eval_<n>.pt dumps are not steps
     for path in paths:
         rollout_id, samples = _safe_dump(path, limits)
@@ -51,7 +52,7 @@ def read_dump_rows(
             for i, sample in enumerate(samples)
         ]
     source = DUMPS if paths else None
-    if not paths and (root / ROLLOUTS).is_file():
+    if not paths and is_kind(root / ROLLOUTS, "file"):
         source = ROLLOUTS
         fix = "correct the line, or remove rollouts.jsonl (the kept groups are then not checked)"
         # Lean: a long line's token lists are neither kept nor folded (only ids are read).

@@ -15,7 +15,12 @@ Two checks, one before and one after CPython's (fast, C) unpickler runs:
   each time it is referenced (memo reuse lets a small pickle hold a list of a million
   references to a list of a million references...): past ``max_pickle_values`` it is
   refused, before anything downstream copies it out. It also refuses a container that
-  contains itself and nesting deeper than ``max_depth``.
+  contains itself and nesting deeper than ``max_depth``. Past :data:`AMPLIFICATION_FLOOR`
+  values, the count may not pass ``max_pickle_reuse`` values a byte of the pickle either:
+  a pickle without memo reuse spends a byte or more on each value it holds, and everything
+  downstream (rows, spans, table) costs in proportion to the values counted, so a 76 KB
+  pickle repeating one sample 8,000 times (128 million values, within
+  ``max_pickle_values``) was 8,000 rows of 4,000 spans each (1.4 GB, then out of memory).
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ _NUMBERS = re.compile(rb"(?:J....|G.{8}|M..|K.|[N\x88\x89])*+", re.DOTALL)
 _NUMBER_CODES = frozenset(b"JGMKN\x88\x89")
 
 _PUT, _BINPUT, _LONG_BINPUT, _MEMOIZE, _STOP = ord("p"), ord("q"), ord("r"), 0x94, ord(".")
+
+AMPLIFICATION_FLOOR = 1 << 20
+"""Values (counted with every reference) a pickle may hold whatever its size, before the
+count is held to ``max_pickle_reuse`` values a byte: small pickles of shared values are fine."""
 
 
 class PickleTooBig(ValueError):
@@ -146,19 +155,34 @@ def _children(value: Any) -> list[Any] | None:
     return None
 
 
-def check_built(root: Any, limits: Limits) -> None:
+def check_built(root: Any, limits: Limits, *, pickle_bytes: int | None = None) -> None:
     """Refuse (raise :class:`PickleTooBig` or ValueError) a built object that holds more
-    than ``limits.max_pickle_values`` values counted with every reference, nests deeper
-    than ``limits.max_depth`` or contains itself. Each distinct container is walked once."""
-    _Walk(limits).count(root)
+    than ``limits.max_pickle_values`` values counted with every reference (or, built from
+    ``pickle_bytes`` bytes, more than ``limits.max_pickle_reuse`` values a byte past
+    :data:`AMPLIFICATION_FLOOR`), nests deeper than ``limits.max_depth`` or contains
+    itself. Each distinct container is walked once."""
+    _Walk(limits, pickle_bytes).count(root)
 
 
 class _Walk:
     """A depth-first walk without recursion that counts each container once (by id) and
     adds its count at every reference."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, pickle_bytes: int | None = None) -> None:
         self.budget, self.deepest = limits.max_pickle_values, limits.max_depth
+        self.refusal = _too_many(self.budget)
+        if pickle_bytes is not None:
+            ratio = limits.max_pickle_reuse
+            amplified = max(AMPLIFICATION_FLOOR, ratio * pickle_bytes)
+            if amplified < self.budget:
+                self.budget = amplified
+                self.refusal = PickleTooBig(
+                    f"{pickle_bytes:,} bytes holding more than {amplified:,} values counted "
+                    f"at every reference (more than {ratio:,} a byte: memo references repeat "
+                    "what it holds)",
+                    "max_pickle_reuse",
+                    ratio,
+                )
         self.done: dict[int, int] = {}  # id of a container walked -> its count
         self.open: set[int] = set()
         self.stack: list[list[Any]] = []  # [container, children not yet counted, count]
@@ -183,13 +207,13 @@ class _Walk:
                     total = count
         assert total is not None
         if total > self.budget:
-            raise _too_many(self.budget)
+            raise self.refusal
         return total
 
     def add(self, count: int) -> None:
         self.stack[-1][2] += count
         if self.stack[-1][2] > self.budget:
-            raise _too_many(self.budget)
+            raise self.refusal
 
     def enter(self, value: Any) -> int | None:
         """The count of ``value`` when known at once, else None (a frame was pushed)."""

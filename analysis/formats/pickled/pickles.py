@@ -30,6 +30,20 @@ MAX_DIRECTORY_BYTES = 8 << 20
 each): some 100,000 members, where a torch.save file has one per tensor and four more.
 zipfile builds an object per member, 7.6 s for a million of them (a 47 MB file)."""
 
+READ_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
+"""The compression methods of an archive member this reader inflates: torch.save stores
+its members, and deflate is what other zip writers use. zipfile inflates a bzip2 or lzma
+member a whole compressed chunk at a time, whatever size is asked for (2.6 KB of bzip2
+became 3 GiB in one call): such a member is refused unread, not bounded."""
+
+
+def unread_method(info: zipfile.ZipInfo) -> str | None:
+    """The name of a member's compression method when this reader does not inflate it."""
+    if info.compress_type in READ_METHODS:
+        return None
+    names = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+    return names.get(info.compress_type, f"method {info.compress_type}")
+
 
 def directory_bytes(tail: bytes) -> int | None:
     """The size of the central directory that the end of a zip archive (its last 64 KiB
@@ -193,7 +207,7 @@ def _restricted_load(
             built = _RestrictedUnpickler(
                 io.BytesIO(data), where=where, storage_bytes=storage_bytes
             ).load()
-        pickle_guard.check_built(built, limits)
+        pickle_guard.check_built(built, limits, pickle_bytes=len(data))
         return built
     except (UnsafePickleError, MemoryError):
         raise
@@ -270,6 +284,14 @@ def _open_archive(
         raise DamagedFileError(f"{path}: damaged zip archive ({exc})") from exc
     if not members:
         raise LogFormatError(f"{path}: a zip archive without data.pkl, not a torch.save file")
+    for info in archive.infolist():
+        method = unread_method(info)
+        if method is not None:
+            raise DamagedFileError(
+                f"{path}: member {info.filename} is compressed with {method}, which "
+                "torch.save never writes (it stores its members), refused unread as it "
+                "could inflate to any size"
+            )
     if len(members) > 1:
         names = ", ".join(info.filename for info in members[:3])
         raise DamagedFileError(

@@ -21,6 +21,7 @@ from analysis.formats.pickled.pickles import (
     ZIP_MAGIC,
     directory_bytes,
     load_pickled,
+    unread_method,
 )
 from analysis.formats.slime_dumps.train_dumps import train_dump_layout
 from analysis.formats.source import Source
@@ -161,10 +162,10 @@ def _peek_rollout_id(path: Path) -> object:
                 if listed is None or listed > MAX_DIRECTORY_BYTES:
                     return _UNKNOWN  # the whole read says why
                 with zipfile.ZipFile(handle) as archive:
-                    names = [n for n in archive.namelist() if n.endswith("data.pkl")]
-                    if not names:
-                        return _UNKNOWN
-                    with archive.open(min(names, key=len)) as member:
+                    infos = [i for i in archive.infolist() if i.filename.endswith("data.pkl")]
+                    if not infos or any(unread_method(info) for info in infos):
+                        return _UNKNOWN  # the whole read refuses it unread
+                    with archive.open(min(infos, key=lambda i: len(i.filename))) as member:
                         head = member.read(_PEEK_BYTES)
         opcodes = [(op.name, arg) for op, arg, _ in _opcodes(head) if op.name not in _NOTES]
     except Exception:  # anything unexpected: the whole read reports it in its words

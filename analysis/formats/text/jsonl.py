@@ -3,12 +3,13 @@ JSONL files (plain or gzipped) record by record."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
-import select
 import stat
 import sys
+import threading
 import zlib
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -218,20 +219,53 @@ def jsonl_records(
         raise DamagedFileError(f"{path}: cannot be read as (gzipped) JSONL ({exc})") from exc
 
 
-def _open(path: Path) -> BinaryIO:
-    """The file, opened to be read once. A FIFO is opened without blocking and waited on
-    half a second at a time: blocked in ``open()`` until a writer comes, the process would
-    not see a Ctrl-C the system hands to one of its other threads."""
+PIPE_WRITER_SECONDS = 5.0
+"""How long a pipe or FIFO is waited on for a writer to open it (``mkfifo`` with no
+program writing it yet); past it, it is an input that cannot be read (exit 3). A writer
+that has opened it may take as long as it likes to write."""
+
+
+def _open(path: Path, writer_seconds: float = PIPE_WRITER_SECONDS) -> BinaryIO:
+    """The file, opened to be read once. A FIFO is opened in a helper thread, where
+    ``open()`` blocks until a writer opens it, and waited on half a second at a time (the
+    main thread, blocked in ``open()``, would not see a Ctrl-C); with no writer after
+    ``writer_seconds``, the thread is released (by opening the FIFO to write, and closing
+    it) and the input refused."""
     if not is_pipe(path):
         return open(path, "rb", buffering=1 << 22)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    opened: list[int | BaseException] = []
+
+    def reader() -> None:
+        try:
+            opened.append(os.open(path, os.O_RDONLY))
+        except BaseException as exc:  # handed to the main thread
+            opened.append(exc)
+
+    thread = threading.Thread(target=reader, name="fifo-open", daemon=True)
+    thread.start()
+    waited = 0.0
     try:
-        while not select.select([fd], [], [], 0.5)[0]:
-            pass  # no writer yet (Linux reports none until one has come)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
+        while thread.is_alive() and waited < writer_seconds:
+            thread.join(min(0.5, writer_seconds - waited))
+            waited += 0.5
+    finally:
+        if thread.is_alive():  # no writer (or Ctrl-C): release the thread's open()
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            thread.join(5)
+            for fd in opened:
+                if isinstance(fd, int):
+                    os.close(fd)
+            opened.clear()
+    if not opened:
+        raise InputNotFoundError(
+            f"{path}: a pipe or FIFO that no program opened to write within "
+            f"{writer_seconds:g} s; start the program that writes it first, or give the log "
+            "file itself"
+        )
+    fd = opened[0]
+    if isinstance(fd, BaseException):
+        raise fd
     return open(fd, "rb", buffering=1 << 22)
 
 

@@ -233,6 +233,8 @@ class Helper:
         self.sent: dict[int, tuple[Any, list[Any], int]] = {}
         self.frame_of: Callable[[Any], Any] = lambda columns: columns
         self.stderr = b""
+        self.bytes_done = 0
+        """Bytes of the pieces it has sent back (for progress; written by one thread)."""
         self.process: subprocess.Popen[bytes] | None = None
         self.threads: list[threading.Thread] = []
         with contextlib.suppress(OSError, ValueError, TypeError):  # then all are read here
@@ -248,6 +250,7 @@ class Helper:
         if self.process is None:
             return
         self.shared, self.frame_of = shared, frame_of
+        self.pieces = pieces
         job = (str(self.path), self.options, pieces, os.getpid())
         for target in (self._drain, lambda: self._exchange(job)):
             thread = threading.Thread(target=target, daemon=True)
@@ -270,6 +273,7 @@ class Helper:
                 # A table chunk at once: compact, where the columns are Python lists.
                 frame = None if columns is None else self.frame_of(columns)
                 self.sent[done] = (frame, errors, lines)
+                self.bytes_done += self.pieces[done].stop - self.pieces[done].start
                 # A bad record that fails the load: the pieces after it are not needed.
                 index = -1 if errors and self.fail_fast else self._next()
                 _write_frame(stdin, index)
@@ -280,10 +284,15 @@ class Helper:
         assert self.process is not None and self.process.stderr is not None
         self.stderr = self.process.stderr.read()
 
-    def collected(self) -> dict[int, tuple[Any, list[Any], int]]:
-        """What the helper sent back, once it has ended."""
+    def collected(
+        self, waiting: Callable[[], None] = lambda: None
+    ) -> dict[int, tuple[Any, list[Any], int]]:
+        """What the helper sent back, once it has ended; ``waiting()`` is called every
+        tenth of a second meanwhile (to show its progress)."""
         for thread in self.threads:
-            thread.join()
+            while thread.is_alive():
+                thread.join(0.1)
+                waiting()
         return self.sent
 
     def problem(self) -> str:
@@ -304,18 +313,55 @@ class Helper:
             self.process.wait()
 
 
+Progress = Callable[[int, int], None]
+"""``progress(bytes read, bytes in all)``."""
+
+
+class _BytesHere:
+    """The bytes read of a file read in pieces: those of the pieces read here (whole, and
+    of the one being read) and those the helper has sent back."""
+
+    def __init__(self, helper: Helper, size: int, progress: Progress | None) -> None:
+        self.helper, self.size, self.progress = helper, size, progress
+        self.whole = 0  # bytes of the pieces read here to their end
+        self.current = 0  # bytes read of the piece being read here
+
+    def within(self, piece: Piece) -> Progress | None:
+        """The progress of one piece read here (its reader counts from the piece's start,
+        and says the file's size once it ends)."""
+        if self.progress is None:
+            return None
+        length = piece.stop - piece.start
+
+        def within(done: int, _size: int) -> None:
+            if done >= _size:  # the reader's last call: the piece is read
+                self.whole, self.current = self.whole + length, 0
+            else:
+                self.current = min(done, length)
+            self.show()
+
+        return within
+
+    def show(self, *, finished: bool = False) -> None:
+        if self.progress is None:
+            return
+        done = self.size if finished else self.whole + self.current + self.helper.bytes_done
+        self.progress(min(done, self.size), self.size)
+
+
 def read_in_pieces(
     path: Path,
     size: int,
     options: Any,
-    read_here: Callable[[Piece], Generator[Any, None, int | None]],
+    read_here: Callable[[Piece, Progress | None], Generator[Any, None, int | None]],
     flush: Callable[[], Iterator[Any]],
     warn: Callable[[str], None],
     frame_of: Callable[[Any], Any],
     renumber: Callable[[Any, int], Any],
+    progress: Progress | None = None,
 ) -> Iterator[Any]:
     """The table chunks of a large JSONL file read by this process and the helper:
-    ``read_here(piece)`` reads a piece here, numbering its lines from its
+    ``read_here(piece, progress)`` reads a piece here, numbering its lines from its
     ``first_line`` (its rows gathered into chunks, ``flush`` yields the last one), and
     returns its number of lines, or None when the file broke within it (a read error:
     nothing past it is read, as one process stops there); ``frame_of`` makes a table chunk of the rows the helper
@@ -326,10 +372,14 @@ def read_in_pieces(
     numbers a piece's lines from 1, so ``renumber(chunk, lines before the piece)``
     gives its chunk the file's numbers; a piece in which it met a bad record is read
     again here, so that the records skipped and the first error name the right lines.
+
+    ``progress(bytes read, size)`` counts the bytes of both processes: the pieces read
+    here as they are read, the helper's as it sends each back.
     """
     import dataclasses
 
     helper = Helper(path, dataclasses.replace(options, progress=None))
+    here = _BytesHere(helper, size, progress)
     try:
         pieces = cut(path, size, number=False)
         shared = PieceQueue(len(pieces))
@@ -337,11 +387,12 @@ def read_in_pieces(
         done_here, line = 0, 1
         while (index := shared.take_front()) is not None:
             done_here += 1
-            read = yield from read_here(dataclasses.replace(pieces[index], first_line=line))
+            piece = dataclasses.replace(pieces[index], first_line=line)
+            read = yield from read_here(piece, here.within(piece))
             if read is None:
                 return
             line += read
-        sent = helper.collected()
+        sent = helper.collected(here.show)
         left = 0
         for piece in pieces[done_here:]:
             numbered = dataclasses.replace(piece, first_line=line)
@@ -353,10 +404,11 @@ def read_in_pieces(
                 line += lines
             else:  # the helper died with this piece, or met a bad record in it
                 left += piece.index not in sent
-                read = yield from read_here(numbered)
+                read = yield from read_here(numbered, None)
                 if read is None:
                     return
                 line += read
+        here.show(finished=True)
         if left:
             warn(
                 f"{path}: the helper process failed ({helper.problem()}); this process "

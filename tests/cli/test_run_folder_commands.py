@@ -1,0 +1,129 @@
+"""Every command on a Dressage run folder (docs/semantics.md §12.7): each names the replay it
+ran (Dressage's own loop for settings of K; the simple loop for policies, said so), and
+the figures at the run's own setting are ``replay RUN``'s wherever they are shown."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import analysis
+from cli.app import app
+from tests.cli.test_report import Page
+
+runner = CliRunner()
+OWN_K = 2  # k2-m1: the K its staleness metrics tell (and run.json records)
+
+
+def _run(args: list[str]) -> Any:
+    result = runner.invoke(app, args, terminal_width=250)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def folder(run_folders: dict[str, Path]) -> str:
+    return str(run_folders["k2-m1"])
+
+
+@pytest.fixture(scope="module")
+def replayed(folder: str) -> dict[str, Any]:
+    figures: dict[str, Any] = json.loads(
+        _run(["replay", folder, "-k", str(OWN_K), "--json"]).stdout
+    )
+    assert figures["engine"] == "dressage-loop"
+    return figures
+
+
+def _kept_pct(figures: dict[str, Any]) -> float:
+    return 100.0 * int(figures["groups"]["kept"]) / int(figures["groups"]["total"])
+
+
+def test_replay_and_verify_name_dressages_loop(folder: str, replayed: dict[str, Any]) -> None:
+    table = _run(["replay", folder, "-k", str(OWN_K)]).stdout
+    assert table.splitlines()[0].strip() == "Dressage's partial loop: keep_versions=2"
+    verified = json.loads(_run(["verify", folder, "--json"]).stdout)
+    assert verified["engine"] == "dressage-loop" and verified["keep_versions"] == OWN_K
+
+
+def test_sweep_rows_are_the_replays_and_say_their_engine(
+    folder: str, replayed: dict[str, Any]
+) -> None:
+    rows = json.loads(_run(["sweep", folder, "-k", "1..3", "--json"]).stdout)
+    assert {row["engine"] for row in rows} == {"dressage-loop"}
+    (own,) = [row for row in rows if row["own_setting"]]
+    assert own["keep_versions"] == OWN_K
+    assert own["groups_kept_pct"] == pytest.approx(_kept_pct(replayed))
+    assert own["version_gap_mean"] == pytest.approx(replayed["version_gap"]["mean"])
+    table = _run(["sweep", folder, "-k", "1..3"]).stdout
+    assert "Sweep (shares in %) on Dressage's partial loop" in table
+    assert f"{OWN_K} own" in table and "batches" in table and "short" in table
+    other_m = _run(["sweep", folder, "-k", "2", "-m", "none,1"]).stdout
+    assert "none n/a" in other_m and "M not applied" in other_m
+
+
+@pytest.mark.parametrize("kind", ["sweep", "heatmap", "spans", "gaps", "timeline"])
+def test_every_plot_is_drawn_from_dressages_loop(folder: str, kind: str, tmp_path: Path) -> None:
+    target = tmp_path / f"{kind}.png"
+    _run(["plot", kind, folder, "-k", "1..3", "-o", str(target)])
+    assert target.stat().st_size > 0
+    run = analysis.read_run(folder)
+    figure = analysis.make_run_plot(kind, run, keep_versions=[OWN_K, 3], max_preempts=[])
+    titles = [figure.get_suptitle(), *(ax.get_title() for ax in figure.axes)]
+    assert any("Dressage's partial loop" in title for title in titles), titles
+
+
+@pytest.mark.parametrize("kind", ["spans", "timeline"])
+def test_a_single_setting_plot_of_a_run_folder_draws_its_own_k(
+    folder: str, kind: str, tmp_path: Path
+) -> None:
+    target = tmp_path / f"{kind}.png"
+    result = _run(["plot", kind, folder, "-o", str(target)])
+    assert target.stat().st_size > 0
+    assert f"drew the run's own setting, K={OWN_K} as its staleness metrics tell" in " ".join(
+        result.stderr.split()
+    )
+
+
+def test_report_shows_the_runs_loop(folder: str, replayed: dict[str, Any], tmp_path: Path) -> None:
+    target = tmp_path / "run.html"
+    _run(["report", folder, "-k", "1..3", "-o", str(target)])
+    page = Page.of(target)
+    sweep = page.table("Sweep (shares in %) on Dressage's partial loop")
+    (own,) = [row for row in sweep.rows if row[sweep.headers.index("K")] == f"{OWN_K} own"]
+    assert own[sweep.headers.index("groups kept")] == f"{_kept_pct(replayed):.1f}"
+    text = html.unescape(target.read_text())
+    # the setting looked at closely is the run's own, its figures the run loop's
+    assert "Decisions (K=2, M=1, B=2, on Dressage's partial loop)" in text
+    assert "every figure replayed on Dressage's partial loop" in text
+    assert "-b" not in page.about()["to reproduce"].split()
+
+
+def test_compare_replays_each_run_folder_on_its_loop(
+    folder: str, replayed: dict[str, Any], run_folders: dict[str, Path]
+) -> None:
+    other = str(run_folders["k3-m2-n8"])
+    compared = json.loads(_run(["compare", folder, other, "-k", str(OWN_K), "--json"]).stdout)
+    assert [run["engine"] for run in compared["runs"]] == ["dressage-loop", "dressage-loop"]
+    (kept,) = [row for row in compared["table"] if row["metric"] == "groups kept (%)"]
+    assert kept["k2-m1"] == pytest.approx(_kept_pct(replayed))
+    assert "Comparison on Dressage's loop" in _run(["compare", folder, other, "-k", "2"]).stdout
+
+
+def test_inspect_says_which_replay_settings_get(folder: str) -> None:
+    found = json.loads(_run(["inspect", folder, "--json"]).stdout)
+    assert found["engine"] == "dressage-loop" and found["run_batch_groups"] == 2
+
+
+def test_policies_stay_on_the_simple_loop_and_say_so(folder: str) -> None:
+    swept = _run(["sweep", folder, "--policy", "dressage:k=2,m=1", "--json"])
+    (row,) = json.loads(swept.stdout)
+    assert row["engine"] == "simple-loop"
+    assert "read as one log on the simple loop here" in swept.stderr
+    replayed = json.loads(_run(["replay", folder, "--policy", "dressage:k=2,m=1", "--json"]).stdout)
+    assert replayed["engine"] == "simple-loop"
