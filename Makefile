@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-slow test-all lint bench bench-large sample-data figures clean
+.PHONY: help demo test test-slow test-all lint docs bench bench-large sample-data figures clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -36,9 +36,13 @@ test-all: $(STAMP) ## Every test (what CI runs: make test, then make test-slow)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## ruff check (with a complexity limit), ruff format --check, mypy --strict
-	$(BIN)/ruff check analysis cli tests sample_data
-	$(BIN)/ruff format --check analysis cli tests sample_data
+	$(BIN)/ruff check analysis cli tests sample_data docs/hooks.py
+	$(BIN)/ruff format --check analysis cli tests sample_data docs/hooks.py
 	$(BIN)/mypy --strict analysis cli tests
+
+docs: $(STAMP) ## Build the documentation site into build/docs/ (strict: any warning fails)
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 bench: $(STAMP) ## Measure the performance targets (generates logs into bench_data/ once)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

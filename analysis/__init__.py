@@ -91,6 +91,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.formats import (
         format_names as format_names,
     )
+    from analysis.formats.discover import (
+        run_folder_read_as_log as run_folder_read_as_log,
+    )
     from analysis.formats.dressage.run import (
         RunLog as RunLog,
         is_run_folder as is_run_folder,
@@ -281,6 +284,7 @@ _HOME: dict[str, str] = {
     "fit_run": "analysis.simulation.fit",
     "focus_setting": "analysis.studies",
     "format_names": "analysis.formats",
+    "run_folder_read_as_log": "analysis.formats.discover",
     "FRAME_FORMATS": "analysis.output.checks",
     "InputNotFoundError": "analysis.errors",
     "inspect_log": "analysis.views.inspection",

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 
 class ExitCode(IntEnum):
-    """Every exit code of ``dressage-replay``, in one table (the README lists the same)."""
+    """Every exit code of ``dressage-replay``, in one table (docs/pages/reference/exit-codes.md lists the same)."""
 
     OK = 0
     INTERNAL = 1

@@ -273,7 +273,7 @@ LimitOption = Annotated[
     typer.Option(
         "--limit",
         help="NAME=VALUE: raise a limit that protects memory from hostile input, e.g. "
-        "max_record_bytes=256M (see the README's Limits). Names: "
+        "max_record_bytes=256M (see docs/pages/reference/limits.md). Names: "
         + ", ".join(analysis.Limits.names())
         + ".",
         metavar="NAME=VALUE",

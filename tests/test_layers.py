@@ -1,4 +1,4 @@
-"""The packages are layers in pipeline order (README: Layout): a module imports only from its
+"""The packages are layers in pipeline order (docs/pages/development.md: Layout): a module imports only from its
 own layer or earlier ones, imports form no circle, no module takes another package's private
 names, and folders and modules stay small enough to find one's way in.
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = ROOT / "docs" / "pages"
 
 
 def _command_name(command: CommandInfo) -> str:
@@ -26,11 +27,11 @@ COMMANDS = sorted(_command_name(command) for command in app.registered_commands)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help_and_is_in_the_readme(command: str) -> None:
+def test_every_command_has_help_and_is_in_the_reference(command: str) -> None:
     result = CliRunner().invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert len(result.stdout) > 200
-    assert f"`{command} " in (ROOT / "README.md").read_text()
+    assert f"`{command} " in (PAGES / "reference" / "commands.md").read_text()
 
 
 def test_readme_starts_with_the_two_setup_commands() -> None:
@@ -76,21 +77,22 @@ def test_library_never_prints() -> None:
     assert offenders == []
 
 
-def test_the_readme_exit_code_table_is_the_code_table() -> None:
-    """One table of exit codes in the code (analysis.ExitCode); the README lists the same."""
+def test_the_documented_exit_code_table_is_the_code_table() -> None:
+    """One table of exit codes in the code (analysis.ExitCode); the reference lists the same."""
     import re
 
     from analysis import ExitCode
 
-    section = (ROOT / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    section = (PAGES / "reference" / "exit-codes.md").read_text()
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", section, re.M)}
     assert documented == {int(code) for code in ExitCode}
 
 
-def test_the_readme_layout_names_every_module() -> None:
-    """The layout map of the README matches the folders: every module of analysis/ and
-    every command module of cli/ is named there."""
-    layout = (ROOT / "README.md").read_text().split("### Layout", 1)[1].split("\n### ", 1)[0]
+def test_the_documented_layout_names_every_module() -> None:
+    """The layout map of the development page matches the folders: every module of
+    analysis/ and every command module of cli/ is named there."""
+    development = (PAGES / "development.md").read_text()
+    layout = development.split("## Layout", 1)[1].split("\n## ", 1)[0]
     modules = [
         path
         for path in (ROOT / "analysis").rglob("*.py")

@@ -1,19 +1,20 @@
-"""The README's console examples, run: what it shows is what the tool prints.
+"""The console examples of the README and the documentation site, run: what they show is
+what the tool prints.
 
-Every ```console block of README.md is a sequence of commands (`$ ` lines, continued by a
-trailing backslash), each followed by the output a terminal shows for it. Each block runs
-in a fresh temporary directory holding copies of `sample_data/` and `tests/fixtures/`,
-with `/tmp` in its commands pointing there, and its output is compared line by line with
-the README's (trailing spaces stripped). So a change of the tool's numbers or layout fails
-here until the README shows the new output.
+Every ```console block of README.md and of the site's pages (docs/pages/**/*.md) is a
+sequence of commands (`$ ` lines, continued by a trailing backslash), each followed by the
+output a terminal shows for it. Each block runs in a fresh temporary directory holding
+copies of `sample_data/` and `tests/fixtures/`, with `/tmp` in its commands pointing there,
+and its output is compared line by line with the page's (trailing spaces stripped). So a
+change of the tool's numbers or layout fails here until the page shows the new output.
 
-Conventions of the README this reads:
+Conventions of the pages this reads:
 - a line that is only `...` (or `…`) stands for any number of elided lines (zero or more;
   at the end of an output, the rest); a line ending in `...` after some text matches any
   line that starts with that text;
-- a command shown with no output at all is an example of a call whose output the README
+- a command shown with no output at all is an example of a call whose output the page
   does not show: it is run and must succeed, but its output is not compared (a command
-  whose output is empty and matters would need its own statement in the README).
+  whose output is empty and matters would need its own statement on the page).
 
 Only `dressage-replay` (optionally piped to `jq`, `tail` or `head`, through bash) and
 `tar` extracting a fixture are run; a block with any other command is skipped, saying why.
@@ -36,6 +37,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = ROOT / "docs" / "pages"
+DOCUMENTS = [README, *sorted(PAGES.rglob("*.md"))]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "dressage-replay"
 PIPE_TOOLS = ("jq", "tail", "head")
 ELISION = ("...", "…")
@@ -57,11 +60,14 @@ class Block:
     section: str
     index: int
     commands: list[Command]
+    page: str = ""
+    """Where the block is: empty for the README, else the page's path under docs/pages/."""
 
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
-        return f"{slug}-{self.index}"
+        where = re.sub(r"[^a-z0-9]+", "-", self.page.removesuffix(".md").lower()).strip("-")
+        return f"{where}:{slug}-{self.index}" if where else f"{slug}-{self.index}"
 
 
 def _parse_block(lines: list[str]) -> list[Command]:
@@ -85,7 +91,7 @@ def _parse_block(lines: list[str]) -> list[Command]:
     return commands
 
 
-def parse_readme(text: str) -> list[Block]:
+def parse_readme(text: str, page: str = "") -> list[Block]:
     """The ```console blocks of a Markdown text, with the `##` section each is in."""
     blocks: list[Block] = []
     section, index = "top", 0
@@ -101,11 +107,19 @@ def parse_readme(text: str) -> list[Block]:
                 body.append(inner)
             if line.strip() == "```console":
                 index += 1
-                blocks.append(Block(section, index, _parse_block(body)))
+                blocks.append(Block(section, index, _parse_block(body), page))
     return blocks
 
 
-BLOCKS = parse_readme(README.read_text(encoding="utf-8"))
+def _page(document: Path) -> str:
+    return "" if document == README else document.relative_to(PAGES).as_posix()
+
+
+BLOCKS = [
+    block
+    for document in DOCUMENTS
+    for block in parse_readme(document.read_text(encoding="utf-8"), _page(document))
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -304,9 +318,12 @@ def test_readme_console_block(block: Block, tmp_path: Path) -> None:
         pytest.skip("the rest ran and matched; not run, tools missing: " + "; ".join(skipped))
 
 
-def test_the_readme_has_console_examples() -> None:
-    """The parser finds the README's examples (an empty list would pass silently)."""
+def test_the_readme_and_the_site_have_console_examples() -> None:
+    """The parser finds the examples (an empty list would pass silently), in the README
+    and in the site's getting-started page, tutorial and how-to pages."""
     assert len(BLOCKS) >= 5
+    pages = {block.page for block in BLOCKS}
+    assert {"", "getting-started.md", "tutorial.md", "how-to/verify.md"} <= pages
     assert all(block.commands for block in BLOCKS)
     assert any(command.expected for block in BLOCKS for command in block.commands)
 

@@ -1,7 +1,7 @@
 """Fit the simulator to a real run (``simulate --like RUN``), and the figures that judge the fit.
 
 The figures are computed the same way on the user's log and on a simulated one, so the
-two columns of ``simulate --like`` compare like with like (README: Fitted to your run):
+two columns of ``simulate --like`` compare like with like (docs: Simulate a pipeline, Fitted to your run):
 
 - response tokens per trajectory (10%, 50%, 90% quantiles and the largest), over
   trajectories with at least one response token;

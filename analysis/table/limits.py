@@ -4,7 +4,7 @@ A log is data from elsewhere: a few kilobytes can declare gigabytes (a gzip or z
 a pickle that references one object a billion times). Each reader checks what it is
 about to hold against one of these limits, and refuses the input with a one-line error
 that names the limit and the setting that raises it (exit 5, as a damaged file). The
-README's "Limits" section lists them with their defaults.
+documentation's "Limits and bad input" page (docs/pages/reference/limits.md) lists them with their defaults.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class ReadOptions:
     """Read every file given, and a folder's JSONL files, as this format (``jsonl``,
     ``prime-rl``, ``areal``, ``verl``, ``nemo-rl``, ...) instead of the one found
     (docs/semantics.md, "Other systems' logs")."""
-    # Limits that protect memory from hostile input (analysis.table.limits; README "Limits").
+    # Limits that protect memory from hostile input (analysis.table.limits; docs/pages/reference/limits.md).
     max_record_bytes: int = DEFAULT_LIMITS.max_record_bytes
     """Largest JSONL line or JSON document, in bytes."""
     max_inflation: int = DEFAULT_LIMITS.max_inflation

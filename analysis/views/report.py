@@ -155,7 +155,11 @@ def render_report(
         inputs=[str(path) for path in inputs],
         grid=[
             ("K (keep versions)", ", ".join(map(str, keep_versions))),
-            ("M (max preempts)", ", ".join("none" if m is None else str(m) for m in max_preempts)),
+            (
+                "M (max preempts)",
+                ", ".join("none" if m is None else str(m) for m in max_preempts)
+                or f"the run's own: {limit}",  # a run folder swept at its own M only
+            ),
             ("B (batch groups)", batch),
         ],
         version=tool_version() if version is None else version,

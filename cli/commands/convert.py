@@ -63,7 +63,7 @@ def convert(
 
     With an output path without an extension, the table is written as a folder of Parquet
     parts that every command reads as one log, by the local cores or, with --ray, a Ray
-    cluster (README: Performance)."""
+    cluster (docs: Many runs, big logs)."""
     logs = read.reading(inputs, order_by=order_by)
     quiet = read.quiet
     analysis.refuse_overwriting_inputs(output, inputs)

@@ -125,7 +125,7 @@ def replay(
     """Replay both staleness controls for one setting and summarise what they would do.
 
     A Dressage run folder (traj_payload/, traj_err/, rollout_data/, dressage_log.txt) is \
-replayed as Dressage's own collector loop runs (README: Your run's logs); with --policy, \
+replayed as Dressage's own collector loop runs (docs: Tutorial: a real run folder); with --policy, \
 its records are replayed on the simple loop, as sweep --policy does."""
     decisions, trajectories, force = tables.decisions, tables.trajectories, tables.force
     stdout_once(**{"--json": json_output, "--decisions": decisions, "--trajectories": trajectories})

@@ -156,7 +156,7 @@ _PIPELINE = {
             "--admission",
             help="Hold groups back before they start, as another system does: "
             "areal:max_head_offpolicyness=N, skyrl:max_staleness_steps=N, "
-            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (README: Simulator).",
+            "nemo-gated:max_staleness_versions=N or verl-async:staleness_threshold=X (docs: Simulate a pipeline).",
             metavar="RULE:KNOB=VALUE",
             show_default=False,
         ),
@@ -202,7 +202,7 @@ def simulate(
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
-    """Simulate an async rollout/training pipeline and write its log (see README: Simulator)."""
+    """Simulate an async rollout/training pipeline and write its log (see docs: Simulate a pipeline)."""
     config = pipeline.config()
     if is_stdout(output):  # a stream of records: JSONL only
         if log_format not in (None, LogFormatChoice("jsonl")):

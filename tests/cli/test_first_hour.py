@@ -153,12 +153,14 @@ def test_a_forced_folder_that_fails_to_be_written_keeps_the_old_one(tmp_path: Pa
 
 def test_readme_examples_write_nothing_into_the_clone() -> None:
     """A new user following the README was left decisions.csv, run.parquet and others in
-    their clone: every file an example writes goes under /tmp (or to stdout)."""
+    their clone: every file an example writes, in the README or a page of the
+    documentation site, goes under /tmp (or to stdout)."""
     import itertools
     import shlex
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
-    lines = readme.read_text().splitlines()
+    root = Path(__file__).resolve().parents[2]
+    documents = [root / "README.md", *sorted((root / "docs" / "pages").rglob("*.md"))]
+    lines = [line for document in documents for line in document.read_text().splitlines()]
     commands = []
     for number, line in enumerate(lines):
         if line.startswith("$ dressage-replay"):

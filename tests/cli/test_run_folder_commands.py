@@ -102,6 +102,10 @@ def test_report_shows_the_runs_loop(folder: str, replayed: dict[str, Any], tmp_p
     assert "Decisions (K=2, M=1, B=2, on Dressage's partial loop)" in text
     assert "every figure replayed on Dressage's partial loop" in text
     assert "-b" not in page.about()["to reproduce"].split()
+    # every setting is on the run's loop: no warning that it is read on the simple loop,
+    # and the header names the M it was swept at
+    assert "read as one log on the simple loop" not in text
+    assert page.about()["M (max preempts)"] == "the run's own: 1"
 
 
 def test_compare_replays_each_run_folder_on_its_loop(

@@ -1,4 +1,4 @@
-"""Large JSONL lines read without holding their token lists (README: Limits; issue 18).
+"""Large JSONL lines read without holding their token lists (docs: Limits and bad input; issue 18).
 
 A line of a 10^7-token trajectory holds lists of 10^7 values (``tokens``, ``loss_mask``,
 ``metadata.full_versions``, log-probs) that the canonical row reduces to a length, spans,
