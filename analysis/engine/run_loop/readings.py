@@ -38,6 +38,13 @@ from analysis.errors import MissingFieldError
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
 
+SEARCH_WITHOUT_FAILURES = 5_000
+"""The most rollout calls the search of where the fully loop's calls begin replays in all
+when ``traj_err/`` is missing (:func:`search_call_starts`' ``total``): without the failed
+trajectories few steps can be reproduced, and a search that fails at one step after
+another spends its per-step budget on each (35 s a replay on a run of 50 steps; the
+complete runs measured need at most ~36,000 calls, cheap ones, in ~2 s)."""
+
 
 @dataclass
 class Pass:
@@ -111,6 +118,7 @@ def one_pass(
                 expected=expected_starts(run.weight_updates),
                 latest=latest_starts,
                 unmatched=unmatched,
+                total=None if "traj_err" in run.sources else SEARCH_WITHOUT_FAILURES,
             )
         else:
             starts, notes = infer_call_starts(
