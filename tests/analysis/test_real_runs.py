@@ -321,6 +321,33 @@ def test_the_decision_table_gives_each_attempt_its_stalest_gap(
     assert joined["version_gap"].equals(joined["version_gap_expected"])
 
 
+def _allows(words: str, limit: int) -> bool:
+    """Whether a retry limit in words (``2``, ``>= 1``, ``1..3``) allows ``limit``."""
+    if words.startswith(">= "):
+        return limit >= int(words[3:])
+    low, _, high = words.partition("..")
+    return int(low) <= limit <= int(high or low)
+
+
+@pytest.mark.parametrize("name", RUNS + TIE_RUNS + FULLY_RUNS)
+def test_without_traj_err_the_retry_limit_allowed_holds_the_runs_own(
+    name: str, every_run_folder: dict[str, Path], tmp_path: Path
+) -> None:
+    """Without the failed trajectories a failure's step is a guess, so the checks of the
+    retry and failure counts may agree best at a limit the run did not have: the bound
+    named is the files' own, which the run's limit never leaves."""
+    folder = every_run_folder[name]
+    settings = json.loads((folder / "run.json").read_text())
+    own = settings.get("max_retries", 2)
+    run = read_run(copy_without(folder, "traj_err", tmp_path))
+    replay = replay_run(
+        run, keep_versions=settings["keep_versions"], loop=settings.get("loop", "partial")
+    )
+    assert _allows(replay.max_retries_words, own), (replay.max_retries_words, own)
+    assert _allows(replay.max_retries_words, replay.max_retries)
+    assert _allows(run.retry_limit.words(), own)
+
+
 def test_without_traj_err_the_search_of_call_starts_is_bounded(
     every_run_folder: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
