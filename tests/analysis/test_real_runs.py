@@ -319,3 +319,65 @@ def test_the_decision_table_gives_each_attempt_its_stalest_gap(
     stalest = replay.trajectories.group_by("group_id").agg(pl.col("version_gap").max())
     joined = table.join(stalest, on="group_id", suffix="_expected")
     assert joined["version_gap"].equals(joined["version_gap_expected"])
+
+
+def _allows(words: str, limit: int) -> bool:
+    """Whether a retry limit in words (``2``, ``>= 1``, ``1..3``) allows ``limit``."""
+    if words.startswith(">= "):
+        return limit >= int(words[3:])
+    low, _, high = words.partition("..")
+    return int(low) <= limit <= int(high or low)
+
+
+@pytest.mark.parametrize("name", RUNS + TIE_RUNS + FULLY_RUNS)
+def test_without_traj_err_the_retry_limit_allowed_holds_the_runs_own(
+    name: str, every_run_folder: dict[str, Path], tmp_path: Path
+) -> None:
+    """Without the failed trajectories a failure's step is a guess, so the checks of the
+    retry and failure counts may agree best at a limit the run did not have: the bound
+    named is the files' own, which the run's limit never leaves."""
+    folder = every_run_folder[name]
+    settings = json.loads((folder / "run.json").read_text())
+    own = settings.get("max_retries", 2)
+    run = read_run(copy_without(folder, "traj_err", tmp_path))
+    replay = replay_run(
+        run, keep_versions=settings["keep_versions"], loop=settings.get("loop", "partial")
+    )
+    assert _allows(replay.max_retries_words, own), (replay.max_retries_words, own)
+    assert _allows(replay.max_retries_words, replay.max_retries)
+    assert _allows(run.retry_limit.words(), own)
+
+
+def test_without_traj_err_the_search_of_call_starts_is_bounded(
+    every_run_folder: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fully-loop run without traj_err/ reproduces few steps: each search of where its
+    calls begin stops after SEARCH_WITHOUT_FAILURES call replays in all and says so (it
+    spent 20,000 on one unreproduced step, and minutes per replay on a run of 50 steps)."""
+    import analysis.engine.run_loop.inference as inference
+    import analysis.engine.run_loop.readings as readings
+
+    searches: list[int] = []  # the calls each search replayed
+    search, replays = inference.search_call_starts, inference._call_replays
+
+    def counted_search(*args: Any, **kwargs: Any) -> Any:
+        searches.append(0)
+        return search(*args, **kwargs)
+
+    def counted_replays(*args: Any, **kwargs: Any) -> Any:
+        for each in replays(*args, **kwargs):
+            searches[-1] += 1
+            yield each
+
+    monkeypatch.setattr(readings, "search_call_starts", counted_search)
+    monkeypatch.setattr(inference, "_call_replays", counted_replays)
+    folder = every_run_folder["fa-k2-m1-n4-s37-p16"]
+    keep_versions = json.loads((folder / "run.json").read_text())["keep_versions"]
+    complete = replay_run(read_run(folder), keep_versions=keep_versions)
+    assert searches and not any("cut short after" in w for w in complete.warnings)
+    searches.clear()
+    replay = replay_run(
+        read_run(copy_without(folder, "traj_err", tmp_path)), keep_versions=keep_versions
+    )
+    assert searches and max(searches) <= readings.SEARCH_WITHOUT_FAILURES
+    assert any("search of where the calls begin was cut short" in w for w in replay.warnings)

@@ -7,7 +7,9 @@ start). The order of near-simultaneous completions is searched in :mod:`.ties`."
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from analysis.engine.decisions import Decision
@@ -186,6 +188,7 @@ def search_call_starts(
     budget: int = 20_000,
     latest: bool = False,
     unmatched: set[int] | None = None,
+    total: int | None = None,
 ) -> tuple[dict[int, float], list[str], Collector]:
     """Rollout call starts for a loop whose calls leave no start line (the fully-async
     loop): the earliest cuts, step after step, such that every step's dump and metrics are
@@ -202,6 +205,10 @@ def search_call_starts(
     A step that no sequence of cuts reproduces (within ``budget`` calls replayed) is placed
     at the cut whose kept sessions come closest to its dump, with a note (and added to
     ``unmatched``), and the search goes on from there.
+
+    ``total`` (None: unbounded) bounds the calls replayed over the whole search: once
+    spent, each step left is placed at its closest cut, unsearched, with a note saying the
+    search was cut short (without failed trajectories few steps are reproduced).
     """
     steps = [
         step
@@ -214,14 +221,14 @@ def search_call_starts(
         max_retries=max_retries,
         timing=timing,
     )
-    spent = 0
+    spend = _Budget(budget, total if total is not None else sys.maxsize)
     timed: Mapping[int, float] = expected or {}
     placed = set() if unmatched is None else unmatched  # steps placed where closest
     deepest: list[tuple[float, Collector]] = []
     retried = {a.retry_of.attempt_id for a in attempts if a.retry_of is not None}
 
     def walk(depth: int, collector: Collector, path: list[tuple[float, Collector]]) -> bool:
-        nonlocal spent, deepest
+        nonlocal deepest
         if len(path) > len(deepest):
             deepest = list(path)
         if depth == len(steps):
@@ -232,10 +239,7 @@ def search_call_starts(
             collector, step, target_groups, wanted, lookahead,
             final=step == final_rollout_id, expected=timed, latest=latest,
         )  # fmt: skip
-        for start, trial, kept in replays:
-            if spent >= budget:
-                return False
-            spent += 1
+        for start, trial, kept in spend.calls(replays):
             if not matches_step(trial, step, kept, wanted, metrics.get(step)):
                 continue
             if _discards_retried(trial, collector, retried):
@@ -249,17 +253,20 @@ def search_call_starts(
     notes: list[str] = []
     starts: dict[int, float] = {}
     depth = 0
-    while depth < len(steps):
+    while depth < len(steps) and not spend.spent_all:
         path: list[tuple[float, Collector]] = []
-        spent, deepest = 0, []
+        spend.step, deepest = 0, []
         if walk(depth, collector, path):
             starts.update(zip(steps[depth:], (start for start, _ in path), strict=True))
             collector = path[-1][1]  # depth < len(steps): one call at least
+            depth = len(steps)
             break
         # The longest run of reproduced steps, then the closest cut for the next, then on.
         for start, trial in deepest:
             starts[steps[depth]], collector = start, trial
             depth += 1
+        if spend.spent_all:
+            continue  # cut short, not shown unreproducible: placed as the bound says above
         step = steps[depth]
         starts[step], collector = _closest_cut(
             collector,
@@ -276,7 +283,60 @@ def search_call_starts(
         )
         placed.add(step)
         depth += 1
+    # the search's bound spent: the steps left at their closest cuts, unsearched
+    collector = _place_unsearched(
+        collector, steps[depth:], starts, notes, spend.most, target_groups, kept_by_step,
+        lookahead, final_rollout_id, timed,
+    )  # fmt: skip
+    placed.update(steps[depth:])
     return starts, notes, collector
+
+
+Replayed = tuple[float, Collector, list[Attempt]]
+
+
+@dataclass
+class _Budget:
+    """The calls a search may replay: ``per_step`` from each step it restarts at, ``most``
+    in all."""
+
+    per_step: int
+    most: int
+    step: int = 0
+    spent: int = 0
+
+    @property
+    def spent_all(self) -> bool:
+        return self.spent >= self.most
+
+    def calls(self, replays: Iterator[Replayed]) -> Iterator[Replayed]:
+        """``replays`` counted, while the budget lasts (asked before each call is replayed)."""
+        while self.step < self.per_step and not self.spent_all:
+            if (replayed := next(replays, None)) is None:
+                return
+            self.step, self.spent = self.step + 1, self.spent + 1
+            yield replayed
+
+
+def _place_unsearched(
+    collector: Collector, steps: list[int], starts: dict[int, float], notes: list[str], most: int,
+    target_groups: int, kept_by_step: Mapping[int, set[str]], lookahead: int,
+    final_rollout_id: int | None, timed: Mapping[int, float],
+) -> Collector:  # fmt: skip
+    """Each of ``steps`` (the search cut short after ``most`` calls) placed in turn at its
+    closest cut (into ``starts``), unsearched, with a note."""
+    for step in steps:
+        starts[step], collector = _closest_cut(
+            collector, step, target_groups, kept_by_step.get(step), lookahead,
+            final=step == final_rollout_id, around=timed.get(step),
+        )  # fmt: skip
+    if steps:
+        notes.append(
+            f"the search of where the calls begin was cut short after {most:,} call "
+            f"replays: {len(steps)} call(s) ({steps[0]} to {steps[-1]}) placed where each "
+            "comes closest to its dump, unsearched"
+        )
+    return collector
 
 
 def _discards_retried(trial: Collector, before: Collector, retried: set[str]) -> bool:

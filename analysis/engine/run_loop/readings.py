@@ -38,6 +38,13 @@ from analysis.errors import MissingFieldError
 from analysis.formats.dressage.retries import DEFAULT_MAX_RETRIES
 from analysis.formats.dressage.run import RunLog
 
+SEARCH_WITHOUT_FAILURES = 5_000
+"""The most rollout calls the search of where the fully loop's calls begin replays in all
+when ``traj_err/`` is missing (:func:`search_call_starts`' ``total``): without the failed
+trajectories few steps can be reproduced, and a search that fails at one step after
+another spends its per-step budget on each (35 s a replay on a run of 50 steps; the
+complete runs measured need at most ~36,000 calls, cheap ones, in ~2 s)."""
+
 
 @dataclass
 class Pass:
@@ -111,6 +118,7 @@ def one_pass(
                 expected=expected_starts(run.weight_updates),
                 latest=latest_starts,
                 unmatched=unmatched,
+                total=None if "traj_err" in run.sources else SEARCH_WITHOUT_FAILURES,
             )
         else:
             starts, notes = infer_call_starts(
@@ -288,11 +296,26 @@ def retry_limit(
         else f">= {best[0]}" if upward else f"{best[0]}..{best[-1]}"
     )  # fmt: skip
     how = "from the run's retry lines and metrics (the limit whose replay agrees best)"
-    if len(best) == 1:
-        return Limit(best[0], words, how, (best[0],))
     chosen = min(best, key=lambda c: (abs(c - DEFAULT_MAX_RETRIES), c))
     if upward and DEFAULT_MAX_RETRIES > best[-1]:
         chosen = best[-1]  # stands for every larger limit
+    if "traj_err" not in run.sources:
+        # Without the failed trajectories a failure's time, and so the step whose retry
+        # and failure counts it shows in, is a guess: a replay at the run's own limit can
+        # agree with fewer checks than one at another. The best still is the one replayed,
+        # but the bound said is the files' own, and every limit in it fits (a failure they
+        # retry otherwise has retried null).
+        return Limit(
+            chosen,
+            limit.words(),
+            "from the run's files"
+            + (": " + evidence if evidence else "")
+            + f"; replayed with {chosen}, whose replay agrees best, but without traj_err/ "
+            "the checks cannot rule out the others (failures' times are unknown)",
+            tuple(candidates),
+        )
+    if len(best) == 1:
+        return Limit(best[0], words, how, (best[0],))
     return Limit(chosen, words, how + f"; {words} agree alike", tuple(best))
 
 
