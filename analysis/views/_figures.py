@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from analysis.engine.config import k_label
+from analysis.errors import Message, setting
 
 if TYPE_CHECKING:
     import polars as pl
@@ -190,3 +193,38 @@ def bar_ticks(bars: Sequence[int], tail_from: int | None) -> list[str]:
     if tail_from is not None:
         labels[-1] = f">={tail_from}"
     return labels
+
+
+def settings_note(
+    kind: str,
+    keep_versions: Sequence[int],
+    max_preempts: Sequence[int | None],
+    given: Collection[str] | None = None,
+) -> str | None:
+    """What a figure leaves out of the settings it was given, for a note: a figure of one
+    setting draws the first K and M, a gaps figure the first M; with ``given`` (the
+    settings the caller named), which setting it drew when a control it draws was not
+    named, so left off (None when the figure draws what was asked)."""
+    limit = "none" if max_preempts[0] is None else max_preempts[0]
+    if kind in ("spans", "timeline") and (len(keep_versions) > 1 or len(max_preempts) > 1):
+        return (
+            f"a {kind} figure draws one setting: K={keep_versions[0]}, M={limit}, the first of "
+            "those given (pass one "
+            + setting("keep_versions")
+            + " and one "
+            + setting("max_preempts")
+            + " to choose)"
+        )
+    if kind == "gaps" and len(max_preempts) > 1:
+        return f"a gaps figure draws one M: M={limit}, the first of those given"
+    drawn = {"spans": ("keep_versions", "max_preempts"), "timeline": ("keep_versions", "max_preempts"),
+             "gaps": ("max_preempts",)}.get(kind, ())  # fmt: skip
+    left = [name for name in drawn if given is not None and name not in given]
+    if not left:
+        return None
+    m = "off" if max_preempts[0] is None else str(max_preempts[0])
+    k = ", ".join(k_label(k) for k in (keep_versions if kind == "gaps" else keep_versions[:1]))
+    note = Message(f"drew K={k} at M={m}" if kind == "gaps" else f"drew K={k}, M={m}")
+    for i, name in enumerate(left):
+        note += (" (" if i == 0 else ", ") + setting(name)
+    return note + " not given, so off)"

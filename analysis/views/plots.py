@@ -30,7 +30,6 @@ from analysis.engine import (
 )
 from analysis.engine.config import k_label, m_label
 from analysis.engine.run_loop.sweep import RUN_LOOP_ENGINE, LoopSetting
-from analysis.errors import setting
 from analysis.views._figures import (
     FIGURE_FORMATS as FIGURE_FORMATS,
     PNG_DPI as PNG_DPI,
@@ -42,6 +41,7 @@ from analysis.views._figures import (
     new_figure,
     note_setting,
     save_figure as save_figure,
+    settings_note as settings_note,
     show_empty,
     sweep_setting,
 )
@@ -474,23 +474,3 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
     colorbar = figure.colorbar(image, ax=ax)
     colorbar.set_label(f"kept ({kept_unit})")
     return figure
-
-
-def settings_note(
-    kind: str, keep_versions: Sequence[int], max_preempts: Sequence[int | None]
-) -> str | None:
-    """What a figure leaves out of the settings it was given, for a note: a figure of one
-    setting draws the first K and M, a gaps figure the first M (None when all are drawn)."""
-    limit = "none" if max_preempts[0] is None else max_preempts[0]
-    if kind in ("spans", "timeline") and (len(keep_versions) > 1 or len(max_preempts) > 1):
-        return (
-            f"a {kind} figure draws one setting: K={keep_versions[0]}, M={limit}, the first of "
-            "those given (pass one "
-            + setting("keep_versions")
-            + " and one "
-            + setting("max_preempts")
-            + " to choose)"
-        )
-    if kind == "gaps" and len(max_preempts) > 1:
-        return f"a gaps figure draws one M: M={limit}, the first of those given"
-    return None

@@ -120,27 +120,6 @@ def plot(
         )  # fmt: skip
     analysis.save_figure(figure, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)
-    if (note := analysis.settings_note(kind.value, ks, ms)) is not None:
+    if (note := analysis.settings_note(kind.value, ks, ms, grid.given)) is not None:
         say_note(note)
-    elif (drawn := _drawn(kind, ks, ms, grid.given)) is not None:
-        say_note(drawn)
     warn(log.report, verbose=read.verbose)
-
-
-def _drawn(
-    kind: PlotKind, ks: list[int], ms: list[int | None], given: frozenset[str]
-) -> str | None:
-    """Which setting a figure of one setting (or one M) drew, when a control was left off
-    because it was not given (None when the command line gave what it drew)."""
-    single = kind in (PlotKind.spans, PlotKind.timeline)
-    wanted = {"keep_versions", "max_preempts"} if single else {"max_preempts"}
-    if kind in (PlotKind.sweep, PlotKind.heatmap) or wanted <= given:
-        return None
-    m = "off" if ms[0] is None else str(ms[0])
-    off = " (-m not given)" if "max_preempts" not in given else ""
-    if kind is PlotKind.gaps:
-        listed = ", ".join("off" if k == 0 else str(k) for k in ks)
-        return f"drew K={listed} at M={m}{off}"
-    k_off = " (-k not given)" if "keep_versions" not in given else ""
-    k = "off" if ks[0] == 0 else str(ks[0])
-    return f"drew K={k}{k_off}, M={m}{off}"

@@ -347,7 +347,7 @@ def _records(path: Path, count: int) -> Path:
 
 @pytest.mark.slow
 def test_a_million_records_take_time_in_proportion(tmp_path: Path) -> None:
-    """10^6 records (260 MB): about 20 µs of CPU a record, as the README says, and in
+    """10^6 records (260 MB): about 20 µs of CPU a record, as the Limits page says, and in
     proportion to the records (a fifth of them measured in the same run: the ratio does
     not depend on how busy the host is), in bounded memory."""
     fifth = hostile.run_bounded(
@@ -356,7 +356,7 @@ def test_a_million_records_take_time_in_proportion(tmp_path: Path) -> None:
     whole = hostile.run_bounded("replay", str(_records(tmp_path / "whole.jsonl", 10**6)), "-b", "8")
     assert fifth.code == 0 and whole.code == 0, (fifth.stderr, whole.stderr)
     assert whole.cpu_seconds < 6 * fifth.cpu_seconds, (whole, fifth)
-    assert whole.cpu_seconds < 10**6 * 40e-6 + 5, whole  # twice the README's figure
+    assert whole.cpu_seconds < 10**6 * 40e-6 + 5, whole  # twice the Limits page says
     assert whole.peak_mb < PEAK_MB, whole
 
 

@@ -38,9 +38,12 @@ def test_a_version_per_group_is_swept_and_reported_in_bounded_memory_and_time(
     setting now, and its figures a bounded number of bars and points.
 
     Most of the time is reading the 300,000 records, as ``replay`` reads them (the issue
-    calls replay fine; about 5 s of CPU): what the command adds to that is at most 5 s of
-    CPU (report, the most, adds about 2). On the clock, a busy host made report take
-    24 s against a replay's 16: the clock is ``make bench``'s."""
+    calls replay fine; about 5 s of CPU): the command may take at most 2.5 times a
+    replay's CPU time (report, the most, took 11.6 s against a replay's 6.2 on a busy
+    host: CPU time too grows with the load, so a fixed margin failed there). The sweep
+    that kept every result took 17 s of the clock and 1.9 GB; the memory bound is the one
+    that catches it. On the clock, a busy host made report take 24 s against a replay's
+    16: the clock is ``make bench``'s."""
     words = command.split()
     output = {"report": ["-o", str(tmp_path / "r.html")], "plot": ["-o", str(tmp_path / "p.png")]}
     setting = ["-k", "2", "-m", "1"] if command == "plot timeline" else []  # one it must be told
@@ -49,4 +52,4 @@ def test_a_version_per_group_is_swept_and_reported_in_bounded_memory_and_time(
     )
     assert run.code == 0, run.stderr
     assert run.peak_mb < PEAK_MB, run.peak_mb
-    assert run.cpu_seconds < replayed.cpu_seconds + 5, (run, replayed)
+    assert run.cpu_seconds < 2.5 * replayed.cpu_seconds, (run, replayed)

@@ -256,11 +256,11 @@ def test_a_figure_of_one_setting_says_which_it_drew(
     # with one control not given, the note says it was left off
     k_only = CliRunner().invoke(app, [*args[:3], "-k", "2", "-o", str(out), "--force"])
     assert k_only.exit_code == 0, k_only.output
-    assert "drew K=2, M=off (-m not given)" in k_only.stderr
+    assert "drew K=2, M=off (--max-preempts not given, so off)" in k_only.stderr
     gaps = CliRunner().invoke(
         app, ["plot", "gaps", args[2], "-k", "1,2", "-o", str(out), "--force"]
     )
-    assert "drew K=1, 2 at M=off (-m not given)" in gaps.stderr
+    assert "drew K=1, 2 at M=off (--max-preempts not given, so off)" in gaps.stderr
 
 
 def test_a_figure_of_one_setting_needs_a_setting(
