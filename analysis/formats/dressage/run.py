@@ -82,6 +82,8 @@ TRAJECTORY_SCHEMA: dict[str, Any] = {
     "span_marker": pl.Boolean,
     "segments": pl.Int64,
     "response_tokens": pl.Int64,
+    "turn_tokens": pl.List(pl.Int64),
+    "tail_tokens": pl.Int64,
 }
 ATTEMPT_SCHEMA: dict[str, Any] = {
     "attempt_id": pl.String,
@@ -431,7 +433,11 @@ def _metrics_frame(metrics: list[dict[str, Any]]) -> pl.DataFrame:
 
 def _trajectory_frame(trajectories: list[Trajectory]) -> pl.DataFrame:
     return pl.DataFrame(
-        [{name: getattr(t, name) for name in TRAJECTORY_SCHEMA} for t in trajectories],
+        [
+            {name: list(value) if type(value := getattr(t, name)) is tuple else value
+             for name in TRAJECTORY_SCHEMA}
+            for t in trajectories
+        ],
         schema=TRAJECTORY_SCHEMA,
     )
 

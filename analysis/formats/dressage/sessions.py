@@ -76,6 +76,13 @@ class Trajectory:
     """``dressage_start_token_version``: the weights its first token was generated with."""
     draw: int | None = None
     """Without a start rollout: the ordinal of its prompt's draw (identity.py)."""
+    turn_tokens: tuple[int, ...] = ()
+    """Response tokens per turn (each run of real labels of ``full_versions`` between
+    context tokens, over the segments in order); empty when the files do not say."""
+    tail_tokens: int | None = None
+    """Response tokens generated after the last switch of version *within* a turn, when
+    that switch is in the last turn (the weights changed while it generated): the time
+    since that version's update divided by these is the time per token (the run model)."""
 
 
 def classify_failure(error: dict[str, Any]) -> tuple[str, list[str]]:
@@ -273,6 +280,7 @@ def _read_payload_session(folder: Path, limits: Limits) -> Trajectory:
         versions.update(
             dict.fromkeys(_labels(seg.get("full_versions"), f"{path}: data[{i}].full_versions"))
         )
+    turn_tokens, tail_tokens = turn_profile(segments)
     lengths = [seg.get("aligned_response_length") for seg in segments]
     counts: list[int] = [n for n in lengths if _is_count(n)]
     sample_files = _sample_files(folder)
@@ -332,7 +340,39 @@ def _read_payload_session(folder: Path, limits: Limits) -> Trajectory:
         span_marker=marker,
         retry_link=_link(metadata),
         start_version=_optional_label(metadata.get("dressage_start_token_version")),
+        turn_tokens=turn_tokens,
+        tail_tokens=tail_tokens,
     )
+
+
+def turn_profile(segments: list[dict[str, Any]]) -> tuple[tuple[int, ...], int | None]:
+    """Response tokens per turn and the tokens after the last mid-turn version switch
+    (:attr:`Trajectory.tail_tokens`), from the segments' ``full_versions`` (``-1`` and the
+    other non-real labels mark context and tool tokens). Labels already checked by the
+    caller; a segment without a list counts as none."""
+    turns: list[int] = []
+    tail: int | None = None  # tokens since the last mid-turn switch, while in its turn
+    run, previous = 0, None
+    for seg in segments:
+        labels = seg.get("full_versions")
+        for value in labels if isinstance(labels, list) else ():
+            label = real_label(value)
+            if label is None:  # context or tool token: a turn ends here
+                if run:
+                    turns.append(run)
+                run, previous = 0, None
+                continue
+            if run == 0 and turns:
+                tail = None  # a new turn after the switch's turn
+            if previous is not None and label != previous:
+                tail = 0
+            if tail is not None:
+                tail += 1
+            run, previous = run + 1, label
+        if run:  # a segment ends a turn
+            turns.append(run)
+            run, previous = 0, None
+    return tuple(turns), tail
 
 
 def _link(metadata: dict[str, Any]) -> str | None:
