@@ -134,6 +134,7 @@ class _Sim:
         self.queue: list[SimAttempt] = []  # completed, in completion order
         self.stopped = False
         self.tracker: list[int] = []
+        self.kept_gaps: list[int] = []
         kinds = sorted(model.fail_rates)
         self.fail_kinds = kinds
         self.fail_weights = [model.fail_rates[k] for k in kinds]
@@ -158,8 +159,14 @@ class _Sim:
                 works.append(item)
             elif item is not None and item.fail_kind:  # the run's failure, drawn turns
                 drawn = self._drawn()
-                works.append(TrajectoryWork(drawn.turns, item.fail_kind,
-                                            self.rng.randrange(len(drawn.turns)), known=False))
+                works.append(
+                    TrajectoryWork(
+                        drawn.turns,
+                        item.fail_kind,
+                        self.rng.randrange(len(drawn.turns)),
+                        known=False,
+                    )
+                )
             else:
                 works.append(self._drawn())
                 modelled = True
@@ -251,80 +258,69 @@ class _Sim:
             if t.end_version is not None and t.failed is None
         )
 
+    def _take(self, c: int, now: float, fetched: list[SimAttempt], batch: list[SimAttempt],
+              held: dict[int, SimAttempt]) -> list[SimAttempt]:  # fmt: skip
+        """One poll: observe, drop pending stale groups, decide in order until B."""
+        if self._observe(fetched) and batch:
+            for attempt in batch:
+                if self._stale(attempt):
+                    attempt.outcome, attempt.stage = "dropped_stale", "pending"
+            batch = [attempt for attempt in batch if attempt.outcome is None]
+        for attempt in fetched:
+            held[attempt.order] = attempt
+        for order in list(held):
+            if len(batch) >= self.model.batch_groups:
+                break
+            attempt = held.pop(order)
+            attempt.call = c
+            if attempt.failed:
+                attempt.outcome = "rejected_span" if attempt.span_rejected else "failed"
+                if attempt.retry < self.model.max_retries:
+                    attempt.stage = "retried"
+                    self.retries.append((attempt.draw, attempt.retry + 1))
+                    self._fill(now)
+            elif self._stale(attempt):
+                attempt.outcome, attempt.stage = "dropped_stale", "arrival"
+            else:
+                batch.append(attempt)
+        return batch
+
     def call(self, c: int, start: float, final: bool,
              put_back: list[SimAttempt]) -> tuple[float, list[SimAttempt]]:  # fmt: skip
         """Run rollout call ``c`` from ``start``; its return time and what it leaves over."""
         batch: list[SimAttempt] = []
         held: dict[int, SimAttempt] = {}
-        now = start
-        first = True
+        now, fetched = start, put_back
         while True:
             self.advance(now)
-            fetched = (put_back if first else []) + self.queue
+            batch = self._take(c, now, fetched + self.queue, batch, held)
             self.queue = []
-            first = False
-            if self._observe(fetched) and batch:
-                kept = []
-                for attempt in batch:
-                    if self._stale(attempt):
-                        attempt.outcome, attempt.stage = "dropped_stale", "pending"
-                    else:
-                        kept.append(attempt)
-                batch = kept
-            for attempt in fetched:
-                held[attempt.order] = attempt
-            for order in list(held):
-                if len(batch) >= self.model.batch_groups:
-                    break
-                attempt = held.pop(order)
-                attempt.call = c
-                if attempt.failed:
-                    attempt.outcome = "rejected_span" if attempt.span_rejected else "failed"
-                    if attempt.retry < self.model.max_retries:
-                        attempt.stage = "retried"
-                        self.retries.append((attempt.draw, attempt.retry + 1))
-                        self._fill(now)
-                    continue
-                if self._stale(attempt):
-                    attempt.outcome, attempt.stage = "dropped_stale", "arrival"
-                    continue
-                batch.append(attempt)
-            if len(batch) >= self.model.batch_groups:
-                break
+            fetched = []
             following = self.next_done()
-            if following is None and not self.queue:
-                break  # nothing left to come (cannot happen while draws remain)
-            step = now + POLL_S
-            if not self.queue and following is not None and following > step:
-                step = start + POLL_S * -(-(following - start) // POLL_S)
-            now = step
+            if len(batch) >= self.model.batch_groups or following is None:
+                break
+            # the next poll that fetches anything: every 10 ms from the call's start
+            now = max(now + POLL_S, start + POLL_S * -(-(following - start) // POLL_S))
         index = len(self.tracker) - 1
         for attempt in batch:
             attempt.outcome, attempt.call = "kept", c
-            if self.k:
-                for t in attempt.trajectories:
-                    if t.end_version is not None:
-                        self.kept_gaps.append(index - self.tracker.index(t.end_version))
-        rest = list(held.values())
-        if final or self.model.loop == "fully":
-            for attempt in rest:
-                attempt.call = None if final else c
-                attempt.outcome = "leftover" if final else "discarded_surplus"
-                if final:
-                    attempt.call = None
-            rest = []
-        return now, rest
-
-    kept_gaps: list[int]
+            for t in attempt.trajectories if self.k else ():
+                if t.end_version is not None:
+                    self.kept_gaps.append(index - self.tracker.index(t.end_version))
+        if not (final or self.model.loop == "fully"):
+            return now, list(held.values())
+        for attempt in held.values():  # the fully loop throws its surplus away
+            attempt.outcome = "leftover" if final else "discarded_surplus"
+            attempt.call = None if final else c
+        return now, []
 
 
 def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | None,
                  seed: int = 0) -> SimRun:  # fmt: skip
     """Simulate the run's loop at (K, M) from its fitted model (see the module's docstring)."""
     sim = _Sim(model, keep_versions, max_preempts, seed)
-    sim.kept_gaps = []
     sim._fill(0.0)
-    start, put_back = 0.0, []
+    start, put_back = 0.0, list[SimAttempt]()
     returns = []
     for c in range(model.calls):
         final = c == model.calls - 1

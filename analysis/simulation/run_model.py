@@ -70,8 +70,6 @@ class RunModel:
     update_pause: float
     train_times: tuple[float, ...]
     """Trainer step r's time, r = 0 .. calls - 2 (the final step trains no update)."""
-    start_gap: float
-    """From the first call's start to the first finish the run had; diagnostics only."""
     workload: dict[tuple[int, int], tuple[TrajectoryWork, ...]] = field(repr=False)
     """(draw, retry count) -> the attempt's trajectories as the run made them."""
     turn_pool: tuple[tuple[int, ...], ...] = field(repr=False)
@@ -100,7 +98,11 @@ def _token_time(run: RunLog, updates: dict[int, float]) -> tuple[float, str]:
         for end, finished, tokens, span in rows.select(
             "end_version", "finished_at", "response_tokens", "span"
         ).iter_rows()
-        if tokens and span == 1 and end is not None and end.isdigit() and int(end) in updates
+        if tokens
+        and span == 1
+        and end is not None
+        and end.isdigit()
+        and int(end) in updates
         and finished > updates[int(end)]
     )
     if bounds:
@@ -175,9 +177,7 @@ def _update_pause(run: RunLog) -> float:
     return statistics.median(quiet) if quiet else 0.0
 
 
-def _trainer(
-    run: RunLog, calls: int, pause: float
-) -> tuple[tuple[float, ...], float, str]:
+def _trainer(run: RunLog, calls: int, pause: float) -> tuple[tuple[float, ...], float, str]:
     """Per-step train time and the update pause, from call starts, weight updates and the
     finishes of the attempts each call kept."""
     updates = {r: at for at, r in run.weight_updates}
@@ -242,9 +242,7 @@ def fit_run_model(run: RunLog) -> RunModel:
     train_times, final_return, train_how = _trainer(run, calls, pause)
     workload, _ = _workload(run)
     pool = tuple(
-        tuple(t)
-        for t in run.trajectories.filter(pl.col("completed"))["turn_tokens"].to_list()
-        if t
+        tuple(t) for t in run.trajectories.filter(pl.col("completed"))["turn_tokens"].to_list() if t
     )
     if not pool:
         raise ConfigError("cannot fit a model of the run: no completed trajectory has tokens")
@@ -264,8 +262,6 @@ def fit_run_model(run: RunLog) -> RunModel:
         if kind is not None
     }
     limit = run.retry_limit
-    first = run.calls["started_at"].min() if run.calls.height else None
-    finishes = run.trajectories["finished_at"]
     return RunModel(
         loop="fully" if run.loop == "fully" else "partial",
         batch_groups=run.target_groups,
@@ -280,7 +276,6 @@ def fit_run_model(run: RunLog) -> RunModel:
         max_active_groups=_active_groups(run, token_time, pause, final_return),
         update_pause=pause,
         train_times=train_times,
-        start_gap=float(finishes.min() - first) if first is not None else 0.0,
         workload=workload,
         turn_pool=pool,
         pool_weights=tuple(weights),

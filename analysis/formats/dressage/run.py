@@ -434,8 +434,10 @@ def _metrics_frame(metrics: list[dict[str, Any]]) -> pl.DataFrame:
 def _trajectory_frame(trajectories: list[Trajectory]) -> pl.DataFrame:
     return pl.DataFrame(
         [
-            {name: list(value) if type(value := getattr(t, name)) is tuple else value
-             for name in TRAJECTORY_SCHEMA}
+            {
+                name: list(value) if type(value := getattr(t, name)) is tuple else value
+                for name in TRAJECTORY_SCHEMA
+            }
             for t in trajectories
         ],
         schema=TRAJECTORY_SCHEMA,
