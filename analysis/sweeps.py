@@ -6,6 +6,7 @@ simple loop (docs/semantics.md §10.3, §12.7, §13.7). ``dressage-replay sweep`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from analysis.formats.dressage.run import RunLog
 from analysis.formats.load_report import LoadReport
 from analysis.rules.policies import Policy, PolicySweep, sweep_policies
 from analysis.rules.spec import parse_policy
+from analysis.simulation.predict import with_model_columns
 from analysis.table.options import ReadOptions
 
 
@@ -91,6 +93,10 @@ def sweep_log(
                 run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
                 max_retries=max_retries, progress=update,
             )  # fmt: skip
+        with bars("modelling what-ifs"):
+            rows, model_note = with_model_columns(swept_run.rows, run)
+        notes = swept_run.notes + ((model_note,) if model_note else ())
+        swept_run = dataclasses.replace(swept_run, rows=rows, notes=notes)
         return Swept(Engine.RUN_LOOP, swept_run, None, run)
     if loop is not None or max_retries is not None:
         raise ConfigError(

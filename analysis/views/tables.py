@@ -28,7 +28,10 @@ RUN_SWEEP_NOTE = (
     "counts rollout calls it could not fill with them (a stricter K needs replacement "
     "attempts the run never made; 'groups short' in all), 'unneeded' the run's attempts it "
     "leaves over beyond the run's own leftovers (a looser K would not have made them). "
-    "docs/semantics.md §12.7."
+    "'model ...': the run's loop simulated at that setting on a model fitted to the run "
+    "(its attempts as they were, the rest drawn; mean of 5 draws): kept and span-rejected "
+    "shares of decided attempts, kept gap; 'modelled': the share of decided attempts "
+    "resting on drawn events. Measured error: docs/semantics.md §12.8. docs/semantics.md §12.7."
 )
 """What a run folder's sweep table marks, said under it."""
 
@@ -107,6 +110,13 @@ def _run_columns(
         ("groups short", lambda r: number(r["groups_short"])),
         ("unneeded", lambda r: number(r["unneeded_attempts"])),
     ]
+    if "model_kept_pct" in rows.columns and rows["model_kept_pct"].is_not_null().any():
+        columns += [
+            ("model kept", lambda r: number(r["model_kept_pct"])),
+            ("model span-rej", lambda r: number(r["model_rejected_span_pct"])),
+            ("model gap", lambda r: number(r["model_gap_mean"], 2)),
+            ("modelled", lambda r: number(r["modelled_pct"])),
+        ]
     return [shown for _, shown in columns], [name for name, _ in columns]
 
 

@@ -162,3 +162,26 @@ def test_the_simulation_at_the_runs_own_setting_comes_close_to_what_dressage_dec
             shares.append(100.0 * sum(a.outcome == "kept" for a in sim_decided) / len(sim_decided))
         errors.append(abs(sum(shares) / len(shares) - true_kept))
     assert sum(errors) / len(errors) <= 6.0, errors
+
+
+def test_a_run_folders_sweep_carries_the_models_what_ifs_beside_the_replay(
+    fixture_runs: dict[str, Path],
+) -> None:
+    import analysis
+
+    swept = analysis.sweep_log(
+        str(fixture_runs["k2-m1"]), keep_versions=[1, 2, 3], max_preempts=[0, 1, None]
+    )
+    rows = swept.result.rows
+    for row in rows.iter_rows(named=True):
+        if row["own_setting"]:  # the replay is what Dressage decided: nothing modelled
+            assert row["model_kept_pct"] is None and row["modelled_pct"] is None
+            continue
+        assert row["model_kept_low"] <= row["model_kept_pct"] <= row["model_kept_high"]
+        assert 0.0 <= row["modelled_pct"] <= 100.0
+        assert row["model_kept_per_step"] == pytest.approx(2.0)
+        if row["max_preempts"] is None:
+            assert row["model_rejected_span_pct"] == 0.0
+    by = {(r["keep_versions"], r["max_preempts"]): r for r in rows.iter_rows(named=True)}
+    assert by[3, 0]["model_rejected_span_pct"] > by[3, 1]["model_rejected_span_pct"]
+    assert by[2, 0]["model_rejected_span_pct"] > 20.0
