@@ -57,6 +57,7 @@ class SimAttempt:
     order: int
     trajectories: list[SimTrajectory]
     modelled: bool
+    submitted: float = 0.0
     running: int = 0
     done_at: float | None = None
     outcome: Outcome | None = None
@@ -141,13 +142,30 @@ class _Sim:
         self.fail_total = sum(self.fail_weights)
 
     # -- the worker ---------------------------------------------------------------
-    def _drawn(self) -> TrajectoryWork:
+    def _drawn(self, at_least: int = 0) -> TrajectoryWork:
         pool, weights = self.model.turn_pool, self.model.pool_weights
-        turns = self.rng.choices(pool, cum_weights=weights)[0] if weights else self.rng.choice(pool)
+        if at_least:
+            turns = self._longer(at_least)
+        else:
+            turns = self.rng.choices(pool, cum_weights=weights)[0]
         kind = None
         if self.fail_total and self.rng.random() < self.fail_total:
             kind = self.rng.choices(self.fail_kinds, self.fail_weights)[0]
         return TrajectoryWork(turns, kind, self.rng.randrange(len(turns)), known=False)
+
+    def _longer(self, at_least: int) -> tuple[int, ...]:
+        """A pool trajectory of at least ``at_least`` tokens (by the pool's weights); the
+        longest, its last turn stretched, when none is that long."""
+        pool, weights = self.model.turn_pool, self.model.pool_weights
+        chosen = [
+            (turns, weight - (weights[i - 1] if i else 0.0))
+            for i, (turns, weight) in enumerate(zip(pool, weights, strict=True))
+            if sum(turns) >= at_least
+        ]
+        if chosen:
+            return self.rng.choices([t for t, _ in chosen], [w for _, w in chosen])[0]
+        longest = max(pool, key=sum)
+        return (*longest[:-1], longest[-1] + at_least - sum(longest) + 1)
 
     def _work(self, draw: int, retry: int) -> tuple[list[TrajectoryWork], bool]:
         known = self.model.workload.get((draw, retry))
@@ -168,7 +186,7 @@ class _Sim:
                     )
                 )
             else:
-                works.append(self._drawn())
+                works.append(self._drawn(item.min_tokens if item is not None else 0))
                 modelled = True
         return works, modelled
 
@@ -181,7 +199,7 @@ class _Sim:
                 self.next_draw += 1
             works, modelled = self._work(draw, retry)
             attempt = SimAttempt(draw, retry, len(self.attempts),
-                                 [SimTrajectory(w) for w in works], modelled)  # fmt: skip
+                                 [SimTrajectory(w) for w in works], modelled, now)  # fmt: skip
             self.attempts.append(attempt)
             self.active += 1
             g = self.clock.gen(now)

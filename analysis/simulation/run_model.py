@@ -50,6 +50,9 @@ class TrajectoryWork:
     fail_kind: str | None = None
     fail_turn: int = 0
     known: bool = True
+    min_tokens: int = 0
+    """For a trajectory the run's M stopped: the tokens it generated at least (its
+    drawn length is at least this)."""
 
 
 @dataclass(frozen=True)
@@ -113,27 +116,42 @@ def _token_time(run: RunLog, updates: dict[int, float]) -> tuple[float, str]:
     )
 
 
-def _workload(run: RunLog) -> tuple[dict[tuple[int, int], tuple[TrajectoryWork, ...]], int]:
+def _workload(
+    run: RunLog, token_time: float, pause: float
+) -> dict[tuple[int, int], tuple[TrajectoryWork, ...]]:
+    """The run's attempts by (draw, retry count). A trajectory the run's M stopped keeps
+    what the files say of it: it generated at least from its attempt's start (the
+    earliest its completed siblings can have started) to its rejection."""
     trajectories = run.trajectories.join(
         run.attempts.select("attempt_id", "draw"), on="attempt_id", how="left"
     )
+    starts: dict[str, float] = {}
+    for attempt, finished, tokens, span in (
+        trajectories.filter(pl.col("completed"))
+        .select("attempt_id", "finished_at", "response_tokens", "span")
+        .iter_rows()
+    ):
+        began = finished - (tokens or 0) * token_time - pause * max(0, (span or 1) - 1)
+        starts[attempt] = min(starts.get(attempt, began), began)
     work: dict[tuple[int, int], list[TrajectoryWork]] = {}
-    missing = 0
-    for draw, retry, completed, kind, turns in trajectories.select(
-        "draw", "retry_count", "completed", "fail_kind", "turn_tokens"
-    ).iter_rows():
+    for attempt, draw, retry, completed, kind, turns, finished, span in trajectories.select(
+        "attempt_id", "draw", "retry_count", "completed", "fail_kind", "turn_tokens",
+        "finished_at", "span",
+    ).iter_rows():  # fmt: skip
         if draw is None:
-            missing += 1
             continue
-        turns = tuple(turns or ())
         if completed:
-            item = TrajectoryWork(turns, None)
+            item = TrajectoryWork(tuple(turns or ()), None)
         elif kind == "span" or not kind:
-            item = TrajectoryWork((), None, known=False)  # the rest is drawn
+            generated = 0
+            if attempt in starts:
+                busy = finished - starts[attempt] - pause * max(0, (span or 1) - 1)
+                generated = max(0, int(busy / token_time))
+            item = TrajectoryWork((), None, known=False, min_tokens=generated)
         else:
             item = TrajectoryWork((), kind if kind != "other" else "backend_timeout", known=False)
         work.setdefault((int(draw), int(retry)), []).append(item)
-    return {key: tuple(items) for key, items in work.items()}, missing
+    return {key: tuple(items) for key, items in work.items()}
 
 
 def _active_groups(run: RunLog, token_time: float, pause: float, final_return: float) -> int:
@@ -240,7 +258,7 @@ def fit_run_model(run: RunLog) -> RunModel:
     token_time, token_how = _token_time(run, label_of)
     pause = _update_pause(run)
     train_times, final_return, train_how = _trainer(run, calls, pause)
-    workload, _ = _workload(run)
+    workload = _workload(run, token_time, pause)
     pool = tuple(
         tuple(t) for t in run.trajectories.filter(pl.col("completed"))["turn_tokens"].to_list() if t
     )
