@@ -243,10 +243,12 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     )
     from analysis.views.tables import (
         ENGINE_WORDS as ENGINE_WORDS,
+        RUN_REPLAY_NOTE as RUN_REPLAY_NOTE,
         RUN_SWEEP_NOTE as RUN_SWEEP_NOTE,
         SWEEP_CAPTION as SWEEP_CAPTION,
         m_not_applied_note as m_not_applied_note,
         policy_sweep_table as policy_sweep_table,
+        run_sweep_note as run_sweep_note,
         sweep_caption as sweep_caption,
         sweep_table as sweep_table,
     )
@@ -371,9 +373,11 @@ _HOME: dict[str, str] = {
     "Stage": "analysis.engine.decisions",
     "sweep": "analysis.sweeps",
     "SWEEP_CAPTION": "analysis.views.tables",
+    "RUN_REPLAY_NOTE": "analysis.views.tables",
     "RUN_SWEEP_NOTE": "analysis.views.tables",
     "ENGINE_WORDS": "analysis.views.tables",
     "m_not_applied_note": "analysis.views.tables",
+    "run_sweep_note": "analysis.views.tables",
     "sweep_caption": "analysis.views.tables",
     "sweep_log": "analysis.sweeps",
     "sweep_policies": "analysis.rules.policies",

@@ -18,11 +18,11 @@ import polars as pl
 from analysis.engine import PreparedLog, ReplayConfig, ReplayResult, SweepResult, replay, sweep
 from analysis.engine.grid import SettingReplays
 from analysis.engine.run_loop.checks import keep_versions_told
-from analysis.engine.run_loop.replay import replay_what_if
-from analysis.engine.run_loop.sweep import LoopSetting, setting_of, sweep_run
+from analysis.engine.run_loop.sweep import LoopSetting
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog
 from analysis.rules.policies import sweep_policies
+from analysis.simulation.predict import MODEL_DRAWS, WhatIf, run_sweep
 from analysis.views import plots
 from analysis.views.bias import who_gets_dropped
 from analysis.views.inspection import LogInspection
@@ -167,16 +167,20 @@ def run_report_content(
     loop: Literal["partial", "fully"] | None = None,
     progress: Callable[[int, int], None] | None = None,
     policies: Sequence[Any] = (),
+    what_if: WhatIf = "model",
+    draws: int = MODEL_DRAWS,
+    seed: int = 0,
 ) -> ReportContent:
     """A run folder's report on Dressage's own loop (docs/semantics.md §12.7): the sweep of
-    :func:`sweep_run`, the setting looked at closely (the run's own when a row is, else as
-    :func:`focus_setting` chooses), its replays per K;
+    :func:`run_sweep` (its what-ifs from the run's model, §12.8), the setting looked at
+    closely (the run's own when a row is, else as :func:`focus_setting` chooses), its
+    settings per K;
     no who-gets-dropped (a comparison of the simple loop), the replay's decisions instead.
     ``policies`` are swept on the simple loop over ``prepared`` (the folder read as one
     log, with the run's own B), as ``sweep --policy`` does."""
-    swept = sweep_run(
+    swept = run_sweep(
         run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
-        progress=progress,
+        progress=progress, what_if=what_if, draws=draws, seed=seed,
     )  # fmt: skip
     own = swept.rows.with_row_index("position").filter(pl.col("own_setting"))
     focus = swept.results[int(own["position"][0])] if own.height else focus_setting(swept)
@@ -208,27 +212,36 @@ def make_run_plot(
     max_preempts: Sequence[int | None],
     loop: Literal["partial", "fully"] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    what_if: WhatIf = "model",
+    draws: int = MODEL_DRAWS,
+    seed: int = 0,
 ) -> Figure:
     """:func:`make_plot` for a run folder, on Dressage's own loop: ``sweep`` and
-    ``heatmap`` draw :func:`sweep_run`'s rows; ``spans`` and ``timeline`` the replay at
-    the first K (``replay RUN -k K``), or with no K given (an empty list) at the run's own
-    K as its staleness metrics tell (:func:`run_plot_k`); ``gaps`` each K. No M list: the
-    run's own M."""
+    ``heatmap`` draw :func:`run_sweep`'s rows; ``spans`` and ``timeline`` the first K (the
+    replay, ``replay RUN -k K``, at the run's own setting; else the model's draws), or
+    with no K given (an empty list) the run's own K as its staleness metrics tell
+    (:func:`run_plot_k`); ``gaps`` each K. No M list: the run's own M."""
     if kind in ("spans", "timeline") and not keep_versions:
         keep_versions = [run_plot_k(run)]
     _check_plot(kind, keep_versions, max_preempts or [None])
     if kind in ("sweep", "heatmap"):
-        result = sweep_run(
+        result = run_sweep(
             run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
-            progress=progress,
+            progress=progress, what_if=what_if, draws=draws, seed=seed,
         )  # fmt: skip
         return plots.plot_sweep(result) if kind == "sweep" else plots.plot_heatmap(result)
     if kind == "gaps":
-        per_k = sweep_run(
-            run, keep_versions=keep_versions, max_preempts=max_preempts[:1], loop=loop
-        )
+        per_k = run_sweep(
+            run, keep_versions=keep_versions, max_preempts=max_preempts[:1], loop=loop,
+            what_if=what_if, draws=draws, seed=seed,
+        )  # fmt: skip
         return plots.plot_gaps(None, per_k.results)
-    single = setting_of(run, replay_what_if(run, keep_versions=keep_versions[0], loop=loop))
+    one = run_sweep(
+        run, keep_versions=keep_versions[:1], max_preempts=max_preempts[:1], loop=loop,
+        what_if=what_if, draws=draws, seed=seed,
+    )  # fmt: skip
+    single = one.results[0]
+    assert isinstance(single, LoopSetting)  # a run folder's sweep keeps its settings
     return plots.plot_spans(single, single) if kind == "spans" else plots.plot_timeline(single)
 
 
@@ -275,6 +288,9 @@ def build_report(
     written_at: datetime | None = None,
     policies: Sequence[Any] = (),
     run: RunLog | None = None,
+    what_if: WhatIf = "model",
+    draws: int = MODEL_DRAWS,
+    seed: int = 0,
 ) -> str:
     """The report as one HTML document: :func:`report_content`, rendered by
     :func:`analysis.views.report.render_report` (see there for the header's arguments).
@@ -284,7 +300,7 @@ def build_report(
     if run is not None:
         content = run_report_content(
             run, prepared, keep_versions=keep_versions, max_preempts=max_preempts,
-            progress=progress, policies=policies,
+            progress=progress, policies=policies, what_if=what_if, draws=draws, seed=seed,
         )  # fmt: skip
     else:
         content = report_content(

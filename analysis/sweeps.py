@@ -6,7 +6,6 @@ simple loop (docs/semantics.md §10.3, §12.7, §13.7). ``dressage-replay sweep`
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -23,13 +22,12 @@ from analysis.api import (
     read_run_folder,
 )
 from analysis.engine import PreparedLog, SweepResult, sweep as grid_sweep
-from analysis.engine.run_loop.sweep import sweep_run
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog
 from analysis.formats.load_report import LoadReport
 from analysis.rules.policies import Policy, PolicySweep, sweep_policies
 from analysis.rules.spec import parse_policy
-from analysis.simulation.predict import with_model_columns
+from analysis.simulation.predict import MODEL_DRAWS, WhatIf, run_sweep
 from analysis.table.options import ReadOptions
 
 
@@ -69,6 +67,9 @@ def sweep_log(
     note: Callable[[str], None] | None = None,
     max_retries: int | None = None,
     loop: Literal["partial", "fully"] | None = None,
+    what_if: WhatIf = "model",
+    draws: int = MODEL_DRAWS,
+    seed: int = 0,
 ) -> Swept:
     """Sweep a log: every policy when ``policies`` are given (one row each), else every
     (K, M) of the grid; read and prepared once (:func:`load_log`). A Dressage run folder's
@@ -89,14 +90,11 @@ def sweep_log(
     if not policies and picks_run_loop(inputs, options):
         run = read_run_folder(inputs[0], options, batch_groups=batch_groups, order_by=order_by)
         with bars("replaying settings") as update:
-            swept_run = sweep_run(
+            swept_run = run_sweep(
                 run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
-                max_retries=max_retries, progress=update,
+                max_retries=max_retries, progress=update, what_if=what_if, draws=draws,
+                seed=seed,
             )  # fmt: skip
-        with bars("modelling what-ifs"):
-            rows, model_note = with_model_columns(swept_run.rows, run)
-        notes = swept_run.notes + ((model_note,) if model_note else ())
-        swept_run = dataclasses.replace(swept_run, rows=rows, notes=notes)
         return Swept(Engine.RUN_LOOP, swept_run, None, run)
     if loop is not None or max_retries is not None:
         raise ConfigError(

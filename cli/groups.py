@@ -18,6 +18,7 @@ import analysis
 from cli.options import (
     BadRecordPolicy,
     BatchGroups,
+    DrawsOption,
     FieldOption,
     IncludeEval,
     KeepVersionsList,
@@ -30,9 +31,11 @@ from cli.options import (
     OnBadRecord,
     OrderBy,
     Quiet,
+    SeedOption,
     Traceback,
     TrustPickle,
     Verbose,
+    WhatIfOption,
     parse_grid,
     reading,
 )
@@ -189,6 +192,9 @@ class GridFlags:
     max_preempts: str = "none,0..3"
     batch_groups: int | None = None
     order_by: str | None = None
+    what_if: str = "model"
+    draws: int = 5
+    seed: int = 0
     given: frozenset[str] = frozenset()
 
     def parse(self) -> tuple[list[int], list[int | None]]:
@@ -206,6 +212,22 @@ class GridFlags:
             return ks, []
         return ks, ms
 
+    def model(self, run_loop: bool) -> dict[str, Any]:
+        """The what-if options (``what_if``, ``draws``, ``seed``) for the library; a usage
+        error when one is given for an input that is not a run folder on its own loop."""
+        given = sorted({"what_if", "draws", "seed"} & self.given)
+        if given and not run_loop:
+            flag = "--" + given[0].replace("_", "-")
+            raise typer.BadParameter(
+                "applies to a Dressage run folder replayed on its own loop; leave it out",
+                param_hint=flag,
+            )
+        if self.what_if not in ("model", "replay"):
+            raise typer.BadParameter(
+                f"expected model or replay (found {self.what_if!r})", param_hint="--what-if"
+            )
+        return {"what_if": self.what_if, "draws": self.draws, "seed": self.seed}
+
     @property
     def grid_given(self) -> bool:
         """Whether -k or -m was given (the parser says so)."""
@@ -217,6 +239,9 @@ _GRID = {
     "max_preempts": MaxPreemptsList,
     "batch_groups": BatchGroups,
     "order_by": OrderBy,
+    "what_if": WhatIfOption,
+    "draws": DrawsOption,
+    "seed": SeedOption,
 }
 """The grid options, in the order --help lists them; their defaults are :class:`GridFlags`'."""
 

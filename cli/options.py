@@ -361,6 +361,35 @@ BatchGroups = Annotated[
         metavar=INT,
     ),
 ]
+WhatIfOption = Annotated[
+    str,
+    typer.Option(
+        "--what-if",
+        help="A run folder's rows at settings other than its own: 'model' (the run's loop "
+        "simulated on a model fitted to the run; docs/semantics.md §12.8) or 'replay' (the "
+        "run's attempts only, §12.7).",
+        metavar="model|replay",
+    ),
+]
+DrawsOption = Annotated[
+    int,
+    typer.Option(
+        "--draws",
+        help="A run folder's model: simulations per setting (figures are their mean, with "
+        "their range).",
+        parser=whole_number,
+        metavar=INT,
+    ),
+]
+SeedOption = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        help="A run folder's model: the first draw's seed (the same seed gives the same rows).",
+        parser=whole_number,
+        metavar=INT,
+    ),
+]
 
 
 # --------------------------------------------------------------------------- reading logs

@@ -16,12 +16,12 @@ from rich.table import Table
 from analysis import (
     ENGINE_WORDS,
     PARETO_NOTE,
-    RUN_SWEEP_NOTE,
     Outcome,
     k_label,
     m_label,
     m_not_applied_note,
     policy_sweep_table,
+    run_sweep_note,
     sweep_caption,
     sweep_table,
 )
@@ -323,7 +323,7 @@ def print_sweep(result: SweepResult, console: Console) -> None:
     if result.rows.height and result.rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
     if "own_setting" in result.rows.columns:
-        console.print(RUN_SWEEP_NOTE, highlight=False)
+        console.print(run_sweep_note(result.rows), highlight=False)
         if (not_applied := m_not_applied_note(result.rows)) is not None:
             console.print(not_applied, highlight=False)
     for note in result.notes:  # about the log, as replay prints them

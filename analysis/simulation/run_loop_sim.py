@@ -48,6 +48,10 @@ class SimTrajectory:
     """``span`` or the work's failure kind, once it failed."""
     turn_start: float = 0.0
     """Generation time at which its current turn started."""
+    generated: int = 0
+    """Response tokens generated so far (its finished turns)."""
+    gap: int | None = None
+    """Kept: its version gap when its call returned (None at K = 0)."""
 
 
 @dataclass
@@ -83,6 +87,9 @@ class SimRun:
     kept_gaps: list[int]
     """The version gap of every kept trajectory (None-free; empty at K = 0)."""
     call_returns: list[float]
+    call_index: list[int]
+    """The tracker's current version index when each call returned (-1: none yet)."""
+    keep_versions: int
 
 
 class _Clock:
@@ -136,6 +143,7 @@ class _Sim:
         self.stopped = False
         self.tracker: list[int] = []
         self.kept_gaps: list[int] = []
+        self.call_index: list[int] = []
         kinds = sorted(model.fail_rates)
         self.fail_kinds = kinds
         self.fail_weights = [model.fail_rates[k] for k in kinds]
@@ -229,6 +237,7 @@ class _Sim:
                 if v not in trajectory.versions:
                     trajectory.versions.append(v)
             trajectory.end_version = last
+            trajectory.generated += trajectory.work.turns[turn]
             if self.m is not None and len(trajectory.versions) - 1 > self.m:
                 trajectory.failed = "span"
             elif turn + 1 < len(trajectory.work.turns):
@@ -320,11 +329,13 @@ class _Sim:
             # the next poll that fetches anything: every 10 ms from the call's start
             now = max(now + POLL_S, start + POLL_S * -(-(following - start) // POLL_S))
         index = len(self.tracker) - 1
+        self.call_index.append(index)
         for attempt in batch:
             attempt.outcome, attempt.call = "kept", c
             for t in attempt.trajectories if self.k else ():
                 if t.end_version is not None:
-                    self.kept_gaps.append(index - self.tracker.index(t.end_version))
+                    t.gap = index - self.tracker.index(t.end_version)
+                    self.kept_gaps.append(t.gap)
         if not (final or self.model.loop == "fully"):
             return now, list(held.values())
         for attempt in held.values():  # the fully loop throws its surplus away
@@ -357,7 +368,7 @@ def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | Non
     for attempt in sim.attempts:
         if attempt.outcome is None:
             attempt.outcome = "leftover"
-    return SimRun(sim.attempts, model.calls, sim.kept_gaps, returns)
+    return SimRun(sim.attempts, model.calls, sim.kept_gaps, returns, sim.call_index, keep_versions)
 
 
 __all__ = ["SimAttempt", "SimRun", "SimTrajectory", "simulate_run"]

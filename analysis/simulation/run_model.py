@@ -53,6 +53,8 @@ class TrajectoryWork:
     min_tokens: int = 0
     """For a trajectory the run's M stopped: the tokens it generated at least (its
     drawn length is at least this)."""
+    segments: int = 1
+    """Records (segments) it is written as (the run's; 1 when drawn)."""
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,16 @@ def _workload(
         began = finished - (tokens or 0) * token_time - pause * max(0, (span or 1) - 1)
         starts[attempt] = min(starts.get(attempt, began), began)
     work: dict[tuple[int, int], list[TrajectoryWork]] = {}
-    for attempt, draw, retry, completed, kind, turns, finished, span in trajectories.select(
-        "attempt_id", "draw", "retry_count", "completed", "fail_kind", "turn_tokens",
-        "finished_at", "span",
-    ).iter_rows():  # fmt: skip
+    for attempt, draw, retry, completed, kind, turns, finished, span, segments in (
+        trajectories.select(
+            "attempt_id", "draw", "retry_count", "completed", "fail_kind", "turn_tokens",
+            "finished_at", "span", "segments",
+        ).iter_rows()
+    ):  # fmt: skip
         if draw is None:
             continue
         if completed:
-            item = TrajectoryWork(tuple(turns or ()), None)
+            item = TrajectoryWork(tuple(turns or ()), None, segments=max(1, segments or 1))
         elif kind == "span" or not kind:
             generated = 0
             if attempt in starts:

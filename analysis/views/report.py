@@ -30,10 +30,10 @@ from analysis.views._figures import tool_version
 from analysis.views.bias import OUTCOME_WORDS, BiasReport
 from analysis.views.inspection import LogInspection
 from analysis.views.tables import (
-    RUN_SWEEP_NOTE,
     m_not_applied_note,
     number,
     policy_sweep_table,
+    run_sweep_note,
     sweep_caption,
     sweep_table,
 )
@@ -168,7 +168,7 @@ def render_report(
     )
     said = focus.notes if isinstance(focus, LoopSetting) else focus.summary.notes
     notes = [note if say is None else render(note, say) for note in said]
-    run_notes = [RUN_SWEEP_NOTE, *filter(None, [m_not_applied_note(swept.rows)])]
+    run_notes = [run_sweep_note(swept.rows), *filter(None, [m_not_applied_note(swept.rows)])]
     sections = [
         ("log", "The log", [_facts_tables(inspection)]),
         ("settings", "Settings compared", [

@@ -23,17 +23,29 @@ def sweep_caption(rows: pl.DataFrame) -> str:
 
 
 RUN_SWEEP_NOTE = (
+    "own: the run's own setting, replayed (`replay RUN -k K`): what Dressage decided. Every "
+    "other row is the run's loop simulated at that setting on a model fitted to the run "
+    "(its attempts as they were, what it did not make drawn from it; the mean of the "
+    "draws): 'kept range' is the groups kept over the draws, 'modelled' the share of "
+    "decided attempts resting on drawn events; measured error: docs/semantics.md §12.8."
+)
+"""What a run folder's sweep table marks, said under it (its what-ifs from the model)."""
+RUN_REPLAY_NOTE = (
     "own: the run's own setting (its replay is `replay RUN -k K`, checked against the run's "
     "files). At another K the replay uses only the attempts the run made: 'batches short' "
     "counts rollout calls it could not fill with them (a stricter K needs replacement "
     "attempts the run never made; 'groups short' in all), 'unneeded' the run's attempts it "
     "leaves over beyond the run's own leftovers (a looser K would not have made them). "
-    "'model ...': the run's loop simulated at that setting on a model fitted to the run "
-    "(its attempts as they were, the rest drawn; mean of 5 draws): kept and span-rejected "
-    "shares of decided attempts, kept gap; 'modelled': the share of decided attempts "
-    "resting on drawn events. Measured error: docs/semantics.md §12.8. docs/semantics.md §12.7."
+    "docs/semantics.md §12.7."
 )
-"""What a run folder's sweep table marks, said under it."""
+"""The same when its rows replay the run's attempts only (``--what-if replay``, or no model)."""
+
+
+def run_sweep_note(rows: pl.DataFrame) -> str:
+    """What a run folder's sweep table marks: :data:`RUN_SWEEP_NOTE` when a row comes from
+    the model, else :data:`RUN_REPLAY_NOTE`."""
+    modelled = "figures_from" in rows.columns and bool((rows["figures_from"] == "model").any())
+    return RUN_SWEEP_NOTE if modelled else RUN_REPLAY_NOTE
 
 
 def m_not_applied_note(rows: pl.DataFrame) -> str | None:
@@ -105,19 +117,20 @@ def _run_columns(
         columns.append(("surplus", lambda r: number(r["discarded_surplus_pct"])))
     if rows["unknown_pct"].fill_null(0).max():
         columns.append(("unknown", lambda r: number(r["unknown_pct"])))
-    columns += [
-        ("batches short", lambda r: number(r["unfilled_batches"])),
-        ("groups short", lambda r: number(r["groups_short"])),
-        ("unneeded", lambda r: number(r["unneeded_attempts"])),
-    ]
-    if "model_kept_pct" in rows.columns and rows["model_kept_pct"].is_not_null().any():
+    if "figures_from" in rows.columns and (rows["figures_from"] == "model").any():
+        columns += [("kept range", _kept_range), ("modelled", lambda r: number(r["modelled_pct"]))]
+    else:
         columns += [
-            ("model kept", lambda r: number(r["model_kept_pct"])),
-            ("model span-rej", lambda r: number(r["model_rejected_span_pct"])),
-            ("model gap", lambda r: number(r["model_gap_mean"], 2)),
-            ("modelled", lambda r: number(r["modelled_pct"])),
+            ("batches short", lambda r: number(r["unfilled_batches"])),
+            ("groups short", lambda r: number(r["groups_short"])),
+            ("unneeded", lambda r: number(r["unneeded_attempts"])),
         ]
     return [shown for _, shown in columns], [name for name, _ in columns]
+
+
+def _kept_range(row: dict[str, Any]) -> str:
+    low, high = row["groups_kept_low"], row["groups_kept_high"]
+    return "-" if low is None or high is None else f"{number(low)}-{number(high)}"
 
 
 def policy_sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:

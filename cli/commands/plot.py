@@ -98,8 +98,9 @@ def plot(
             )
         with bars("replaying settings") as update:
             figure = analysis.make_run_plot(
-                kind.value, run, keep_versions=ks, max_preempts=ms, progress=update
-            )
+                kind.value, run, keep_versions=ks, max_preempts=ms, progress=update,
+                **grid.model(run_loop),
+            )  # fmt: skip
         analysis.save_figure(figure, output, inputs=inputs)
         typer.echo(f"wrote {output}", err=True)
         if single and not ks:

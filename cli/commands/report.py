@@ -75,6 +75,7 @@ def report(
             prepared, table, inspection,
             keep_versions=ks, max_preempts=ms, batch_groups=batch_groups, progress=update,
             say=say_setting, inputs=inputs, command=command, policies=policies, run=run,
+            **grid.model(run is not None),
         )  # fmt: skip
     analysis.write_report(document, output, inputs=inputs)
     typer.echo(f"wrote {output}", err=True)

@@ -73,11 +73,13 @@ def sweep(
     if output is not None and not is_stdout(output):  # before the log is read: a typo is told
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     refuse_existing(output, force=force)
+    model = grid.model(not policies and analysis.picks_run_loop(inputs, options))
     with options_refused_as_usage():
         swept = analysis.sweep_log(
             inputs, keep_versions=ks, max_preempts=ms, policies=policies,
             batch_groups=grid.batch_groups, options=options, order_by=grid.order_by,
             progress=lambda doing: progress_bar(doing, quiet=read.quiet), note=say_note,
+            **model,
         )  # fmt: skip
     if output is not None and not is_stdout(output):
         analysis.write_frame_to(swept.result.rows, output, inputs=inputs)

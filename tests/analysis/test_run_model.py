@@ -12,6 +12,7 @@ import pytest
 
 from analysis.formats.dressage.run import read_run
 from analysis.formats.dressage.sessions import turn_profile
+from analysis.simulation.predict import ModelSetting
 from analysis.simulation.run_loop_sim import simulate_run
 from analysis.simulation.run_model import RunModel, fit_run_model
 from tests.real_runs import FULLY_FIXTURES, RUNS, extract_runs
@@ -164,24 +165,39 @@ def test_the_simulation_at_the_runs_own_setting_comes_close_to_what_dressage_dec
     assert sum(errors) / len(errors) <= 6.0, errors
 
 
-def test_a_run_folders_sweep_carries_the_models_what_ifs_beside_the_replay(
+def test_a_run_folders_sweep_takes_its_what_ifs_from_the_model(
     fixture_runs: dict[str, Path],
 ) -> None:
     import analysis
 
-    swept = analysis.sweep_log(
-        str(fixture_runs["k2-m1"]), keep_versions=[1, 2, 3], max_preempts=[0, 1, None]
-    )
+    folder = fixture_runs["k2-m1"]
+    swept = analysis.sweep_log(folder, keep_versions=[1, 2, 3], max_preempts=[0, 1, None])
+    assert isinstance(swept.result, analysis.SweepResult)
     rows = swept.result.rows
-    for row in rows.iter_rows(named=True):
-        if row["own_setting"]:  # the replay is what Dressage decided: nothing modelled
-            assert row["model_kept_pct"] is None and row["modelled_pct"] is None
+    replayed = analysis.replay(folder, analysis.ReplayConfig(keep_versions=2)).to_dict()
+    for row, kept in zip(rows.iter_rows(named=True), swept.result.results, strict=True):
+        assert row["max_preempts_applied"]  # the model applies every M
+        if row["own_setting"]:  # the replay: what Dressage decided, nothing modelled
+            assert row["figures_from"] == "replay" and row["modelled_pct"] == 0.0
+            assert row["batches_emitted"] == replayed["batches"]["emitted"]
+            assert not isinstance(kept, ModelSetting)
             continue
-        assert row["model_kept_low"] <= row["model_kept_pct"] <= row["model_kept_high"]
+        assert row["figures_from"] == "model" and isinstance(kept, ModelSetting)
+        assert row["groups_kept_low"] <= row["groups_kept_pct"] <= row["groups_kept_high"]
         assert 0.0 <= row["modelled_pct"] <= 100.0
-        assert row["model_kept_per_step"] == pytest.approx(2.0)
+        assert row["unfilled_batches"] == 0 and row["groups_short"] == 0
+        shares = [row[c] for c in ("groups_kept_pct", "dropped_stale_pct", "rejected_span_pct",
+                                   "failed_pct", "leftover_pct")]  # fmt: skip
+        assert sum(shares) == pytest.approx(100.0)  # every attempt has one outcome
         if row["max_preempts"] is None:
-            assert row["model_rejected_span_pct"] == 0.0
+            assert row["rejected_span_pct"] == 0.0
+        assert kept.kept_gaps().size > 0
     by = {(r["keep_versions"], r["max_preempts"]): r for r in rows.iter_rows(named=True)}
-    assert by[3, 0]["model_rejected_span_pct"] > by[3, 1]["model_rejected_span_pct"]
-    assert by[2, 0]["model_rejected_span_pct"] > 20.0
+    assert by[3, 0]["rejected_span_pct"] > by[3, 1]["rejected_span_pct"] > 0.0
+    twice = [
+        analysis.sweep_log(folder, keep_versions=[1], max_preempts=[0], seed=4, draws=2).result
+        for _ in range(2)
+    ]
+    assert all(isinstance(r, analysis.SweepResult) for r in twice)
+    first, second = (r.rows.to_dicts() for r in twice if isinstance(r, analysis.SweepResult))
+    assert first == second  # one seed, one answer

@@ -88,7 +88,9 @@ def test_a_what_if_says_what_rests_on_attempts_the_run_did_not_make(
 ) -> None:
     folder = every_run[name]
     k, m = _own(folder)
-    swept = analysis.sweep_log(folder, keep_versions=[k - 1, k, k + 2], max_preempts=[m])
+    swept = analysis.sweep_log(
+        folder, keep_versions=[k - 1, k, k + 2], max_preempts=[m], what_if="replay"
+    )
     assert isinstance(swept.result, analysis.SweepResult)
     rows = {row["keep_versions"]: row for row in swept.result.rows.iter_rows(named=True)}
     own_leftover = analysis.replay(folder, analysis.ReplayConfig(keep_versions=k)).to_dict()[
@@ -112,7 +114,9 @@ def test_a_what_if_says_what_rests_on_attempts_the_run_did_not_make(
 
 def test_a_row_at_another_m_says_it_is_not_applied(every_run: dict[str, Path]) -> None:
     folder = every_run["k2-m1"]
-    swept = analysis.sweep_log(folder, keep_versions=[1, 2], max_preempts=[None, 1, 3])
+    swept = analysis.sweep_log(
+        folder, keep_versions=[1, 2], max_preempts=[None, 1, 3], what_if="replay"
+    )
     assert isinstance(swept.result, analysis.SweepResult)
     rows = swept.result.rows
     applied = rows.filter(pl.col("max_preempts_applied"))

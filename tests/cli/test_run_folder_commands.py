@@ -60,11 +60,18 @@ def test_sweep_rows_are_the_replays_and_say_their_engine(
     assert own["keep_versions"] == OWN_K
     assert own["groups_kept_pct"] == pytest.approx(_kept_pct(replayed))
     assert own["version_gap_mean"] == pytest.approx(replayed["version_gap"]["mean"])
+    assert {row["figures_from"] for row in rows} == {"replay", "model"}
+    assert own["figures_from"] == "replay" and own["modelled_pct"] == 0.0
     table = _run(["sweep", folder, "-k", "1..3"]).stdout
     assert "Sweep (shares in %) on Dressage's partial loop" in table
-    assert f"{OWN_K} own" in table and "batches" in table and "short" in table
-    other_m = _run(["sweep", folder, "-k", "2", "-m", "none,1"]).stdout
+    assert f"{OWN_K} own" in table and "kept range" in table and "modelled" in table
+    replayed_only = _run(["sweep", folder, "-k", "1..3", "--what-if", "replay"]).stdout
+    assert "batches" in replayed_only and "short" in replayed_only
+    other_m = _run(["sweep", folder, "-k", "2", "-m", "none,1", "--what-if", "replay"]).stdout
     assert "none n/a" in other_m and "M not applied" in other_m
+    modelled_m = json.loads(_run(["sweep", folder, "-k", "2", "-m", "none,1", "--json"]).stdout)
+    (no_m,) = [row for row in modelled_m if row["max_preempts"] is None]
+    assert no_m["max_preempts_applied"] and no_m["rejected_span_pct"] == 0.0
 
 
 @pytest.mark.parametrize("kind", ["sweep", "heatmap", "spans", "gaps", "timeline"])
