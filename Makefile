@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-slow test-all lint docs bench bench-large sample-data figures clean
+.PHONY: help demo test test-slow test-all lint docs bench bench-large whatif sample-data figures clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ bench: $(STAMP) ## Measure the performance targets (generates logs into bench_da
 bench-large: $(STAMP) ## The same plus the multi-GB convert (peak memory)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m tests.bench.bench --large
+
+whatif: $(STAMP) ## Measure the what-if predictions on the paired real runs (MAE beside the noise floor)
+	$(BIN)/python -m tests.paired_runs $(if $(RUNS),--runs $(RUNS))
 
 sample-data: $(STAMP) ## Regenerate sample_data/ with the simulator
 	$(BIN)/python sample_data/generate.py
