@@ -163,6 +163,7 @@ def plot_sweep(sweep: SweepResult) -> Figure:
         "Sweep of keep_versions (K) and max_preempts (M)"
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
         + f", on {_engine_words(sweep)}"
+        + (f"\n{_modelled_words(sweep)}" if _modelled_words(sweep) else "")
     )
     kept_ax.set_title(f"Kept data ({kept_unit})")
     kept_ax.set_xlabel("keep_versions K (versions; 0 = off)")
@@ -274,6 +275,15 @@ def _engine_words(of: SweepResult | ReplayResult | LoopSetting) -> str:
         loops = of.rows["loop"].unique().to_list() if "loop" in of.rows.columns else []
         return f"Dressage's {loops[0]} loop" if len(loops) == 1 else "Dressage's loop"
     return "the simple loop"
+
+
+def _modelled_words(sweep: SweepResult) -> str:
+    """What a run folder's sweep figure says of its rows drawn from the run's model
+    (docs/semantics.md §12.8); empty when every row is a replay."""
+    rows = sweep.rows
+    if "figures_from" not in rows.columns or "model" not in rows["figures_from"]:
+        return ""
+    return "the run's own setting replayed; the rest simulated on the run's model"
 
 
 def plot_spans(prepared: PreparedLog | LoopSetting, result: ReplayResult | LoopSetting) -> Figure:
@@ -435,7 +445,16 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
     per_batch = f", B={batch[0]}" if len(batch) == 1 else ""
     ax.set_title(
         f"Kept data ({kept_unit}) on {_engine_words(sweep)}{per_batch}\nbold = Pareto-efficient"
-        + ("; n/a = M not applied" if "max_preempts_applied" in rows.columns else "")
+        + (
+            "; n/a = M not applied"
+            if "max_preempts_applied" in rows.columns and not rows["max_preempts_applied"].all()
+            else ""
+        )
+        + (
+            "\nboxed = own setting, replayed; the rest from the run's model"
+            if _modelled_words(sweep)
+            else ""
+        )
     )
     ax.set_xlabel("keep_versions K (versions; 0 = off)")
     ax.set_ylabel("max_preempts M (preemptions)")
@@ -469,6 +488,14 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
                 color="black" if value is None or value >= 55 else "white",
                 fontweight="bold" if efficient else "normal",
             )
+    if _modelled_words(sweep):
+        from matplotlib.patches import Rectangle
+
+        for row in rows.filter(pl.col("figures_from") == "replay").iter_rows(named=True):
+            m, k = row["max_preempts"], row["keep_versions"]
+            if m in preempt_values and k in keep_values:
+                at = (keep_values.index(k) - 0.48, preempt_values.index(m) - 0.48)
+                ax.add_patch(Rectangle(at, 0.96, 0.96, fill=False, edgecolor="red", linewidth=2.5))
     ax.set_xticks(range(len(keep_values)), [k_label(k) for k in keep_values])
     ax.set_yticks(range(len(preempt_values)), [m_label(m) for m in preempt_values])
     colorbar = figure.colorbar(image, ax=ax)

@@ -85,6 +85,28 @@ def test_every_plot_is_drawn_from_dressages_loop(folder: str, kind: str, tmp_pat
     assert any("Dressage's partial loop" in title for title in titles), titles
 
 
+@pytest.mark.parametrize("what_if", ["model", "replay"])
+def test_a_heatmap_boxes_the_replayed_setting_among_modelled_ones(
+    folder: str, what_if: str
+) -> None:
+    from matplotlib.patches import Rectangle
+
+    run = analysis.read_run(folder)
+    figure = analysis.make_run_plot(
+        "heatmap", run, keep_versions=[1, OWN_K, 3], max_preempts=[None, 1], what_if=what_if
+    )
+    (ax, _) = figure.axes
+    boxes = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
+    if what_if == "replay":  # every cell a replay: nothing to tell apart
+        assert not boxes and "boxed" not in ax.get_title()
+        return
+    assert "boxed = own setting, replayed" in ax.get_title()
+    (box,) = boxes  # one own setting: K=2 (column 1), M=1 (row 1)
+    assert box.get_xy() == pytest.approx((1 - 0.48, 1 - 0.48))
+    sweep = analysis.make_run_plot("sweep", run, keep_versions=[1, OWN_K], max_preempts=[1])
+    assert "the rest simulated on the run's model" in sweep.get_suptitle()
+
+
 @pytest.mark.parametrize("kind", ["spans", "timeline"])
 def test_a_single_setting_plot_of_a_run_folder_draws_its_own_k(
     folder: str, kind: str, tmp_path: Path
