@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from typer.testing import CliRunner
@@ -87,7 +87,7 @@ def test_every_plot_is_drawn_from_dressages_loop(folder: str, kind: str, tmp_pat
 
 @pytest.mark.parametrize("what_if", ["model", "replay"])
 def test_a_heatmap_boxes_the_replayed_setting_among_modelled_ones(
-    folder: str, what_if: str
+    folder: str, what_if: Literal["model", "replay"]
 ) -> None:
     from matplotlib.patches import Rectangle
 
