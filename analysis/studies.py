@@ -21,7 +21,8 @@ from analysis.engine.run_loop.checks import keep_versions_told
 from analysis.engine.run_loop.sweep import LoopSetting
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog
-from analysis.rules.policies import sweep_policies
+from analysis.rules.policies import PolicySweep, sweep_policies
+from analysis.simulation.loop_policies import loop_policy_sweep
 from analysis.simulation.predict import MODEL_DRAWS, WhatIf, run_sweep
 from analysis.views import plots
 from analysis.views.bias import who_gets_dropped
@@ -176,8 +177,7 @@ def run_report_content(
     closely (the run's own when a row is, else as :func:`focus_setting` chooses), its
     settings per K;
     no who-gets-dropped (a comparison of the simple loop), the replay's decisions instead.
-    ``policies`` are swept on the simple loop over ``prepared`` (the folder read as one
-    log, with the run's own B), as ``sweep --policy`` does."""
+    ``policies`` run on the run's own loop as ``sweep --policy`` runs them (§12.9)."""
     swept = run_sweep(
         run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
         progress=progress, what_if=what_if, draws=draws, seed=seed,
@@ -198,10 +198,32 @@ def run_report_content(
         chosen=chosen,
         per_k=swept.results.where(max_preempts=focus.config.max_preempts),
         bias=None,
-        policies=(
-            sweep_policies(prepared, policies, batch_groups=run.target_groups) if policies else None
-        ),
+        policies=_run_policies(
+            run, prepared, policies, loop=loop, what_if=what_if, draws=draws, seed=seed
+        )
+        if policies
+        else None,
     )
+
+
+def _run_policies(
+    run: RunLog,
+    prepared: PreparedLog,
+    policies: Sequence[Any],
+    *,
+    loop: Literal["partial", "fully"] | None,
+    what_if: WhatIf,
+    draws: int,
+    seed: int,
+) -> PolicySweep:
+    """A run folder's policies on its own loop (docs/semantics.md §12.9), or on the simple
+    loop over the folder read as one log with ``what_if="replay"`` or no model."""
+    if what_if == "model":
+        try:
+            return loop_policy_sweep(run, policies, loop=loop, draws=draws, seed=seed)
+        except ConfigError:
+            pass  # no model: the report's sweep notes say why
+    return sweep_policies(prepared, policies, batch_groups=run.target_groups)
 
 
 def make_run_plot(

@@ -27,6 +27,7 @@ from analysis.formats.dressage.run import RunLog
 from analysis.formats.load_report import LoadReport
 from analysis.rules.policies import Policy, PolicySweep, sweep_policies
 from analysis.rules.spec import parse_policy
+from analysis.simulation.loop_policies import loop_policy_sweep
 from analysis.simulation.predict import MODEL_DRAWS, WhatIf, run_sweep
 from analysis.table.options import ReadOptions
 
@@ -38,7 +39,8 @@ class Swept:
 
     engine: Engine
     """:attr:`Engine.SIMPLE_LOOP` for a grid of K and M over a log, :attr:`Engine.RUN_LOOP`
-    for a run folder's grid, :attr:`Engine.POLICY` for policies."""
+    for a run folder's grid, :attr:`Engine.POLICY` for policies (on a run folder's own loop
+    when ``run`` is set, else on the simple loop)."""
     result: SweepResult | PolicySweep
     log: LoadedLog | None
     """The log as read for the simple loop (None for a run folder on its own loop)."""
@@ -73,9 +75,12 @@ def sweep_log(
 ) -> Swept:
     """Sweep a log: every policy when ``policies`` are given (one row each), else every
     (K, M) of the grid; read and prepared once (:func:`load_log`). A Dressage run folder's
-    grid (no policies, no ``log_format``) is replayed on Dressage's own loop, as
-    :func:`replay` replays it (:func:`analysis.engine.run_loop.sweep.sweep_run`): its row
-    at a K equals ``replay(RUN, ReplayConfig(keep_versions=K))``. ``progress`` makes a
+    grid (no ``log_format``) is replayed on Dressage's own loop, as :func:`replay` replays
+    it (:func:`analysis.engine.run_loop.sweep.sweep_run`): its row at the run's own setting
+    equals ``replay(RUN, ReplayConfig(keep_versions=K))``, other rows come from the run's
+    model unless ``what_if="replay"`` (docs/semantics.md §12.8); its policies run on that
+    loop too (:func:`~analysis.simulation.loop_policies.loop_policy_sweep`, §12.9), or, with
+    ``what_if="replay"`` or no model, on the simple loop over the folder read as one log. ``progress`` makes a
     bar for ``"reading"``, then ``"replaying settings"`` or ``"replaying policies"``."""
     if policies and (keep_versions or max_preempts):
         raise ConfigError(
@@ -87,6 +92,28 @@ def sweep_log(
     bars: Progress = progress or (lambda _: nullcontext(None))
     options = options if options is not None else ReadOptions()
     inputs = paths_of(source)
+    if policies and what_if == "model" and picks_run_loop(inputs, options):
+        run = read_run_folder(inputs[0], options, batch_groups=batch_groups, order_by=order_by)
+        chosen = [parse_policy(p) if isinstance(p, str) else p for p in policies]
+        with bars("replaying policies") as update:
+            try:
+                return Swept(
+                    Engine.POLICY,
+                    loop_policy_sweep(
+                        run,
+                        chosen,
+                        loop=loop,
+                        max_retries=max_retries,
+                        draws=draws,
+                        seed=seed,
+                        progress=update,
+                    ),
+                    None,
+                    run,
+                )
+            except ConfigError as exc:  # no model: the folder read as one log, said so
+                if note is not None:
+                    note(f"no what-if model ({exc}): the policies run on the simple loop")
     if not policies and picks_run_loop(inputs, options):
         run = read_run_folder(inputs[0], options, batch_groups=batch_groups, order_by=order_by)
         with bars("replaying settings") as update:

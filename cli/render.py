@@ -21,6 +21,7 @@ from analysis import (
     m_label,
     m_not_applied_note,
     policy_sweep_table,
+    run_policy_note,
     run_sweep_note,
     sweep_caption,
     sweep_table,
@@ -348,6 +349,9 @@ def print_policy_sweep(rows: Any, console: Console) -> None:
         print_fitted(console, sweep_caption(rows), headers, body, keys=2)
     if rows.height and rows["pareto"].any():
         console.print(PARETO_NOTE, highlight=False)
+    said = run_policy_note(rows)
+    if said is not None:
+        console.print(said, highlight=False)
 
 
 def _measured_parts(

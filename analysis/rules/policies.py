@@ -19,7 +19,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import polars as pl
 
@@ -49,6 +49,7 @@ __all__ = [
     "PeerPolicy",
     "Policy",
     "PolicyResult",
+    "PolicyRow",
     "PolicySweep",
     "PrimeRLPolicy",
     "VerlDropPolicy",
@@ -157,12 +158,20 @@ def _peer_notes(policy: PeerPolicy) -> tuple[str, ...]:
 POLICY_SWEEP_SCHEMA: dict[str, Any] = {"policy": pl.String, **SWEEP_SCHEMA}
 
 
+class PolicyRow(Protocol):
+    """What a policy sweep keeps per row besides the row: the policy it ran (a
+    :class:`PolicyResult` on the simple loop; a run folder's loop keeps its draws)."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+
 @dataclass(frozen=True)
 class PolicySweep:
     """One row per policy setting (same columns as a sweep of K and M, plus ``policy``)."""
 
     rows: pl.DataFrame
-    results: tuple[PolicyResult, ...]
+    results: tuple[PolicyRow, ...]
 
     def __repr__(self) -> str:
         return f"PolicySweep({self.rows.height:,} policies: {', '.join(self.rows['policy'])})"

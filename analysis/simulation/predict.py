@@ -57,11 +57,9 @@ def draw_figures(run: SimRun, loop: str) -> dict[str, Any]:
     attempts = run.attempts
     n = len(attempts)
 
-    def share(outcome: str, stage: str | None = None) -> float | None:
-        return _pct(
-            sum(a.outcome == outcome and (stage is None or a.stage == stage) for a in attempts),
-            n,
-        )
+    def share(outcome: str, *stages: str) -> float | None:
+        return _pct(sum(a.outcome == outcome and (not stages or a.stage in stages)
+                        for a in attempts), n)  # fmt: skip
 
     everything: list[SimTrajectory] = [t for a in attempts for t in a.trajectories]
     kept: list[SimTrajectory] = [t for a in attempts if a.outcome == "kept" for t in a.trajectories]
@@ -76,19 +74,21 @@ def draw_figures(run: SimRun, loop: str) -> dict[str, Any]:
             sum(t.generated for t in kept), sum(t.generated for t in everything)
         ),
         "dropped_stale_pct": share("dropped_stale"),
-        "dropped_arrival_pct": share("dropped_stale", "arrival"),
+        # a group another system's rule cancelled in flight reads as one that arrived and
+        # was dropped, as a log shows it (§13)
+        "dropped_arrival_pct": share("dropped_stale", "arrival", "in_flight"),
         "dropped_pending_pct": share("dropped_stale", "pending"),
         "rejected_span_pct": share("rejected_span"),
         "failed_pct": share("failed"),
         "batches_emitted": run.calls,
-        "version_gap_mean": _mean(gaps) if run.keep_versions else None,
-        "version_gap_max": max(gaps) if gaps and run.keep_versions else None,
+        "version_gap_mean": _mean(gaps) if run.measures_gap else None,
+        "version_gap_max": max(gaps) if gaps and run.measures_gap else None,
         "version_span_mean": _mean(spans),
         "version_span_max": max(spans) if spans else None,
         "version_gap_mean_tokens": _weighted(
             [(t.gap, t.generated) for t in kept if t.gap is not None]
         )
-        if run.keep_versions
+        if run.measures_gap
         else None,
         "version_span_mean_tokens": _weighted(
             [(len(t.versions), t.generated) for t in kept if t.versions]
@@ -202,18 +202,36 @@ class ModelSetting(LoopSetting):
 
     def figures(self) -> dict[str, Any]:
         """The mean of the draws' figures (the largest for maxima)."""
-        loop = self.replay.loop
-        each = [draw_figures(run, loop) for run in self.draws]
-        merged: dict[str, Any] = {}
-        for name, value in each[0].items():
-            values = [f[name] for f in each if f[name] is not None]
-            if name == "loop" or name in _SUMMED:
-                merged[name] = value
-            elif name in _LARGEST:
-                merged[name] = max(values) if values else None
-            else:
-                merged[name] = _mean(values)
-        return merged
+        return merged_figures(self.draws, self.replay.loop)
+
+
+def merged_figures(draws: Sequence[SimRun], loop: str) -> dict[str, Any]:
+    """The mean of the draws' figures (the largest for maxima; counts of the first)."""
+    each = [draw_figures(run, loop) for run in draws]
+    merged: dict[str, Any] = {}
+    for name, value in each[0].items():
+        values = [f[name] for f in each if f[name] is not None]
+        if name == "loop" or name in _SUMMED:
+            merged[name] = value
+        elif name in _LARGEST:
+            merged[name] = max(values) if values else None
+        else:
+            merged[name] = _mean(values)
+    return merged
+
+
+def model_columns(draws: Sequence[SimRun], loop: str) -> dict[str, Any]:
+    """What a model row says of its draws: the range of its kept share, and how much of it
+    rests on drawn events."""
+    kept = [draw_figures(r, loop)["groups_kept_pct"] or 0.0 for r in draws]
+    shares = [_modelled(r) for r in draws]
+    return {
+        "figures_from": "model",
+        "groups_kept_low": min(kept),
+        "groups_kept_high": max(kept),
+        "modelled_pct": statistics.mean(s for s, _ in shares),
+        "modelled_steps_pct": statistics.mean(s for _, s in shares),
+    }
 
 
 def model_settings(
@@ -260,18 +278,9 @@ def with_model(
             continue
         modelled = model_settings(run, model, settings[i], draws=draws, seed=seed)
         settings[i] = modelled
-        kept = [draw_figures(r, record["loop"])["groups_kept_pct"] or 0.0 for r in modelled.draws]
-        shares = [_modelled(r) for r in modelled.draws]
         record.update(modelled.figures())
-        record.update(
-            figures_from="model",
-            max_preempts_applied=True,
-            unneeded_attempts=None,
-            groups_kept_low=min(kept),
-            groups_kept_high=max(kept),
-            modelled_pct=statistics.mean(s for s, _ in shares),
-            modelled_steps_pct=statistics.mean(s for _, s in shares),
-        )
+        record.update(max_preempts_applied=True, unneeded_attempts=None)
+        record.update(model_columns(modelled.draws, record["loop"]))
     frame = pl.DataFrame(records, schema={**RUN_SWEEP_SCHEMA, **MODEL_SCHEMA})
     applied = frame["max_preempts_applied"]
     front = iter(pareto_front(frame.filter(applied)) if frame.height else [])
@@ -315,6 +324,8 @@ __all__ = [
     "ModelSetting",
     "WhatIf",
     "draw_figures",
+    "merged_figures",
+    "model_columns",
     "run_sweep",
     "with_model",
 ]

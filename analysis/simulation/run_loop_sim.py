@@ -19,11 +19,17 @@ the files do not hold generated instead of read:
 Time runs on two clocks: real time, and generation time, which stands still while the
 weights are updated; a turn's end is an event on the generation clock, so an update
 decided later moves it without changing the order of events.
+
+Another system's rule (a :class:`~analysis.rules.spec.PeerPolicy`) can take the place of
+Dressage's staleness filter in the same loop (docs/semantics.md §12.9): it measures a
+group by its start (the version, or step, current when the worker submitted it), on
+arrival, when the clock advances, or when a batch is sampled, as the rule says; takes
+waiting groups in its order; and cancels in-flight groups too stale to be kept where the
+system does (prime-rl, NeMo-RL). Peers have no span control (M = none).
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import random
@@ -31,7 +37,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+from analysis.rules.spec import NemoWindowedPolicy, PeerPolicy, PrimeRLPolicy
 from analysis.simulation.run_model import POLL_S, RunModel, TrajectoryWork
+from analysis.simulation.sim_clock import SimClock
 
 Outcome = Literal[
     "kept", "dropped_stale", "rejected_span", "failed", "leftover", "discarded_surplus"
@@ -68,6 +76,10 @@ class SimAttempt:
     stage: str | None = None
     call: int | None = None
     """The call that decided it (kept, dropped, failed, thrown away)."""
+    start_updates: int = 0
+    """Weight updates applied when the worker submitted it (its start version is one more)."""
+    start_call: int = 0
+    """Rollout calls returned when the worker submitted it (the trainer's step count then)."""
 
     @property
     def failed(self) -> bool:
@@ -90,49 +102,29 @@ class SimRun:
     call_index: list[int]
     """The tracker's current version index when each call returned (-1: none yet)."""
     keep_versions: int
+    rule: PeerPolicy | None = None
+    """Another system's rule run as the loop's filter in place of K (None: Dressage's)."""
+    call_updates: list[int] = field(default_factory=list)
+    """Weight updates applied while each call ran (none is applied during a call)."""
 
-
-class _Clock:
-    """Real time and generation time (which stops during weight updates)."""
-
-    def __init__(self) -> None:
-        self.pauses: list[tuple[float, float]] = []  # (real start, real end), in order
-        self.frozen_at: list[float] = []  # generation time of each pause
-
-    def gen(self, t: float) -> float:
-        paused = 0.0
-        for start, end in self.pauses:
-            if t <= start:
-                break
-            paused += min(t, end) - start
-        return t - paused
-
-    def real(self, g: float) -> float:
-        t = g
-        for (start, end), frozen in zip(self.pauses, self.frozen_at, strict=True):
-            if g > frozen:
-                t += end - start
-            else:
-                break
-        return t
-
-    def version(self, g: float) -> int:
-        """The version generating just before generation time ``g`` (labels 1, 2, ...)."""
-        return 1 + bisect.bisect_left(self.frozen_at, g)
-
-    def pause(self, start: float, length: float) -> None:
-        self.frozen_at.append(self.gen(start))
-        self.pauses.append((start, start + length))
+    @property
+    def measures_gap(self) -> bool:
+        """Whether kept trajectories have a version gap (K on, or a peer rule)."""
+        return bool(self.keep_versions) or self.rule is not None
 
 
 class _Sim:
     def __init__(self, model: RunModel, keep_versions: int, max_preempts: int | None,
-                 seed: int) -> None:  # fmt: skip
+                 seed: int, rule: PeerPolicy | None = None) -> None:  # fmt: skip
         self.model = model
-        self.k = keep_versions
-        self.m = max_preempts
+        self.k = 0 if rule is not None else keep_versions
+        self.m = None if rule is not None else max_preempts
+        self.rule = rule
+        self.returned = 0  # rollout calls returned so far
+        self.generating: dict[int, SimAttempt] = {}  # by order: submitted, not yet done
+        self.call_updates: list[int] = []
         self.rng = random.Random(seed)
-        self.clock = _Clock()
+        self.clock = SimClock()
         self.events: list[tuple[float, int, SimAttempt, SimTrajectory, int]] = []
         self.seq = itertools.count()
         self.attempts: list[SimAttempt] = []
@@ -206,11 +198,14 @@ class _Sim:
                 draw, retry = self.next_draw, 0
                 self.next_draw += 1
             works, modelled = self._work(draw, retry)
-            attempt = SimAttempt(draw, retry, len(self.attempts),
-                                 [SimTrajectory(w) for w in works], modelled, now)  # fmt: skip
-            self.attempts.append(attempt)
-            self.active += 1
             g = self.clock.gen(now)
+            attempt = SimAttempt(draw, retry, len(self.attempts),
+                                 [SimTrajectory(w) for w in works], modelled, now,
+                                 start_updates=self.clock.version(g + 1e-9) - 1,
+                                 start_call=self.returned)  # fmt: skip
+            self.attempts.append(attempt)
+            self.generating[attempt.order] = attempt
+            self.active += 1
             for trajectory in attempt.trajectories:
                 attempt.running += 1
                 self._next_turn(attempt, trajectory, g, 0)
@@ -228,6 +223,8 @@ class _Sim:
 
     def _turn_end(self, attempt: SimAttempt, trajectory: SimTrajectory, g: float,
                   turn: int) -> None:  # fmt: skip
+        if attempt.outcome is not None:  # cancelled in flight: its turns end unseen
+            return
         if turn == -1:
             trajectory.failed = "backend_timeout"
         else:
@@ -249,6 +246,7 @@ class _Sim:
         if attempt.running == 0:
             now = self.clock.real(g)
             attempt.done_at = now
+            del self.generating[attempt.order]
             self.queue.append(attempt)
             self.active -= 1
             self._fill(now)
@@ -285,9 +283,98 @@ class _Sim:
             if t.end_version is not None and t.failed is None
         )
 
+    # -- another system's rule in place of K ----------------------------------------
+    def updates(self, now: float) -> int:
+        """Weight updates applied by real time ``now``."""
+        return self.clock.version(self.clock.gen(now) + 1e-9) - 1
+
+    def lag(self, attempt: SimAttempt, c: int, now: float) -> int:
+        """How stale the rule finds ``attempt`` for batch ``c`` (0-based) on its clock:
+        ``versions``, weight updates since its start; ``steps``, the system's own counter:
+        prime-rl's (step - 1) - the policy version at creation (``min_fresh_version``),
+        verl's g - g0 (steps since the prompt was submitted), NeMo-RL's trainer version
+        minus the start version (a version clock either way)."""
+        rule = self.rule
+        if rule is None or rule.clock_name == "versions" or isinstance(rule, NemoWindowedPolicy):
+            return self.updates(now) - attempt.start_updates
+        if isinstance(rule, PrimeRLPolicy):
+            return c - attempt.start_updates
+        return c - attempt.start_call
+
+    def _peer_stale(self, attempt: SimAttempt, c: int, now: float) -> bool:
+        assert self.rule is not None
+        return self.lag(attempt, c, now) > self.rule.bound
+
+    def cancel_in_flight(self, c: int, now: float) -> None:
+        """prime-rl (``Dispatcher.on_version_pending``) and NeMo-RL (``WindowedSampler.
+        should_abort_inflight``) cancel generating groups too stale for batch ``c`` when the
+        weights change; the worker fills their places."""
+        if not isinstance(self.rule, PrimeRLPolicy | NemoWindowedPolicy):
+            return
+        for order, attempt in list(self.generating.items()):
+            if self._peer_stale(attempt, c, now):
+                attempt.outcome, attempt.stage, attempt.call = "dropped_stale", "in_flight", c
+                del self.generating[order]
+                self.active -= 1
+        self._fill(now)
+
+    def _order(self, held: dict[int, SimAttempt]) -> list[int]:
+        """The waiting groups in the order a batch takes them (ties by arrival): verl's
+        oldest first by g0 (the step its prompt was submitted at), NeMo-RL's freshest first
+        by start version."""
+        rule = self.rule
+        if rule is None or rule.selection == "fifo":
+            return list(held)
+        if rule.selection == "oldest":
+            return sorted(held, key=lambda order: held[order].start_call)
+        return sorted(held, key=lambda order: -held[order].start_updates)
+
+    def _evict(self, batch: list[SimAttempt], c: int, now: float) -> list[SimAttempt]:
+        """Drop the waiting groups the rule now finds too stale (stage ``pending``)."""
+        for attempt in batch:
+            if self._peer_stale(attempt, c, now):
+                attempt.outcome, attempt.stage = "dropped_stale", "pending"
+        return [attempt for attempt in batch if attempt.outcome is None]
+
+    def _take_peer(self, c: int, now: float, fetched: list[SimAttempt],
+                   batch: list[SimAttempt], held: dict[int, SimAttempt]) -> list[SimAttempt]:  # fmt: skip
+        """One poll with another system's rule as the filter: re-check what waits when its
+        clock may have moved (prime-rl, NeMo-RL), take in its order, check on arrival or,
+        for verl, evict when a batch is sampled and fill again."""
+        rule = self.rule
+        assert rule is not None
+        size = self.model.batch_groups
+        if rule.sweeps_on_advance:
+            batch = self._evict(batch, c, now)
+        for attempt in fetched:
+            held[attempt.order] = attempt
+        for order in self._order(held):
+            if len(batch) >= size and rule.evicts_at_sample:
+                batch = self._evict(batch, c, now)
+            if len(batch) >= size:
+                break
+            attempt = held.pop(order)
+            attempt.call = c
+            if attempt.failed:
+                self._failed(attempt, now)
+            elif rule.checks_on_arrival and self._peer_stale(attempt, c, now):
+                attempt.outcome, attempt.stage = "dropped_stale", "arrival"
+            else:
+                batch.append(attempt)
+        return self._evict(batch, c, now) if rule.evicts_at_sample else batch
+
+    def _failed(self, attempt: SimAttempt, now: float) -> None:
+        attempt.outcome = "rejected_span" if attempt.span_rejected else "failed"
+        if attempt.retry < self.model.max_retries:
+            attempt.stage = "retried"
+            self.retries.append((attempt.draw, attempt.retry + 1))
+            self._fill(now)
+
     def _take(self, c: int, now: float, fetched: list[SimAttempt], batch: list[SimAttempt],
               held: dict[int, SimAttempt]) -> list[SimAttempt]:  # fmt: skip
         """One poll: observe, drop pending stale groups, decide in order until B."""
+        if self.rule is not None:
+            return self._take_peer(c, now, fetched, batch, held)
         if self._observe(fetched) and batch:
             for attempt in batch:
                 if self._stale(attempt):
@@ -301,11 +388,7 @@ class _Sim:
             attempt = held.pop(order)
             attempt.call = c
             if attempt.failed:
-                attempt.outcome = "rejected_span" if attempt.span_rejected else "failed"
-                if attempt.retry < self.model.max_retries:
-                    attempt.stage = "retried"
-                    self.retries.append((attempt.draw, attempt.retry + 1))
-                    self._fill(now)
+                self._failed(attempt, now)
             elif self._stale(attempt):
                 attempt.outcome, attempt.stage = "dropped_stale", "arrival"
             else:
@@ -330,11 +413,18 @@ class _Sim:
             now = max(now + POLL_S, start + POLL_S * -(-(following - start) // POLL_S))
         index = len(self.tracker) - 1
         self.call_index.append(index)
+        self.returned = c + 1
+        self.call_updates.append(self.updates(now))
+        current = self.updates(now) + 1  # a peer rule's gap: versions behind the current one
         for attempt in batch:
             attempt.outcome, attempt.call = "kept", c
-            for t in attempt.trajectories if self.k else ():
+            for t in attempt.trajectories if self.k or self.rule else ():
                 if t.end_version is not None:
-                    t.gap = index - self.tracker.index(t.end_version)
+                    t.gap = (
+                        current - t.end_version
+                        if self.rule
+                        else index - self.tracker.index(t.end_version)
+                    )
                     self.kept_gaps.append(t.gap)
         if not (final or self.model.loop == "fully"):
             return now, list(held.values())
@@ -345,9 +435,10 @@ class _Sim:
 
 
 def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | None,
-                 seed: int = 0) -> SimRun:  # fmt: skip
-    """Simulate the run's loop at (K, M) from its fitted model (see the module's docstring)."""
-    sim = _Sim(model, keep_versions, max_preempts, seed)
+                 seed: int = 0, rule: PeerPolicy | None = None) -> SimRun:  # fmt: skip
+    """Simulate the run's loop at (K, M) from its fitted model (see the module's docstring);
+    with ``rule``, that system's rule is the filter (K and M are then not applied)."""
+    sim = _Sim(model, keep_versions, max_preempts, seed, rule)
     sim._fill(0.0)
     start, put_back = 0.0, list[SimAttempt]()
     returns = []
@@ -363,12 +454,14 @@ def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | Non
         update = max(start + model.train_times[c - 1], returned)
         sim.advance(update)
         sim.clock.pause(update, model.update_pause)
+        sim.cancel_in_flight(c + 1, update)
         start = update + model.update_pause
     sim.stopped = True
     for attempt in sim.attempts:
         if attempt.outcome is None:
             attempt.outcome = "leftover"
-    return SimRun(sim.attempts, model.calls, sim.kept_gaps, returns, sim.call_index, keep_versions)
+    return SimRun(sim.attempts, model.calls, sim.kept_gaps, returns, sim.call_index,
+                  sim.k, rule, sim.call_updates)  # fmt: skip
 
 
 __all__ = ["SimAttempt", "SimRun", "SimTrajectory", "simulate_run"]

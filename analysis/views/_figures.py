@@ -8,11 +8,12 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import polars as pl
+
 from analysis.engine.config import k_label
 from analysis.errors import Message, setting
 
 if TYPE_CHECKING:
-    import polars as pl
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -228,3 +229,19 @@ def settings_note(
     for i, name in enumerate(left):
         note += (" (" if i == 0 else ", ") + setting(name)
     return note + " not given, so off)"
+
+
+def box_replayed(
+    ax: Axes, rows: pl.DataFrame, keep_values: list[int], preempt_values: list[int | None]
+) -> None:
+    """Box the heatmap cells of rows that are replays (a run folder's own setting) among
+    rows simulated on the run's model (docs/semantics.md §12.8)."""
+    from matplotlib.patches import Rectangle
+
+    for row in rows.filter(pl.col("figures_from") == "replay").iter_rows(named=True):
+        column = keep_values.index(row["keep_versions"])
+        line = preempt_values.index(row["max_preempts"])
+        ax.add_patch(
+            Rectangle((column - 0.48, line - 0.48), 0.96, 0.96, fill=False, edgecolor="red",
+                      linewidth=2.5)
+        )  # fmt: skip

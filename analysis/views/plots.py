@@ -35,6 +35,7 @@ from analysis.views._figures import (
     PNG_DPI as PNG_DPI,
     bar_heights,
     bar_ticks,
+    box_replayed,
     capped_bars,
     floats,
     grid_setting,
@@ -280,10 +281,8 @@ def _engine_words(of: SweepResult | ReplayResult | LoopSetting) -> str:
 def _modelled_words(sweep: SweepResult) -> str:
     """What a run folder's sweep figure says of its rows drawn from the run's model
     (docs/semantics.md §12.8); empty when every row is a replay."""
-    rows = sweep.rows
-    if "figures_from" not in rows.columns or "model" not in rows["figures_from"]:
-        return ""
-    return "the run's own setting replayed; the rest simulated on the run's model"
+    modelled = "figures_from" in sweep.rows.columns and "model" in sweep.rows["figures_from"]
+    return "the run's own setting replayed; the rest simulated on the run's model" * modelled
 
 
 def plot_spans(prepared: PreparedLog | LoopSetting, result: ReplayResult | LoopSetting) -> Figure:
@@ -489,13 +488,7 @@ def plot_heatmap(sweep: SweepResult) -> Figure:
                 fontweight="bold" if efficient else "normal",
             )
     if _modelled_words(sweep):
-        from matplotlib.patches import Rectangle
-
-        for row in rows.filter(pl.col("figures_from") == "replay").iter_rows(named=True):
-            m, k = row["max_preempts"], row["keep_versions"]
-            if m in preempt_values and k in keep_values:
-                at = (keep_values.index(k) - 0.48, preempt_values.index(m) - 0.48)
-                ax.add_patch(Rectangle(at, 0.96, 0.96, fill=False, edgecolor="red", linewidth=2.5))
+        box_replayed(ax, rows, keep_values, preempt_values)
     ax.set_xticks(range(len(keep_values)), [k_label(k) for k in keep_values])
     ax.set_yticks(range(len(preempt_values)), [m_label(m) for m in preempt_values])
     colorbar = figure.colorbar(image, ax=ax)

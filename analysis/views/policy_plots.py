@@ -40,8 +40,14 @@ def plot_policies(sweep: PolicySweep) -> Figure:
         figure,
         f"{rows.height} policies B={'/'.join(sorted(str(b) for b in batch)) or 'n/a'}",
     )
+    on_loop = "loop" in rows.columns and rows.height and rows["loop"].n_unique() == 1
     figure.suptitle(
-        "Staleness policies on one log"
+        (
+            f"Staleness policies on one run's Dressage {rows['loop'][0]} loop (own setting "
+            "replayed, the rest simulated on the run's model)"
+            if on_loop
+            else "Staleness policies on one log"
+        )
         + (f", B={batch[0]} groups per batch" if len(batch) == 1 else "")
     )
     scatter_ax.set_title(f"Kept data ({unit}) against version gap of kept trajectories")

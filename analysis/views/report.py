@@ -33,6 +33,7 @@ from analysis.views.tables import (
     m_not_applied_note,
     number,
     policy_sweep_table,
+    run_policy_note,
     run_sweep_note,
     sweep_caption,
     sweep_table,
@@ -226,10 +227,19 @@ def _policies_section(swept: PolicySweep) -> tuple[str, str, list[str]]:
         "policies",
         "Other systems' rules",
         [
-            "<p class='note'>Each policy as docs/semantics.md §13 replays it, on the same log "
-            "and B; tok. columns weight each trajectory by its response tokens (§10.6).</p>",
+            "<p class='note'>"
+            + (
+                "Each policy on the run's own loop (docs/semantics.md §12.9)"
+                if run_policy_note(swept.rows)
+                else "Each policy as docs/semantics.md §13 replays it, on the same log and B"
+            )
+            + "; tok. columns weight each trajectory by its response tokens (§10.6).</p>",
             _table(headers, body, caption=sweep_caption(swept.rows), row_classes=classes),
             f"<p class='note'>{html.escape(PARETO_NOTE)}</p>",
+            *(
+                f"<p class='note'>{html.escape(said)}</p>"
+                for said in filter(None, [run_policy_note(swept.rows)])
+            ),
             _figure(
                 "fig-policies",
                 "Tokens kept against version gap, and groups lost, per policy",

@@ -41,6 +41,21 @@ RUN_REPLAY_NOTE = (
 """The same when its rows replay the run's attempts only (``--what-if replay``, or no model)."""
 
 
+RUN_POLICY_NOTE = (
+    "On the run's own loop: a Dressage policy at the run's own setting is its replay (what "
+    "Dressage decided; 'modelled' 0); every other row is the run's loop simulated on a model "
+    "fitted to the run, with that policy as its filter (another system's rule: no span "
+    "control; a group it cancels in flight counts as stale on arrival); the mean of the "
+    "draws, 'kept range' over them. docs/semantics.md §12.9."
+)
+"""What a run folder's policy table says under it (its rows on the run's own loop)."""
+
+
+def run_policy_note(rows: pl.DataFrame) -> str | None:
+    """:data:`RUN_POLICY_NOTE` when the policies ran on a run folder's own loop."""
+    return RUN_POLICY_NOTE if "figures_from" in rows.columns else None
+
+
 def run_sweep_note(rows: pl.DataFrame) -> str:
     """What a run folder's sweep table marks: :data:`RUN_SWEEP_NOTE` when a row comes from
     the model, else :data:`RUN_REPLAY_NOTE`."""

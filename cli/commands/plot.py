@@ -70,6 +70,7 @@ def plot(
         swept = analysis.sweep_log(
             inputs, policies=policies, batch_groups=grid.batch_groups, options=options,
             order_by=grid.order_by, progress=bars, note=say_note,
+            **grid.model(analysis.picks_run_loop(inputs, options)),
         )  # fmt: skip
         assert isinstance(swept.result, analysis.PolicySweep)  # as policies were given
         analysis.save_figure(analysis.plot_policies(swept.result), output, inputs=inputs)

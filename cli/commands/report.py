@@ -58,9 +58,10 @@ def report(
         progress=functools.partial(progress_bar, quiet=read.quiet), note=say_note,
     )  # fmt: skip
     table, prepared, loaded, batch_groups = log.table, log.prepared, log.report, log.batch_groups
-    if run is not None and not policies:
-        # Every setting is replayed on the run's own loop: only the log's facts read the
-        # folder as one log, so the warning that it is read on the simple loop would mislead.
+    if run is not None and (not policies or grid.what_if == "model"):
+        # Every setting (and policy) runs on the run's own loop: only the log's facts read
+        # the folder as one log, so the warning that it is read on the simple loop would
+        # mislead.
         said = str(analysis.run_folder_read_as_log(inputs[0]))
         loaded.warnings[:] = [warning for warning in loaded.warnings if str(warning) != said]
     command = _reproduce(inputs, output, grid, batch_groups, read, own_loop=run is not None)

@@ -73,7 +73,7 @@ def sweep(
     if output is not None and not is_stdout(output):  # before the log is read: a typo is told
         analysis.check_output(output, analysis.FRAME_FORMATS, inputs=inputs)
     refuse_existing(output, force=force)
-    model = grid.model(not policies and analysis.picks_run_loop(inputs, options))
+    model = grid.model(analysis.picks_run_loop(inputs, options))
     with options_refused_as_usage():
         swept = analysis.sweep_log(
             inputs, keep_versions=ks, max_preempts=ms, policies=policies,

@@ -23,13 +23,13 @@ def test_a_run_folder_read_as_a_log_is_said_in_one_short_line(
     run_folders: dict[str, Path],
 ) -> None:
     folder = str(run_folders["k2-m1"])
-    # (a policy reads the run folder as one log: settings of K run on its own loop)
-    short = runner.invoke(app, ["sweep", folder, "--policy", "dressage:k=2,m=1"])
+    # (replay --policy reads the run folder as one log: settings of K run on its own loop)
+    short = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2,m=1"])
     assert short.exit_code == 0, short.stderr
     said = _warnings(short.stderr)
     assert len(said) == 1 and len(said[0].replace(folder, "")) < 120, said
     assert "--verbose" in said[0] and "§12" not in short.stderr
-    verbose = runner.invoke(app, ["sweep", folder, "--policy", "dressage:k=2,m=1", "--verbose"])
+    verbose = runner.invoke(app, ["replay", folder, "--policy", "dressage:k=2,m=1", "--verbose"])
     assert "§12" in verbose.stderr and "--verbose" not in verbose.stderr
     found = json.loads(runner.invoke(app, ["inspect", folder, "--json"]).stdout)
     assert [len(warning.replace(folder, "")) < 120 for warning in found["warnings"]] == [True]

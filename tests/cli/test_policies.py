@@ -287,15 +287,17 @@ def test_report_compares_policies_in_a_section_of_their_own(tmp_path: Path) -> N
 def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     run_folders: dict[str, Path],
 ) -> None:
-    """replay --policy and sweep --policy replay a run folder alike (the simple loop, the
-    run's own B), and the JSON's spec is what was applied; replay -k is the run's loop."""
+    """replay --policy and sweep --policy --what-if replay replay a run folder alike (the
+    simple loop, the run's own B), and the JSON's spec is what was applied; replay -k is
+    the run's loop, and so is sweep --policy (docs/semantics.md §12.9)."""
     folder = str(run_folders["k3-m2-n8"])
     spec = "dressage:k=3,m=2"
     replayed = runner.invoke(app, ["replay", folder, "--policy", spec, "--json"])
-    swept = runner.invoke(app, ["sweep", folder, "--policy", spec, "--json"])
+    swept = runner.invoke(app, ["sweep", folder, "--policy", spec, "--json", "--what-if", "replay"])
     assert replayed.exit_code == 0 and swept.exit_code == 0, replayed.stderr + swept.stderr
     summary, row = json.loads(replayed.stdout), json.loads(swept.stdout)[0]
     assert row["groups_kept_pct"] == pytest.approx(100 * summary["groups"]["rates"]["kept"])
+    on_loop = json.loads(runner.invoke(app, ["sweep", folder, "--policy", spec, "--json"]).stdout)
     assert summary["policy"]["spec"] == "dressage:keep_versions=3,max_preempts=2"
     assert summary["config"]["max_preempts"] == 2  # as the spec says: applied
     assert "--max-preempts" not in replayed.stderr and "is not applied" not in replayed.stderr
@@ -306,6 +308,8 @@ def test_a_policy_on_a_run_folder_is_the_same_loop_in_replay_and_sweep(
     )
     own = json.loads(runner.invoke(app, ["replay", folder, "-k", "3", "--json"]).stdout)
     assert own["groups"]["kept"] != summary["groups"]["kept"]  # the run's loop: 58.8%, not 76.5%
+    kept = 100 * own["groups"]["kept"] / own["groups"]["total"]
+    assert on_loop[0]["groups_kept_pct"] == pytest.approx(kept)
 
 
 def test_a_control_that_is_off_reads_the_same_in_the_title_the_label_and_the_spec() -> None:

@@ -153,10 +153,24 @@ def test_inspect_says_which_replay_settings_get(folder: str) -> None:
     assert found["engine"] == "dressage-loop" and found["run_batch_groups"] == 2
 
 
-def test_policies_stay_on_the_simple_loop_and_say_so(folder: str) -> None:
-    swept = _run(["sweep", folder, "--policy", "dressage:k=2,m=1", "--json"])
-    (row,) = json.loads(swept.stdout)
+def test_policies_run_on_the_runs_loop_and_replay_policy_on_the_simple_loop(
+    folder: str, replayed: dict[str, Any]
+) -> None:
+    args = ["sweep", folder, "--policy", "dressage:k=2,m=1", "--policy", "prime-rl"]
+    own, prime = json.loads(_run([*args, "--json", "--draws", "2"]).stdout)
+    assert own["engine"] == prime["engine"] == "dressage-loop"
+    assert own["figures_from"] == "replay" and prime["figures_from"] == "model"
+    assert own["groups_kept_pct"] == pytest.approx(_kept_pct(replayed))
+    assert prime["knobs"] == {"max_off_policy_steps": 8, "clock": "versions"}
+    table = _run(args)
+    assert "On the run's own loop" in " ".join(table.stdout.split())
+    assert "read as one log on the simple loop here" not in table.stderr
+    simple = _run(
+        ["sweep", folder, "--policy", "dressage:k=2,m=1", "--json", "--what-if", "replay"]
+    )
+    (row,) = json.loads(simple.stdout)
     assert row["engine"] == "simple-loop"
-    assert "read as one log on the simple loop here" in swept.stderr
-    replayed = json.loads(_run(["replay", folder, "--policy", "dressage:k=2,m=1", "--json"]).stdout)
-    assert replayed["engine"] == "simple-loop"
+    assert "read as one log on the simple loop here" in simple.stderr
+    # replay --policy: one decision per group of the folder read as one log (no what-if)
+    replayed_policy = _run(["replay", folder, "--policy", "dressage:k=2,m=1", "--json"])
+    assert json.loads(replayed_policy.stdout)["engine"] == "simple-loop"
