@@ -27,6 +27,7 @@ import bisect
 import heapq
 import itertools
 import random
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -52,6 +53,10 @@ class SimTrajectory:
     """Response tokens generated so far (its finished turns)."""
     gap: int | None = None
     """Kept: its version gap when its call returned (None at K = 0)."""
+    turn_runs: list[list[tuple[int, int]]] = field(default_factory=list)
+    """Per turn generated: (version, response tokens) runs, in order (for its records)."""
+    finished_at: float | None = None
+    """Real time at which it finished or failed (None: still generating at the end)."""
 
 
 @dataclass
@@ -68,6 +73,8 @@ class SimAttempt:
     stage: str | None = None
     call: int | None = None
     """The call that decided it (kept, dropped, failed, thrown away)."""
+    start_call: int = 0
+    """The call running when the worker submitted it (its ``dressage_start_rollout_id``)."""
 
     @property
     def failed(self) -> bool:
@@ -144,6 +151,7 @@ class _Sim:
         self.tracker: list[int] = []
         self.kept_gaps: list[int] = []
         self.call_index: list[int] = []
+        self.current_call = 0
         kinds = sorted(model.fail_rates)
         self.fail_kinds = kinds
         self.fail_weights = [model.fail_rates[k] for k in kinds]
@@ -207,7 +215,8 @@ class _Sim:
                 self.next_draw += 1
             works, modelled = self._work(draw, retry)
             attempt = SimAttempt(draw, retry, len(self.attempts),
-                                 [SimTrajectory(w) for w in works], modelled, now)  # fmt: skip
+                                 [SimTrajectory(w) for w in works], modelled, now,
+                                 start_call=self.current_call)  # fmt: skip
             self.attempts.append(attempt)
             self.active += 1
             g = self.clock.gen(now)
@@ -238,6 +247,7 @@ class _Sim:
                     trajectory.versions.append(v)
             trajectory.end_version = last
             trajectory.generated += trajectory.work.turns[turn]
+            trajectory.turn_runs.append(self._runs(start, g, trajectory.work.turns[turn]))
             if self.m is not None and len(trajectory.versions) - 1 > self.m:
                 trajectory.failed = "span"
             elif turn + 1 < len(trajectory.work.turns):
@@ -245,6 +255,7 @@ class _Sim:
                 return
             elif trajectory.work.fail_kind == "agent_failed_state":
                 trajectory.failed = "agent_failed_state"
+        trajectory.finished_at = self.clock.real(g)
         attempt.running -= 1
         if attempt.running == 0:
             now = self.clock.real(g)
@@ -252,6 +263,25 @@ class _Sim:
             self.queue.append(attempt)
             self.active -= 1
             self._fill(now)
+
+    def _runs(self, start: float, end: float, tokens: int) -> list[tuple[int, int]]:
+        """A turn's (version, tokens) runs: token i (1 .. tokens) was generated at
+        generation time start + i x time per token, under the version current then
+        (bookkeeping for the records only: it decides nothing)."""
+        first, last = self.clock.version(start + 1e-9), self.clock.version(end)
+        frozen, pace = self.clock.frozen_at, self.model.token_time
+        runs, done = [], 0
+        for v in range(first, last + 1):
+            upto = tokens if v == last else int((frozen[v - 1] - start) / pace + 1e-9)
+            upto = max(done, min(tokens, upto))
+            runs.append((v, upto - done))
+            done = upto
+        for i, (v, count) in enumerate(runs):  # a version the turn spans has a token
+            largest = max(range(len(runs)), key=lambda j: runs[j][1])
+            if not count and runs[largest][1] > 1:
+                runs[largest] = (runs[largest][0], runs[largest][1] - 1)
+                runs[i] = (v, 1)
+        return runs
 
     def advance(self, now: float) -> None:
         """Run generation up to real time ``now`` (every pause before it is known)."""
@@ -318,6 +348,7 @@ class _Sim:
         batch: list[SimAttempt] = []
         held: dict[int, SimAttempt] = {}
         now, fetched = start, put_back
+        self.current_call = c
         while True:
             self.advance(now)
             batch = self._take(c, now, fetched + self.queue, batch, held)
@@ -344,6 +375,17 @@ class _Sim:
         return now, []
 
 
+def _run_to_exit(sim: _Sim, model: RunModel, start: float, returned: float) -> None:
+    """The fully loop's worker runs on after the final call returned, until the process
+    exits: the trainer finishes the step before (its update), then trains the final step
+    at its typical pace. What completes meanwhile, and what is still generating at the
+    exit (written then), is ``leftover`` (§12.4); the partial loop drains instead."""
+    update = max(start + model.train_times[-1], returned)
+    sim.advance(update)
+    sim.clock.pause(update, model.update_pause)
+    sim.advance(update + model.update_pause + statistics.median(model.train_times))
+
+
 def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | None,
                  seed: int = 0) -> SimRun:  # fmt: skip
     """Simulate the run's loop at (K, M) from its fitted model (see the module's docstring)."""
@@ -356,6 +398,8 @@ def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | Non
         returned, put_back = sim.call(c, start, final, put_back)
         returns.append(returned)
         if final:
+            if model.loop == "fully" and c:
+                _run_to_exit(sim, model, start, returned)
             break
         if c == 0:
             start = returned
