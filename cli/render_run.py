@@ -109,8 +109,6 @@ def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> Non
 def print_like(like: LikeRun, console: Console) -> None:
     """``simulate --like RUN_FOLDER``: the run's fitted model, then the run at its own
     setting beside the mean (and range) of the simulated draws."""
-    from analysis.simulation.run_like import FIGURES
-
     model = like.model
     figures = like.to_dict()
     fitted = figures["fitted"]
@@ -151,8 +149,8 @@ def print_like(like: LikeRun, console: Console) -> None:
         ("difference", "right"),
     ]
     table = []
-    for key, label in FIGURES:
-        values = figures["figures"][key]
+    for values in figures["figures"].values():
+        label = values["label"]
         low, high = values["simulated_low"], values["simulated_high"]
         table.append([
             label, _three(values["run"]), _three(values["simulated"]),

@@ -119,6 +119,7 @@ class LikeRun:
             "seeds": [self.seed + i for i in range(len(self.runs))],
             "figures": {
                 key: {
+                    "label": label,
                     "run": self.run[key],
                     "simulated": mean[key],
                     "simulated_low": low[key],
@@ -127,7 +128,7 @@ class LikeRun:
                     if mean[key] is None or self.run[key] is None
                     else mean[key] - self.run[key],  # type: ignore[operator]
                 }
-                for key, _ in FIGURES
+                for key, label in FIGURES
             },
             "fitted": {
                 "token_time": self.model.token_time,

@@ -271,6 +271,7 @@ def simulate(
     """Simulate an async rollout/training pipeline and write its log (see docs: Simulate a pipeline)."""
     chosen = _chosen_format(output, log_format)
     stdout_once(**{"--json": json_output, "--output": output})
+    config = pipeline.config()  # a setting error before the output is looked at
     if not is_stdout(output):
         analysis.check_folder(output)  # before --like reads a run (issue 34)
     refuse_existing(output, force=force)  # a file as a folder: one rule
@@ -282,7 +283,6 @@ def simulate(
             setting=(keep_versions, max_preempts), draws=draws, json_output=json_output,
         )  # fmt: skip
         return
-    config = pipeline.config()
     if like is not None:
         config = _fitted(
             like, pipeline.given_fields(config), run_limits(limit),
