@@ -175,6 +175,10 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.simulation.parameters import (
         SimulationConfig as SimulationConfig,
     )
+    from analysis.simulation.run_like import (
+        LikeRun as LikeRun,
+        like_run as like_run,
+    )
     from analysis.simulation.simulator import (
         simulate as simulate,
     )
@@ -285,6 +289,8 @@ _HOME: dict[str, str] = {
     "FIGURE_FORMATS": "analysis.views.plots",
     "Fit": "analysis.simulation.fit",
     "fit_run": "analysis.simulation.fit",
+    "like_run": "analysis.simulation.run_like",
+    "LikeRun": "analysis.simulation.run_like",
     "focus_setting": "analysis.studies",
     "format_names": "analysis.formats",
     "run_folder_read_as_log": "analysis.formats.discover",

@@ -56,6 +56,7 @@ FLAGS = {
     "log_prob_drift": "--log-prob-drift",
     "log_prob_noise": "--log-prob-noise",
     "seed": "--seed",
+    "draws": "--draws",  # simulate --like RUN_FOLDER
 }
 """Each library keyword that a message may name, as the flag that sets it here."""
 

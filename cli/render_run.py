@@ -1,5 +1,6 @@
 """How the replay of a run folder (Dressage's own loop) is printed: its outcomes, the
-generation the fully-async loop threw away, and ``verify``'s per-step checks."""
+generation the fully-async loop threw away, ``verify``'s per-step checks, and
+``simulate --like RUN_FOLDER``'s comparison of the run with its fitted model."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from analysis import Decision, counted
+from analysis import Decision, counted, k_label, m_label
+from cli.flags import flagged
 from cli.render import OUTCOME_COLUMNS, outcome_cell, print_fitted, shown_number, thrown_away_words
 
 if TYPE_CHECKING:  # only named in annotations: a replay need not import the run readers
-    from analysis import LoopReplay
+    from analysis import LikeRun, LoopReplay
 
 
 _LOOP_ROWS = (*OUTCOME_COLUMNS, (Decision.LEFTOVER.value, Decision.LEFTOVER.words))
@@ -102,3 +104,69 @@ def print_checks(result: LoopReplay, console: Console, *, all_rows: bool) -> Non
                 "yes" if agrees else "NO",
             )
         console.print(detail)
+
+
+def print_like(like: LikeRun, console: Console) -> None:
+    """``simulate --like RUN_FOLDER``: the run's fitted model, then the run at its own
+    setting beside the mean (and range) of the simulated draws."""
+    model = like.model
+    figures = like.to_dict()
+    fitted = figures["fitted"]
+    estimates = fitted["estimates"]
+    in_flight = (
+        "the attempts finishing after the final call returned"
+        if model.loop == "partial"
+        else "the 90% quantile of the attempts generating at once"
+    )
+    rows = [
+        ["loop", model.loop, "the run's files"],
+        ["groups per trainer step (B)", f"{model.batch_groups:,}", "the run's rollout calls"],
+        ["trajectories per group", f"{model.samples_per_prompt:,}", "the run's rollout calls"],
+        ["rollout calls", f"{model.calls:,}", "the run's trainer steps"],
+        ["time per token (s)", _three(model.token_time), estimates.get("token_time", "")],
+        ["groups in flight", f"{model.max_active_groups:,}", in_flight],
+        ["weight update pause (s)", _three(model.update_pause), "median quiet time before an update"],
+        ["trainer step (s, median)", _three(fitted["train_time_median"]), estimates.get("train_times", "")],
+        ["retry limit", f"{model.max_retries:,}", "the run's retry lines (else Dressage's default)"],
+        ["attempts replayed as they were", f"{len(model.workload):,}", "the run's attempts, by draw and retry"],
+    ]  # fmt: skip
+    print_fitted(
+        console,
+        f"Model of {like.path} (Dressage's {model.loop} loop)",
+        [("parameter", "left"), ("value", "right"), ("from", "left")],
+        rows,
+        keys=1,
+    )
+    own = f"K={k_label(like.own_keep_versions)}, M={m_label(like.own_max_preempts)}"
+    simulated = f"K={k_label(like.keep_versions)}, M={m_label(like.max_preempts)}"
+    draws = len(like.runs)
+    seeds = f"seed {like.seed}" if draws == 1 else f"seeds {like.seed}-{like.seed + draws - 1}"
+    headers = [
+        ("figure", "left"),
+        (f"the run ({own})", "right"),
+        (f"simulated ({simulated}, mean of {draws})", "right"),
+        ("range", "right"),
+        ("difference", "right"),
+    ]
+    table = []
+    for values in figures["figures"].values():
+        label = values["label"]
+        low, high = values["simulated_low"], values["simulated_high"]
+        table.append([
+            label, _three(values["run"]), _three(values["simulated"]),
+            "-" if low is None else f"{_three(low)}-{_three(high)}",
+            "" if values["difference"] is None else f"{values['difference']:+.3g}",
+        ])  # fmt: skip
+    title = "The run at its own setting and the simulated runs"
+    print_fitted(console, f"{title} ({seeds})", headers, table, keys=1)
+    for note in like.notes:
+        console.print(f"note: {flagged(note)}", soft_wrap=True, highlight=False, markup=False)
+
+
+def _three(value: float | None) -> str:
+    """A figure with three significant digits (a whole one as it is)."""
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.3g}"

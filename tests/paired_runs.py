@@ -14,7 +14,9 @@ The what-if (docs/semantics.md §12.8): for every run A and every other setting 
 workload, the row at B of A's sweep (:func:`analysis.simulation.predict.run_sweep`, what
 ``dressage-replay sweep A`` prints: B's figures drawn from A's fitted model) against the
 mean of B's runs. ``python -m tests.paired_runs`` (``make whatif``) prints the mean
-absolute error per metric and direction beside the noise floor.
+absolute error per metric and direction beside the noise floor; with ``--like``, each run's
+model at the run's own setting against the run (``simulate --like RUN``) beside the noise
+floor of the runs' own figures.
 """
 
 from __future__ import annotations
@@ -333,6 +335,54 @@ def describe(whatif: WhatIf, draws: int, source: str) -> str:
     return "\n".join(lines)
 
 
+LIKE_FIGURES = (
+    ("steps", "trainer steps", 0),
+    ("kept", "kept groups", 0),
+    ("dropped_stale", "stale drops", 2),
+    ("leftover", "leftovers", 2),
+    ("gap_mean", "mean kept gap", 3),
+    ("rejected_span", "span rejections", 2),
+    ("kept_pct", "kept share (pts)", 2),
+)
+"""The figures of ``simulate --like RUN`` at the run's own setting that the table compares."""
+
+
+def like_errors(
+    folders: dict[str, Path], *, draws: int = MODEL_DRAWS, seed: int = 0
+) -> dict[str, tuple[Figures, Figures]]:
+    """Each run's figures (its replay at its own setting) and the mean of ``draws``
+    simulations of its fitted model there (:func:`analysis.simulation.run_like.like_run`)."""
+    from analysis.simulation.run_like import like_run
+
+    found = {}
+    for name, folder in sorted(folders.items()):
+        like = like_run(folder, draws=draws, seed=seed)
+        found[name] = (like.run, like.simulated())
+    return found
+
+
+def _abs_mean(pairs: Iterable[tuple[float | None, float | None]]) -> float | None:
+    return _mean(abs(a - b) for a, b in pairs if a is not None and b is not None)
+
+
+def like_table(figures: dict[str, tuple[Figures, Figures]]) -> str:
+    """Per figure: mean |sim - run| over the runs, the noise floor (|r1 - r2| of the runs'
+    figures, mean over the settings built twice) and whether the error is within 2x."""
+    runs = {name: parse_name(name) for name in figures}
+    pairs = [names[:2] for names in by_setting(runs).values() if len(names) >= 2]
+    lines = [
+        "| figure | mean \\|sim - run\\| | noise floor \\|r1 - r2\\| | within 2x |",
+        "|---|---|---|---|",
+    ]
+    for key, label, digits in LIKE_FIGURES:
+        error = _abs_mean((run[key], sim[key]) for run, sim in figures.values())
+        floor = _abs_mean((figures[a][0][key], figures[b][0][key]) for a, b in pairs)
+        within = "-" if error is None or floor is None else "yes" if error <= 2 * floor else "no"
+        cells = ["-" if v is None else f"{v:.{digits}f}" for v in (error, floor)]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {within} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make whatif", description=__doc__)
     parser.add_argument("--draws", type=int, default=MODEL_DRAWS, help="simulations per setting")
@@ -341,6 +391,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--runs",
         type=Path,
         help="a folder of paired run folders named as above (default: the fixtures)",
+    )
+    parser.add_argument(
+        "--like",
+        action="store_true",
+        help="instead: each run's model at its own setting against the run (simulate --like)",
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="paired_runs") as tmp:
@@ -353,6 +408,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for f in sorted(args.runs.iterdir())
                 if NAME.fullmatch(f.name) and (f / "truth.jsonl").is_file()
             }
+        if args.like:
+            figures = like_errors(folders, draws=args.draws, seed=args.seed)
+            print(f"simulate --like at the run's own setting on {len(figures)} paired runs "
+                  f"({source}), mean of {args.draws} draws:\n")  # fmt: skip
+            print(like_table(figures))
+            return 0
         whatif = measure(folders, draws=args.draws, seed=args.seed)
     print(describe(whatif, args.draws, source))
     return 0

@@ -104,6 +104,20 @@ class Fit:
     def __repr__(self) -> str:
         return f"Fit({len(self.fitted)} parameters, {self.log.groups:,} groups in the log)"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fit as ``simulate --like LOG --json`` prints it: what was fitted, and the
+        run's figures beside the simulated run's."""
+        return {
+            "model": "simulator",
+            "fitted": [
+                {"parameter": name, "value": value, "from": source}
+                for name, value, source in self.fitted
+            ],
+            "run": dataclasses.asdict(self.log),
+            "simulated": dataclasses.asdict(self.simulated),
+            "notes": list(self.notes),
+        }
+
 
 def _median_step(times: Iterable[float | None]) -> float | None:
     ordered = sorted(t for t in times if t is not None and math.isfinite(t))

@@ -33,84 +33,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import statistics
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Literal
 
 from analysis.rules.spec import NemoWindowedPolicy, PeerPolicy, PrimeRLPolicy
 from analysis.simulation.run_model import POLL_S, RunModel, TrajectoryWork
-from analysis.simulation.sim_clock import SimClock
-
-Outcome = Literal[
-    "kept", "dropped_stale", "rejected_span", "failed", "leftover", "discarded_surplus"
-]
-
-
-@dataclass
-class SimTrajectory:
-    work: TrajectoryWork
-    versions: list[int] = field(default_factory=list)
-    """Distinct versions of its response tokens so far, in order."""
-    end_version: int | None = None
-    failed: str | None = None
-    """``span`` or the work's failure kind, once it failed."""
-    turn_start: float = 0.0
-    """Generation time at which its current turn started."""
-    generated: int = 0
-    """Response tokens generated so far (its finished turns)."""
-    gap: int | None = None
-    """Kept: its version gap when its call returned (None at K = 0)."""
-
-
-@dataclass
-class SimAttempt:
-    draw: int
-    retry: int
-    order: int
-    trajectories: list[SimTrajectory]
-    modelled: bool
-    submitted: float = 0.0
-    running: int = 0
-    done_at: float | None = None
-    outcome: Outcome | None = None
-    stage: str | None = None
-    call: int | None = None
-    """The call that decided it (kept, dropped, failed, thrown away)."""
-    start_updates: int = 0
-    """Weight updates applied when the worker submitted it (its start version is one more)."""
-    start_call: int = 0
-    """Rollout calls returned when the worker submitted it (the trainer's step count then)."""
-
-    @property
-    def failed(self) -> bool:
-        return any(t.failed for t in self.trajectories)
-
-    @property
-    def span_rejected(self) -> bool:
-        return any(t.failed == "span" for t in self.trajectories)
-
-
-@dataclass
-class SimRun:
-    """One simulated run: every attempt with its outcome, and per call its kept gap."""
-
-    attempts: list[SimAttempt]
-    calls: int
-    kept_gaps: list[int]
-    """The version gap of every kept trajectory (None-free; empty at K = 0)."""
-    call_returns: list[float]
-    call_index: list[int]
-    """The tracker's current version index when each call returned (-1: none yet)."""
-    keep_versions: int
-    rule: PeerPolicy | None = None
-    """Another system's rule run as the loop's filter in place of K (None: Dressage's)."""
-    call_updates: list[int] = field(default_factory=list)
-    """Weight updates applied while each call ran (none is applied during a call)."""
-
-    @property
-    def measures_gap(self) -> bool:
-        """Whether kept trajectories have a version gap (K on, or a peer rule)."""
-        return bool(self.keep_versions) or self.rule is not None
+from analysis.simulation.sim_state import (
+    Outcome as Outcome,
+    SimAttempt,
+    SimClock,
+    SimRun,
+    SimTrajectory,
+)
 
 
 class _Sim:
@@ -136,6 +70,7 @@ class _Sim:
         self.tracker: list[int] = []
         self.kept_gaps: list[int] = []
         self.call_index: list[int] = []
+        self.current_call = 0
         kinds = sorted(model.fail_rates)
         self.fail_kinds = kinds
         self.fail_weights = [model.fail_rates[k] for k in kinds]
@@ -202,7 +137,7 @@ class _Sim:
             attempt = SimAttempt(draw, retry, len(self.attempts),
                                  [SimTrajectory(w) for w in works], modelled, now,
                                  start_updates=self.clock.version(g + 1e-9) - 1,
-                                 start_call=self.returned)  # fmt: skip
+                                 start_steps=self.returned, start_call=self.current_call)  # fmt: skip
             self.attempts.append(attempt)
             self.generating[attempt.order] = attempt
             self.active += 1
@@ -235,6 +170,7 @@ class _Sim:
                     trajectory.versions.append(v)
             trajectory.end_version = last
             trajectory.generated += trajectory.work.turns[turn]
+            trajectory.turn_runs.append(self._runs(start, g, trajectory.work.turns[turn]))
             if self.m is not None and len(trajectory.versions) - 1 > self.m:
                 trajectory.failed = "span"
             elif turn + 1 < len(trajectory.work.turns):
@@ -242,6 +178,7 @@ class _Sim:
                 return
             elif trajectory.work.fail_kind == "agent_failed_state":
                 trajectory.failed = "agent_failed_state"
+        trajectory.finished_at = self.clock.real(g)
         attempt.running -= 1
         if attempt.running == 0:
             now = self.clock.real(g)
@@ -250,6 +187,25 @@ class _Sim:
             self.queue.append(attempt)
             self.active -= 1
             self._fill(now)
+
+    def _runs(self, start: float, end: float, tokens: int) -> list[tuple[int, int]]:
+        """A turn's (version, tokens) runs: token i (1 .. tokens) was generated at
+        generation time start + i x time per token, under the version current then
+        (bookkeeping for the records only: it decides nothing)."""
+        first, last = self.clock.version(start + 1e-9), self.clock.version(end)
+        frozen, pace = self.clock.frozen_at, self.model.token_time
+        runs, done = [], 0
+        for v in range(first, last + 1):
+            upto = tokens if v == last else int((frozen[v - 1] - start) / pace + 1e-9)
+            upto = max(done, min(tokens, upto))
+            runs.append((v, upto - done))
+            done = upto
+        for i, (v, count) in enumerate(runs):  # a version the turn spans has a token
+            largest = max(range(len(runs)), key=lambda j: runs[j][1])
+            if not count and runs[largest][1] > 1:
+                runs[largest] = (runs[largest][0], runs[largest][1] - 1)
+                runs[i] = (v, 1)
+        return runs
 
     def advance(self, now: float) -> None:
         """Run generation up to real time ``now`` (every pause before it is known)."""
@@ -299,7 +255,7 @@ class _Sim:
             return self.updates(now) - attempt.start_updates
         if isinstance(rule, PrimeRLPolicy):
             return c - attempt.start_updates
-        return c - attempt.start_call
+        return c - attempt.start_steps
 
     def _peer_stale(self, attempt: SimAttempt, c: int, now: float) -> bool:
         assert self.rule is not None
@@ -326,7 +282,7 @@ class _Sim:
         if rule is None or rule.selection == "fifo":
             return list(held)
         if rule.selection == "oldest":
-            return sorted(held, key=lambda order: held[order].start_call)
+            return sorted(held, key=lambda order: held[order].start_steps)
         return sorted(held, key=lambda order: -held[order].start_updates)
 
     def _evict(self, batch: list[SimAttempt], c: int, now: float) -> list[SimAttempt]:
@@ -401,6 +357,7 @@ class _Sim:
         batch: list[SimAttempt] = []
         held: dict[int, SimAttempt] = {}
         now, fetched = start, put_back
+        self.current_call = c
         while True:
             self.advance(now)
             batch = self._take(c, now, fetched + self.queue, batch, held)
@@ -434,6 +391,17 @@ class _Sim:
         return now, []
 
 
+def _run_to_exit(sim: _Sim, model: RunModel, start: float, returned: float) -> None:
+    """The fully loop's worker runs on after the final call returned, until the process
+    exits: the trainer finishes the step before (its update), then trains the final step
+    at its typical pace. What completes meanwhile, and what is still generating at the
+    exit (written then), is ``leftover`` (§12.4); the partial loop drains instead."""
+    update = max(start + model.train_times[-1], returned)
+    sim.advance(update)
+    sim.clock.pause(update, model.update_pause)
+    sim.advance(update + model.update_pause + statistics.median(model.train_times))
+
+
 def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | None,
                  seed: int = 0, rule: PeerPolicy | None = None) -> SimRun:  # fmt: skip
     """Simulate the run's loop at (K, M) from its fitted model (see the module's docstring);
@@ -447,6 +415,8 @@ def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | Non
         returned, put_back = sim.call(c, start, final, put_back)
         returns.append(returned)
         if final:
+            if model.loop == "fully" and c:
+                _run_to_exit(sim, model, start, returned)
             break
         if c == 0:
             start = returned

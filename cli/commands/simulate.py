@@ -16,17 +16,30 @@ import analysis
 from cli.groups import declared, takes_group
 from cli.options import (
     FLAG,
+    INT,
     Force,
     LimitOption,
     Quiet,
     Traceback,
     choice_metavar,
     number_option,
+    one_keep_versions,
+    one_max_preempts,
     one_of,
     run_limits,
+    whole_number,
     whole_option,
 )
-from cli.output import is_stdout, print_jsonl, progress_bar, refuse_existing, replacing
+from cli.output import (
+    is_stdout,
+    print_json,
+    print_jsonl,
+    progress_bar,
+    refuse_existing,
+    replacing,
+    results_out,
+    stdout_once,
+)
 
 
 class LogFormatChoice(StrEnum):
@@ -165,6 +178,17 @@ _PIPELINE = {
 """simulate's pipeline options, in the order --help lists them."""
 
 
+_RUN_MODEL_GIVEN = {
+    "max_active_groups": "max_active_groups", "batch_groups": "batch_groups",
+    "train_step_time": "train_step_time", "token_time": "token_time",
+}  # fmt: skip
+"""Pipeline options that, with --like RUN_FOLDER, replace a value of the run's model."""
+_RUN_FOLDER_ONLY = {
+    "keep_versions": "--keep-versions", "max_preempts": "--max-preempts", "draws": "--draws",
+}  # fmt: skip
+"""Options that only a run folder's model takes."""
+
+
 @takes_group("pipeline", PipelineFlags, declared(PipelineFlags, _PIPELINE))
 def simulate(
     output: Annotated[
@@ -191,42 +215,79 @@ def simulate(
         Path | None,
         typer.Option(
             "--like",
-            help="Fit the pipeline to this run (a log or a Dressage run folder): print the "
-            "fit beside the run's figures, then simulate it; options given win over the fit.",
+            help="Fit the pipeline to this run: a Dressage run folder is simulated on its "
+            "own loop from the run's fitted model (at its own K and M unless -k/-m), a log "
+            "by the generic simulator; print the fit beside the run's figures, then write "
+            "the simulated run; options given win over the fit.",
             metavar="RUN",
             show_default=False,
         ),
     ] = None,
+    keep_versions: Annotated[
+        int | None,
+        typer.Option(
+            "--keep-versions",
+            "-k",
+            help="With --like RUN_FOLDER: K to simulate (default: the run's own, from its "
+            "metrics); 0 or off disables.",
+            parser=one_keep_versions,
+            metavar="<int|off>",
+            show_default=False,
+        ),
+    ] = None,
+    max_preempts: Annotated[
+        str | None,
+        typer.Option(
+            "--max-preempts",
+            "-m",
+            help="With --like RUN_FOLDER: M to simulate (default: the run's own, as its span "
+            "rejections name it); none or off disables.",
+            metavar="<int|none>",
+            show_default=False,
+        ),
+    ] = None,
+    draws: Annotated[
+        int | None,
+        typer.Option(
+            "--draws",
+            help="With --like RUN_FOLDER: simulated runs compared with the run (seeds from "
+            "--seed on; default 5); the output holds the first.",
+            parser=whole_number,
+            metavar=INT,
+            show_default=False,
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="With --like: print the comparison as one JSON object.", metavar=FLAG
+        ),
+    ] = False,
     force: Force = False,
     limit: LimitOption = None,
     quiet: Quiet = False,
     traceback_: Traceback = False,
 ) -> None:
     """Simulate an async rollout/training pipeline and write its log (see docs: Simulate a pipeline)."""
-    config = pipeline.config()
-    if is_stdout(output):  # a stream of records: JSONL only
-        if log_format not in (None, LogFormatChoice("jsonl")):
-            raise typer.BadParameter(
-                "standard output (-o -) takes JSONL only; give a file or folder name for "
-                + log_format.value,
-                param_hint="--format",
-            )
-        chosen = "jsonl"
-    else:
-        chosen = analysis.log_format_for(output, log_format.value if log_format else None)
+    chosen = _chosen_format(output, log_format)
+    stdout_once(**{"--json": json_output, "--output": output})
+    config = pipeline.config()  # a setting error before the output is looked at
     if not is_stdout(output):
         analysis.check_folder(output)  # before --like reads a run (issue 34)
     refuse_existing(output, force=force)  # a file as a folder: one rule
-    if limit and like is None:
-        raise typer.BadParameter(
-            "only read with --like: it bounds what reading that run may hold; leave it out, "
-            "or give --like RUN",
-            param_hint="--limit",
-        )
+    run_folder = like is not None and analysis.is_run_folder(like)
+    _refuse_options(pipeline.given, like=like, run_folder=run_folder)
+    if like is not None and run_folder:
+        _simulate_run_folder(
+            like, output, chosen, pipeline=pipeline, limits=run_limits(limit), force=force,
+            setting=(keep_versions, max_preempts), draws=draws, json_output=json_output,
+        )  # fmt: skip
+        return
     if like is not None:
         config = _fitted(
-            like, pipeline.given_fields(config), run_limits(limit), stdout_taken=is_stdout(output)
-        )
+            like, pipeline.given_fields(config), run_limits(limit),
+            stdout_taken=is_stdout(output), json_output=json_output,
+        )  # fmt: skip
         if pipeline.admission:  # verl's R defaults to the fitted groups per step
             config = dataclasses.replace(
                 config,
@@ -239,25 +300,124 @@ def simulate(
         records = analysis.simulate(config)
         if update is not None:
             records = groups_done(records, config.n_groups, update)
-        if is_stdout(output):
-            count = print_jsonl(records)
+        count = _write(records, output, chosen, force=force)
+    typer.echo(
+        f"wrote {count:,} records ({config.n_groups:,} groups) to {_where(output)}", err=True
+    )
+
+
+def _chosen_format(output: Path, log_format: LogFormatChoice | None) -> str:
+    """The format to write: standard output takes JSONL only."""
+    if not is_stdout(output):
+        return analysis.log_format_for(output, log_format.value if log_format else None)
+    if log_format not in (None, LogFormatChoice("jsonl")):
+        raise typer.BadParameter(
+            "standard output (-o -) takes JSONL only; give a file or folder name for "
+            + log_format.value,
+            param_hint="--format",
+        )
+    return "jsonl"
+
+
+def _refuse_options(given: frozenset[str], *, like: Path | None, run_folder: bool) -> None:
+    """Usage errors (exit 2) of options that do not go together."""
+    if "limit" in given and like is None:
+        raise typer.BadParameter(
+            "only read with --like: it bounds what reading that run may hold; leave it out, "
+            "or give --like RUN",
+            param_hint="--limit",
+        )
+    if "json_output" in given and like is None:
+        raise typer.BadParameter(
+            "only with --like: it prints the comparison with the run; leave it out, or give "
+            "--like RUN",
+            param_hint="--json",
+        )
+    for name, flag in _RUN_FOLDER_ONLY.items():
+        if name in given and not run_folder:
+            raise typer.BadParameter(
+                "only with --like RUN_FOLDER (a Dressage run folder), whose fitted model "
+                "simulates Dressage's loop at a setting; leave it out"
+                + ("" if like is None else f" ({like} is not a run folder)"),
+                param_hint=flag,
+            )
+    if run_folder:
+        for name in _CONFIG_NAMES:
+            if name in given and name != "seed" and name not in _RUN_MODEL_GIVEN:
+                raise typer.BadParameter(
+                    "does not apply to a Dressage run folder's model, which replays the "
+                    "run's own workload and calls; leave it out (with --like RUN_FOLDER "
+                    "only --seed, --max-active-groups, --batch-groups, --train-step-time "
+                    "and --token-time are taken)",
+                    param_hint="--" + name.replace("_", "-"),
+                )
+
+
+def _simulate_run_folder(
+    like: Path, output: Path, chosen: str, *, pipeline: PipelineFlags, limits: analysis.Limits,
+    force: bool, setting: tuple[int | None, str | None], draws: int | None, json_output: bool,
+) -> None:  # fmt: skip
+    """``simulate --like RUN_FOLDER``: the run's model at a setting beside the run, and
+    the first draw's records written."""
+    from cli.output import stderr_console, stdout_console
+    from cli.render_run import print_like
+
+    keep_versions, max_preempts = setting
+    given = {
+        field: float(getattr(pipeline, name))
+        for name, field in _RUN_MODEL_GIVEN.items()
+        if name in pipeline.given
+    }
+    like_run = analysis.like_run(
+        like,
+        keep_versions=keep_versions,
+        max_preempts="own" if max_preempts is None else one_max_preempts(max_preempts),
+        draws=5 if draws is None else draws,
+        seed=pipeline.seed,
+        limits=limits,
+        given=given,
+    )
+    with results_out():
+        if json_output:
+            print_json(like_run.to_dict())
         else:
-            with replacing(output, force=force):
-                count = analysis.write_log(records, output, chosen)
-    where = "standard output" if is_stdout(output) else output
-    typer.echo(f"wrote {count:,} records ({config.n_groups:,} groups) to {where}", err=True)
+            print_like(like_run, stdout_console() if not is_stdout(output) else stderr_console())
+    records = like_run.records()
+    if chosen == "pt":  # a step's dump holds what it trained on
+        records = (r for r in records if "dressage_return_rollout_id" in r["metadata"])
+    count = _write(records, output, chosen, force=force)
+    typer.echo(
+        f"wrote {count:,} records (the first draw, seed {pipeline.seed}) to {_where(output)}",
+        err=True,
+    )
+
+
+def _write(records: Iterable[dict[str, Any]], output: Path, chosen: str, *, force: bool) -> int:
+    if is_stdout(output):
+        return print_jsonl(records)
+    with replacing(output, force=force):
+        return analysis.write_log(records, output, chosen)
+
+
+def _where(output: Path) -> str:
+    return "standard output" if is_stdout(output) else str(output)
 
 
 def _fitted(
-    like: Path, given: dict[str, object], limits: analysis.Limits, *, stdout_taken: bool = False
-) -> analysis.SimulationConfig:
+    like: Path, given: dict[str, object], limits: analysis.Limits, *, stdout_taken: bool = False,
+    json_output: bool = False,
+) -> analysis.SimulationConfig:  # fmt: skip
     """Fit the simulator to ``like`` and print the fit (stdout, or stderr when the records
-    go there); its configuration."""
+    go there; as JSON with ``json_output``); its configuration."""
     from cli.output import stderr_console, stdout_console
     from cli.render import print_fit
 
     fit = analysis.fit_run(like, given=given, limits=limits)
-    print_fit(fit, like, stdout_console() if not stdout_taken else stderr_console())
+    if json_output:
+        with results_out():
+            print_json(fit.to_dict())
+    else:
+        print_fit(fit, like, stdout_console() if not stdout_taken else stderr_console())
     return fit.config
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import analysis
 from analysis.simulation.fit import _quantile, fit_run, fit_simulation, log_figures
 from cli.app import app
+from tests.conftest import SMALL_RUN
 from tests.real_runs import RUNS
 
 runner = CliRunner()
@@ -99,23 +100,33 @@ def test_quantile_is_linear_between_neighbours() -> None:
     assert _quantile(series.to_list(), 0.3) == pytest.approx(series.quantile(0.3, "linear"))
 
 
-def test_simulate_like_prints_the_fit_and_writes_the_runs_pipeline(
-    run_folders: dict[str, Path], tmp_path: Path
+def test_simulate_like_a_log_prints_the_fit_and_writes_the_runs_pipeline(
+    small_logs: dict[str, Path], tmp_path: Path
 ) -> None:
-    out = tmp_path / "like.jsonl"
-    result = runner.invoke(
-        app, ["simulate", "--like", str(run_folders["k2-m1"]), "-o", str(out), "--seed", "4"]
-    )
+    """A log (not a run folder: that one is simulated from its model, tests/cli/
+    test_simulate_like.py) fits the generic simulator."""
+    out, log = tmp_path / "like.jsonl", small_logs["jsonl"]
+    result = runner.invoke(app, ["simulate", "--like", str(log), "-o", str(out), "--seed", "4"])
     assert result.exit_code == 0, result.stderr
     for words in ("Fitted to", "calibrated to the step time", "the run", "simulated (400 groups)",
                   "response tokens, median", "not in a log: a guess"):  # fmt: skip
         assert words in result.stdout, words
     records = [json.loads(line) for line in out.read_text().splitlines()]
     groups = {r["group_index"] for r in records}
-    assert len(groups) == analysis.prepare(analysis.load_logs([run_folders["k2-m1"]])).n_groups
-    assert {len([r for r in records if r["group_index"] == g and r["metadata"]["segment_index"] == 0])
-            for g in groups} == {4}  # fmt: skip
+    assert len(groups) == analysis.prepare(analysis.load_logs([log])).n_groups
+    per_group = {
+        len([r for r in records if r["group_index"] == g and r["metadata"]["segment_index"] == 0])
+        for g in groups
+    }
+    assert per_group == {SMALL_RUN.n_samples_per_prompt}
     assert result.stderr == f"wrote {len(records):,} records ({len(groups):,} groups) to {out}\n"
+    printed = runner.invoke(
+        app, ["simulate", "--like", str(log), "-o", str(tmp_path / "j.jsonl"), "--json"]
+    )
+    assert printed.exit_code == 0, printed.stderr
+    fit = json.loads(printed.stdout)
+    assert fit["model"] == "simulator" and fit["run"]["groups"] == len(groups)
+    assert {row["parameter"] for row in fit["fitted"]} >= {"batch_groups", "token_time"}
 
 
 def test_simulate_like_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:

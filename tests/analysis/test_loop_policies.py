@@ -48,7 +48,7 @@ def _lag(rule: PeerPolicy, run: SimRun, attempt: SimAttempt, call: int) -> int:
     if rule.clock_name == "steps" and isinstance(rule, PrimeRLPolicy):
         return call - attempt.start_updates
     if rule.clock_name == "steps" and isinstance(rule, VerlDropPolicy):
-        return call - attempt.start_call
+        return call - attempt.start_steps
     return run.call_updates[call] - attempt.start_updates
 
 
@@ -129,7 +129,7 @@ def test_verl_takes_the_oldest_submitted_first(models: dict[str, RunModel]) -> N
             ]
             checked += bool(waited)
             for other in waited:
-                assert other.start_call >= max(a.start_call for a in kept), (call, other)
+                assert other.start_steps >= max(a.start_steps for a in kept), (call, other)
     assert checked  # the case arose
 
 

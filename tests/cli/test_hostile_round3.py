@@ -107,7 +107,7 @@ def test_an_unreadable_folder_of_a_run_is_cannot_read_in_every_command(
         ["replay", run], ["verify", run], ["inspect", run], ["sweep", run, "-k", "1"],
         ["report", run, "-o", str(tmp_path / "r.html")],
         ["convert", run, "-o", str(tmp_path / "c.parquet")],
-        ["simulate", "--like", run, "--groups", "4", "-o", str(tmp_path / "s.jsonl")],
+        ["simulate", "--like", run, "-o", str(tmp_path / "s.jsonl")],
     ]  # fmt: skip
     try:
         for args in commands:

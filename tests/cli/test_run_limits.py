@@ -89,8 +89,7 @@ def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
         "verify": ["verify", str(run), "-k", "2"],
         "inspect": ["inspect", str(run)],
         "report": ["report", str(run), "-o", str(tmp_path / "r.html"), "--force"],
-        "simulate": ["simulate", "--like", str(run), "-o", str(tmp_path / "s.jsonl"), "--groups", "8",
-                     "--force"],
+        "simulate": ["simulate", "--like", str(run), "-o", str(tmp_path / "s.jsonl"), "--force"],
         "sweep": ["sweep", str(run), "-k", "1", "-m", "none"],
     }  # fmt: skip
 
