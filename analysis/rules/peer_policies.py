@@ -90,8 +90,14 @@ def version_axis(prepared: PreparedLog) -> VersionAxis:
         np.minimum.at(start, arrays.owner, entry)
         np.maximum.at(top, arrays.owner, entry)
         newest = np.maximum.accumulate(top) if n else top
+        # Each distinct label read once (a log has few labels and many tokens).
+        as_number = {
+            label: number
+            for label in tokens["label"].unique().to_list()
+            if (number := version_number(label)) is not None
+        }
         numbered_tokens = tokens.with_columns(
-            position=pl.col("label").map_elements(version_number, return_dtype=pl.Int64)
+            position=pl.col("label").replace_strict(as_number, default=None, return_dtype=pl.Int64)
         )
     else:
         start = observation.min_index.copy()

@@ -404,19 +404,22 @@ def test_nemo_window_bounds_lag_as_prime_rl_does() -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    records=raw_logs(),
+    records=peer_logs(),
     bound=st.integers(0, 3),
     batch_groups=st.integers(1, 5),
-    clock=st.sampled_from(("versions", "steps")),
+    clock=st.sampled_from(("versions", "steps", "logged")),
 )
 def test_the_three_rules_keep_the_same_groups_on_an_eager_trainer(
     tmp_path: Path, records: list[dict[str, Any]], bound: int, batch_groups: int, clock: str
 ) -> None:
     """§13.4: the trainer takes a batch as soon as B groups wait, so no more than B ever
     wait; selection order then never matters, and the three rules keep the same groups
-    with M = M = T - 1 (they differ in when and at which stage they drop)."""
+    with M = M = T - 1 on the same clock (they differ in when and at which stage they
+    drop)."""
     table = analysis.load_logs([write_jsonl(records, tmp_path / "log.jsonl")])
     prepared = analysis.prepare(table)
+    if clock == "logged" and not logged_clock_readable(records):
+        clock = "steps"
     specs = [
         f"prime-rl:max_off_policy_steps={bound},clock={clock}",
         f"verl-drop:max_off_policy_threshold={bound + 1},clock={clock}",
