@@ -67,7 +67,7 @@ figures: $(STAMP) ## Draw the README's figures from sample_data/ into sample_dat
 	$(BIN)/dressage-replay plot timeline sample_data/rollouts.jsonl -k 2 -m 1 -o sample_data/figures/timeline.png --force
 	runs=$$(mktemp -d) && tar xJf tests/fixtures/real_runs/k3-m2-n8.tar.xz -C $$runs && \
 	$(BIN)/dressage-replay plot sweep $$runs/k3-m2-n8 -o sample_data/figures/policies.png --force --policy dressage:k=3,m=2 \
-	  --policy dressage:k=2 --policy prime-rl:max_off_policy_steps=1 --policy prime-rl:max_off_policy_steps=1,clock=steps \
+	  --policy dressage:k=2 --policy prime-rl:max_off_policy_steps=1 --policy prime-rl:max_off_policy_steps=1,clock=versions \
 	  --policy verl-drop:max_off_policy_threshold=2 --policy nemo-windowed:max_staleness_versions=1; rm -rf $$runs
 
 clean: ## Remove the virtual environment and caches

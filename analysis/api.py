@@ -278,7 +278,7 @@ def replay_log(
         )
     if policy is not None:
         result: ReplayResult | PolicyResult = replay_policy(
-            prepared, policy, batch_groups=batch_groups
+            prepared, policy, batch_groups=batch_groups, formats=log_formats(report)
         )
         engine = Engine.POLICY
     else:
@@ -295,6 +295,12 @@ def _who_gets_dropped(
         raise ConfigError(setting("bias") + " needs the table, not a prepared log")
     engine_result = result.result if isinstance(result, PolicyResult) else result
     return who_gets_dropped(prepared, engine_result, table=table)
+
+
+def log_formats(report: LoadReport | None) -> tuple[str, ...]:
+    """The formats a log was read from (a converted log: its source's), for the rules that
+    read a system's own log (docs/semantics.md §13.2)."""
+    return () if report is None else (*report.formats, *report.converted_from)
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,11 @@ def report_content(
     batch_groups: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     policies: Sequence[Any] = (),
+    formats: tuple[str, ...] = (),
 ) -> ReportContent:
     """The replays a report shows: the sweep, the setting looked at closely
-    (:func:`focus_setting`), who it drops, and ``policies`` swept on the same log."""
+    (:func:`focus_setting`), who it drops, and ``policies`` swept on the same log (read
+    from ``formats``, for their own clocks: docs/semantics.md §13.2)."""
     swept = sweep(
         prepared,
         keep_versions=keep_versions,
@@ -139,7 +141,9 @@ def report_content(
         per_k=swept.results.where(max_preempts=focus.config.max_preempts),
         bias=who_gets_dropped(prepared, focus, table=table),
         policies=(
-            sweep_policies(prepared, policies, batch_groups=batch_groups) if policies else None
+            sweep_policies(prepared, policies, batch_groups=batch_groups, formats=formats)
+            if policies
+            else None
         ),
     )
 
@@ -328,6 +332,7 @@ def build_report(
         content = report_content(
             prepared, table, keep_versions=keep_versions, max_preempts=max_preempts,
             batch_groups=batch_groups, progress=progress, policies=policies,
+            formats=(*inspection.formats, *inspection.converted_from),
         )  # fmt: skip
     return render_report(
         prepared, inspection, content, keep_versions=keep_versions, max_preempts=max_preempts,

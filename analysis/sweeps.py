@@ -17,6 +17,7 @@ from analysis.api import (
     Progress,
     Source,
     load_log,
+    log_formats,
     paths_of,
     picks_run_loop,
     read_run_folder,
@@ -136,7 +137,11 @@ def sweep_log(
         chosen = [parse_policy(p) if isinstance(p, str) else p for p in policies]
         with bars("replaying policies") as update:
             swept: SweepResult | PolicySweep = sweep_policies(
-                log.prepared, chosen, batch_groups=log.batch_groups, progress=update
+                log.prepared,
+                chosen,
+                batch_groups=log.batch_groups,
+                progress=update,
+                formats=log_formats(log.report),
             )
         return Swept(Engine.POLICY, swept, log)
     with bars("replaying settings") as update:

@@ -127,8 +127,9 @@ PolicyOption = Annotated[
         "--policy",
         help="A staleness policy, as NAME:KNOB=VALUE,...: dressage:k=2,m=1, "
         "prime-rl:max_off_policy_steps=1, verl-drop:max_off_policy_threshold=2, "
-        "nemo-windowed:max_staleness_versions=1[,order=freshest] (docs/semantics.md §13); "
-        "replaces -k and -m. One; sweep, plot and report take several.",
+        "nemo-windowed:max_staleness_versions=1[,order=freshest]; a peer rule's "
+        "clock=own|steps|logged|versions (default own: the system's own step counter; "
+        "docs/semantics.md §13); replaces -k and -m. One; sweep, plot and report take several.",
         metavar="SPEC",
         show_default=False,
     ),

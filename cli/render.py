@@ -125,9 +125,16 @@ def print_fitted(
         console.print(shown)
 
 
-def print_summary(summary: ReplaySummary, console: Console, *, policy: str | None = None) -> None:
+def print_summary(
+    summary: ReplaySummary,
+    console: Console,
+    *,
+    policy: str | None = None,
+    clock: str | None = None,
+) -> None:
     """Print one replay's summary as a table of outcomes plus staleness figures; ``policy``
-    (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M."""
+    (a peer rule's spec, docs/semantics.md §13) titles it instead of K and M, with the
+    ``clock`` it ran on (§13.2)."""
     config = summary.config
 
     title = (  # a control that is off: K off, M none (as the policy label and the plots)
@@ -137,6 +144,7 @@ def print_summary(summary: ReplaySummary, console: Console, *, policy: str | Non
     )
     if policy is not None:
         title = f"Simple loop: {policy.partition(':')[0]}  batch_groups={config.batch_groups}"
+        title += f"  clock={clock}" if clock is not None else ""
     headers = [("outcome", "left"), *((unit, "right") for unit in summary.counts)]
     rows = [["total", *(outcome_cell(c["total"], None) for c in summary.counts.values())]]
     for key, label in OUTCOME_COLUMNS:

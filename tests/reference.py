@@ -119,6 +119,8 @@ class ParsedRecord:
     response_tokens: int | None
     aborted: bool
     position_in_group: int = 0
+    trainer_step: int | None = None
+    """``metadata.dressage_return_rollout_id`` (or top level): the step the record came back at."""
 
 
 def parse_record(raw: Record, position_in_log: int) -> ParsedRecord:
@@ -179,6 +181,9 @@ def parse_record(raw: Record, position_in_log: int) -> ParsedRecord:
         end_version=end_version,
         response_tokens=response_tokens,
         aborted=aborted,
+        trainer_step=_first_present(
+            (metadata, "dressage_return_rollout_id"), (raw, "dressage_return_rollout_id")
+        ),
     )
 
 

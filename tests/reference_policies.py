@@ -1,14 +1,22 @@
 """Slow, obviously-correct reference models of the other systems' batch-assembly rules,
-transcribed from docs/semantics.md §13, and of the token-weighted figures of §10.6.
+transcribed from docs/semantics.md §13 and the systems' source, and of the token-weighted
+figures of §10.6.
 
 One plain loop per system over the groups of ``tests.reference`` (same record reading,
 same trajectory versions), so that ``analysis.rules.policies`` can be checked against them in
 ``tests/analysis/test_policies.py``. Each loop is written from its system's rule, not
 from the engine's shared loop: that they agree is what the differential tests check.
+
+Versions are counted as the systems count them: in version numbers when every observed
+version is a whole number (prime-rl's ``policy.start``, NeMo-RL's ``start_weight_version``
+and the trainer's step are integers), else in positions of observation order (§13.1). The
+clock is the system's step counter (``steps``: the log's first version plus the batches
+emitted; ``logged``: the step a group's records carry), or the newest version (§13.2).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tests.reference import (
@@ -20,12 +28,22 @@ from tests.reference import (
     real_label,
 )
 
+WHOLE_NUMBER = re.compile(r"0|[1-9][0-9]{0,17}")
+
+
+def number(label: str) -> int | None:
+    """A label that is a whole number written plainly (``"3"``; not ``"03"`` or ``"-2"``)."""
+    return int(label) if WHOLE_NUMBER.fullmatch(label) else None
+
 
 class _Log:
     """What every rule reads: groups in arrival order, the observed versions, each
-    group's start index and the observed index once it has arrived (§13.1, §3.1)."""
+    group's start and the clock readings (§13.1, §13.2, §3.1)."""
 
-    def __init__(self, records: list[Record]) -> None:
+    def __init__(
+        self, records: list[Record], *, clock: str = "versions", own_log: bool = False,
+        step_offset: int = 0,
+    ) -> None:  # fmt: skip
         self.groups = group_records(records)
         self.versions: list[str] = []
         self.now_after: list[int] = []
@@ -34,7 +52,29 @@ class _Log:
                 if version not in self.versions:
                     self.versions.append(version)
             self.now_after.append(len(self.versions) - 1)
+        self.numbered = bool(self.versions) and all(number(v) is not None for v in self.versions)
         self.start = [self._start(group) for group in self.groups]
+        # The newest version once each group is observed: the largest number seen so far,
+        # or the index of the last version observed.
+        self.newest: list[int] = []
+        largest = -1
+        for number_of_group, group in enumerate(self.groups):
+            if self.numbered:
+                for _, version in group.trajectory_versions():
+                    largest = max(largest, int(version))
+                self.newest.append(largest)
+            else:
+                self.newest.append(self.now_after[number_of_group])
+        starts = [s for s in self.start if s is not None]
+        self.base = min(starts) if starts else 0
+        self.steps: list[int | None] = []
+        for group in self.groups:
+            told = [r.trainer_step for r in group.records if r.trainer_step is not None]
+            self.steps.append(max(told) - step_offset if told else None)
+        logged_here = self.numbered and all(step is not None for step in self.steps)
+        if clock == "own":
+            clock = "logged" if own_log and logged_here else "steps"
+        self.clock = clock
         self.decisions: dict[str, dict[str, Any]] = {}
         self.kept_gaps: list[int] = []
         self.current: dict[str, int] = {}
@@ -42,14 +82,42 @@ class _Log:
         self.last_partial = False
 
     def _start(self, group: Group) -> int | None:
-        """Stalest of the trajectory versions and of the token labels that are versions."""
-        candidates = [self.versions.index(v) for _, v in group.trajectory_versions()]
+        """Stalest of the trajectory versions and of the token labels: by number when the
+        versions are numbers (a token label that is a number counts, observed or not),
+        else by index (a token label counts only when it is an observed version)."""
+        labels = [v for _, v in group.trajectory_versions()]
         for record in group.records:
             for value in record.token_versions or []:
                 label = real_label(value)
-                if label is not None and label in self.versions:
-                    candidates.append(self.versions.index(label))
+                if label is not None:
+                    labels.append(label)
+        if self.numbered:
+            candidates = [n for label in labels if (n := number(label)) is not None]
+        else:
+            candidates = [self.versions.index(v) for v in labels if v in self.versions]
         return min(candidates) if candidates else None
+
+    def start_label(self, number_of_group: int) -> str | None:
+        start = self.start[number_of_group]
+        if start is None:
+            return None
+        return str(start) if self.numbered else self.versions[start]
+
+    def first_reading(self) -> int | None:
+        """The clock before any group: the steps clock starts at the log's first version."""
+        return self.base if self.clock == "steps" else None
+
+    def reading(self, number_of_group: int) -> int | None:
+        """What the clock reads when the group arrives (None: it does not move then)."""
+        if self.clock == "versions":
+            return self.newest[number_of_group]
+        if self.clock == "logged":
+            return self.steps[number_of_group]
+        return None
+
+    def after_batch(self) -> int | None:
+        """What the clock reads after a batch is emitted (the steps clock only)."""
+        return self.base + self.batch_count if self.clock == "steps" else None
 
     def stalest_end(self, group: Group) -> int | None:
         indices = [self.versions.index(v) for _, v in group.trajectory_versions()]
@@ -77,9 +145,10 @@ class _Log:
                 self.kept_gaps.append(now - self.versions.index(version))
         self.batch_count += 1
 
-    def lag(self, number: int, clock: int) -> int | None:
+    def lag(self, number: int, clock: int | None) -> int | None:
+        """Clock minus start; None when either is unknown (never stale)."""
         start = self.start[number]
-        return None if start is None else clock - start
+        return None if start is None or clock is None else clock - start
 
     def result(self, batch_groups: int) -> ReferenceResult:
         summary = _summary(
@@ -100,51 +169,71 @@ def too_stale(lag: int | None, bound: int) -> bool:
     return lag is not None and lag > bound
 
 
+def _newer(reading: int | None, clock: int | None) -> bool:
+    return reading is not None and (clock is None or reading > clock)
+
+
 def prime_rl_reference(
-    records: list[Record], *, max_off_policy_steps: int, batch_groups: int, clock: str = "versions"
+    records: list[Record],
+    *,
+    max_off_policy_steps: int,
+    batch_groups: int,
+    clock: str = "own",
+    **clock_args: Any,
 ) -> ReferenceResult:
-    """prime-rl: keep iff (step - 1) - start <= M; in-flight cancel = drop on arrival;
-    the queue is swept at every step advance; a full queue ships as a batch."""
-    log = _Log(records)
+    """prime-rl (``train_sink.py`` _drop_stale, ``utils.py`` min_fresh_version): keep iff
+    (step - 1) - start <= M; in-flight cancel = drop on arrival; the queue is swept
+    whenever ``progress.step`` has advanced; a full queue ships as a batch and advances
+    the step by one. ``clock_args``: ``own_log`` (the log is prime-rl's own, so
+    ``clock=own`` reads its logged steps) and ``step_offset`` (step N trains N - offset)."""
+    log = _Log(records, clock=clock, **clock_args)
     queue: list[int] = []
-    step = -1 if clock == "versions" else 0  # (step - 1): the version the batch trains
+    trains = log.first_reading()  # (step - 1): the version the batch being collected trains
     for number, group in enumerate(log.groups):
         now = log.now_after[number]
-        if clock == "versions" and now > step:
-            step = now
+        if _newer(log.reading(number), trains):
+            trains = log.reading(number)
             for waiting in list(queue):
-                if too_stale(log.lag(waiting, step), max_off_policy_steps):
+                if too_stale(log.lag(waiting, trains), max_off_policy_steps):
                     log.decide(waiting, "dropped_stale", "pending", now)
                     queue.remove(waiting)
         if group.is_failed():
             log.decide(number, "failed", None, now)
-        elif too_stale(log.lag(number, step), max_off_policy_steps):
+        elif too_stale(log.lag(number, trains), max_off_policy_steps):
             log.decide(number, "dropped_stale", "arrival", now)
         else:
             queue.append(number)
             if len(queue) == batch_groups:
                 log.emit(queue, now)
                 queue = []
-                if clock == "steps":
-                    step = log.batch_count
+                if log.clock == "steps":  # the queue shipped whole: nothing to sweep
+                    trains = log.after_batch()
     if queue:
         log.emit(queue, log.now_after[-1])
         log.last_partial = True
     return log.result(batch_groups)
 
 
-def verl_drop_reference(
+def verl_drop_reference(  # noqa: C901 (one plain loop, read against §13)
     records: list[Record],
     *,
     max_off_policy_threshold: int,
     batch_groups: int,
-    clock: str = "versions",
+    clock: str = "own",
+    submitted: list[int] | None = None,
+    **clock_args: Any,
 ) -> ReferenceResult:
-    """verl v1 drop: at sample(), evict finished groups with g - g0 + 1 > T, then take the
-    batch_size oldest-submitted (smallest g0) if that many remain."""
-    log = _Log(records)
+    """verl v1 drop (``replay_buffer.py`` ReplayBufferAsync._stale_terminal_keys, sample;
+    ReplayBuffer._select_prompt_uids): at sample(g), evict finished groups with
+    g - g0 + 1 > T, then take the batch_size oldest-submitted (smallest g0) if that many
+    remain. The replay's g0 - 1 is the group's start; ``submitted`` gives verl's own g0
+    per group instead (1-indexed steps, as verl's ``global_steps``), for the examples
+    where the two differ."""
+    log = _Log(records, clock=clock, **clock_args)
+    if submitted is not None:
+        log.start = [g0 - 1 for g0 in submitted]
     finished: list[int] = []
-    g = -1 if clock == "versions" else 0
+    g = log.first_reading()  # g - 1
 
     def sample(now: int, *, at_end: bool) -> None:
         nonlocal finished, g
@@ -165,13 +254,13 @@ def verl_drop_reference(
                 log.last_partial = True
             log.emit(chosen, now)
             finished = [n for n in finished if n not in chosen]
-            if clock == "steps":
-                g = log.batch_count
+            if log.clock == "steps":
+                g = log.after_batch()
 
     for number, group in enumerate(log.groups):
         now = log.now_after[number]
-        if clock == "versions":
-            g = max(g, now)
+        if _newer(log.reading(number), g):
+            g = log.reading(number)
         if group.is_failed():
             log.decide(number, "failed", None, now)
             continue
@@ -189,18 +278,21 @@ def nemo_windowed_reference(  # noqa: C901
     max_staleness_versions: int,
     batch_groups: int,
     order: str = "fifo",
-    clock: str = "versions",
+    clock: str = "own",
+    **clock_args: Any,
 ) -> ReferenceResult:
-    """NeMo-RL windowed: abort in-flight groups with start < s - M (seen as a drop on
-    arrival), evict ready groups below the window when the trainer version advances,
-    select up to B ready groups inside the window, FIFO or freshest first."""
-    log = _Log(records)
+    """NeMo-RL windowed (``staleness_sampler.py`` WindowedSampler.select,
+    should_abort_inflight; BaseSampler.evict): abort in-flight groups with start < s - M
+    (seen as a drop on arrival), evict ready groups below the window when the trainer
+    version advances, select up to B ready groups inside the window, FIFO or freshest
+    first. s is ``_trainer_version``: one more after each train step."""
+    log = _Log(records, clock=clock, **clock_args)
     ready: list[int] = []
-    s = -1 if clock == "versions" else 0
+    s = log.first_reading()
 
     def below_window(number: int) -> bool:
         start = log.start[number]
-        return start is not None and start < s - max_staleness_versions
+        return start is not None and s is not None and start < s - max_staleness_versions
 
     def select(now: int, *, at_end: bool) -> None:
         nonlocal ready, s
@@ -217,8 +309,8 @@ def nemo_windowed_reference(  # noqa: C901
                 log.last_partial = True
             log.emit(chosen, now)
             ready = [n for n in ready if n not in chosen]
-            if clock == "steps":
-                s = log.batch_count
+            if log.clock == "steps":
+                s = log.after_batch()
                 evict(now)
 
     def evict(now: int) -> None:
@@ -230,8 +322,8 @@ def nemo_windowed_reference(  # noqa: C901
 
     for number, group in enumerate(log.groups):
         now = log.now_after[number]
-        if clock == "versions" and now > s:
-            s = now
+        if _newer(log.reading(number), s):
+            s = log.reading(number)
             evict(now)
         if group.is_failed():
             log.decide(number, "failed", None, now)
@@ -246,8 +338,17 @@ def nemo_windowed_reference(  # noqa: C901
 
 
 def start_indices(records: list[Record]) -> list[int | None]:
-    """Each group's start version index (§13.1), groups in arrival order."""
-    return _Log(records).start
+    """Each group's start version's index in observation order (§13.1), groups in arrival
+    order; None when the start is not an observed version."""
+    log = _Log(records)
+    labels = [log.start_label(n) for n in range(len(log.groups))]
+    return [None if v is None or v not in log.versions else log.versions.index(v) for v in labels]
+
+
+def start_labels(records: list[Record]) -> list[str | None]:
+    """Each group's start version as a label (§13.1), groups in arrival order."""
+    log = _Log(records)
+    return [log.start_label(n) for n in range(len(log.groups))]
 
 
 def token_weighted_reference(

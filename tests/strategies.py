@@ -34,6 +34,9 @@ REAL_LABELS: tuple[Any, ...] = (
     "03",
     7,
 )
+NUMBER_LABELS: tuple[Any, ...] = (0, 1, "1", 2, "3", 4, " 5 ", 7, 10, "12")
+"""Labels that are whole numbers (a log of these counts peer lags in numbers, §13.1); add
+one of REAL_LABELS to a pool of them to get a log that is not numbered."""
 NOT_REAL_LABELS: tuple[Any, ...] = ("-1", -1, "unknown", " None ", "", None, "UNKNOWN", "none")
 PROMPT_LABELS: tuple[Any, ...] = ("-1", "-1", "-1", -1, None)
 STATUSES: tuple[str, ...] = (
@@ -228,9 +231,10 @@ def group_logs(
 
 
 @st.composite
-def raw_logs(draw: st.DrawFn) -> list[dict[str, Any]]:
-    """A small raw log: 1..MAX_RECORDS record dicts, groups possibly interleaved."""
-    pool = draw(st.lists(st.sampled_from(REAL_LABELS), min_size=1, max_size=5, unique=True))
+def raw_logs(draw: st.DrawFn, real_labels: tuple[Any, ...] = REAL_LABELS) -> list[dict[str, Any]]:
+    """A small raw log: 1..MAX_RECORDS record dicts, groups possibly interleaved; the
+    real labels drawn from ``real_labels``."""
+    pool = draw(st.lists(st.sampled_from(real_labels), min_size=1, max_size=5, unique=True))
     # Either any group may use any label, or groups move through the pool in order, each
     # using a window of one or two neighbouring labels (a run whose weights advance).
     progressing = draw(st.booleans())

@@ -3,12 +3,17 @@ a prepared log, one group at a time in arrival order (docs/semantics.md §13).
 
 The setting-independent work is the engine's: :func:`analysis.prepare` and the
 observation of every group (no span check: these systems have none). What is added here
-is each group's *start* version index (§13.1) and the loop of §13.3, which gives the
-engine's :class:`~analysis.engine.batching.Collection`, so the summary, the decision and
-batch tables are the engine's own.
+is each group's *start* version, in version numbers when the labels are numbers (§13.1),
+the clock each rule counts staleness on (§13.2: by default the system's own step counter)
+and the loop of §13.3, which gives the engine's
+:class:`~analysis.engine.batching.Collection`, so the summary, the decision and batch
+tables are the engine's own.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -19,54 +24,230 @@ from analysis.engine.batching import (
     Observation,
 )
 from analysis.engine.decisions import Outcome
-from analysis.engine.prepare import PreparedLog
+from analysis.engine.prepare import PreparedLog, real_token_labels
+from analysis.errors import ConfigError, setting
+from analysis.formats.registry import BY_NAME
 from analysis.rules.spec import PeerPolicy
+
+_NUMBER = re.compile(r"0|[1-9][0-9]{0,17}")
+NO_CLOCK = -(1 << 62)
+"""The clock before it has read anything: no group is stale against it."""
+
+
+def version_number(label: str) -> int | None:
+    """The whole number a label is (``"12"`` -> 12), None when it is not one: leading zeros,
+    signs and other text are not numbers (``"03"`` and ``"3"`` are two labels, §2.1)."""
+    return int(label) if _NUMBER.fullmatch(label) else None
+
+
+@dataclass(frozen=True)
+class VersionAxis:
+    """How the peer rules count versions on one log (docs/semantics.md §13.1-§13.2): in
+    version numbers when every observed version is a whole number, else in positions of
+    observation order. Arrays are per group, in arrival order."""
+
+    numbered: bool
+    start: np.ndarray
+    """Each group's start (a number, or an index), NO_VERSION when it has none."""
+    newest: np.ndarray
+    """The newest observed version once each group is observed (-1 before any)."""
+    base: int
+    """The smallest start of the log (0 by positions): the steps clock's zero."""
+    start_label: list[str | None]
+    start_index: np.ndarray
+    """The observation index of the start's label, NO_VERSION when it is not observed."""
+
+    @property
+    def unit(self) -> str:
+        return "version numbers" if self.numbered else "positions of observed versions"
+
+
+def version_axis(prepared: PreparedLog) -> VersionAxis:
+    """Each group's start and the newest version (docs/semantics.md §13.1), arrival order."""
+    key = "peer_version_axis"
+    if key in prepared._cache:
+        cached: VersionAxis = prepared._cache[key]
+        return cached
+    observation = prepared.observation(None)
+    versions = observation.versions
+    index = {label: position for position, label in enumerate(versions)}
+    numbers = [version_number(label) for label in versions]
+    numbered = bool(versions) and all(number is not None for number in numbers)
+    n = prepared.n_groups
+    tokens = _token_labels(prepared)
+    if numbered:
+        arrays = prepared.arrays
+        label_number = np.array(
+            [
+                -1 if (number := version_number(label)) is None else number
+                for label in arrays.labels
+            ],
+            dtype=np.int64,
+        )
+        entry = label_number[arrays.codes]
+        start = np.full(n, NO_VERSION, dtype=np.int64)
+        top = np.full(n, -1, dtype=np.int64)
+        np.minimum.at(start, arrays.owner, entry)
+        np.maximum.at(top, arrays.owner, entry)
+        newest = np.maximum.accumulate(top) if n else top
+        # Each distinct label read once (a log has few labels and many tokens).
+        as_number = {
+            label: number
+            for label in tokens["label"].unique().to_list()
+            if (number := version_number(label)) is not None
+        }
+        numbered_tokens = tokens.with_columns(
+            position=pl.col("label").replace_strict(as_number, default=None, return_dtype=pl.Int64)
+        )
+    else:
+        start = observation.min_index.copy()
+        newest = observation.count_after - 1
+        numbered_tokens = tokens.with_columns(
+            position=pl.col("label").replace_strict(index, default=None, return_dtype=pl.Int64)
+        )
+    found = numbered_tokens.drop_nulls("position").group_by("arrival").agg(pl.col("position").min())
+    if found.height:
+        where = found["arrival"].to_numpy()
+        start[where] = np.minimum(start[where], found["position"].to_numpy())
+    has_start = start != NO_VERSION
+    base = int(start[has_start].min()) if has_start.any() else 0
+    if numbered:
+        start_label = [None if s == NO_VERSION else str(s) for s in start.tolist()]
+        start_index = np.array(
+            [
+                NO_VERSION if label is None else index.get(label, NO_VERSION)
+                for label in start_label
+            ],
+            dtype=np.int64,
+        )
+    else:
+        start_label = [None if s == NO_VERSION else versions[s] for s in start.tolist()]
+        start_index = start
+    axis = VersionAxis(numbered, start, newest, base, start_label, start_index)
+    prepared._cache[key] = axis
+    return axis
+
+
+def _token_labels(prepared: PreparedLog) -> pl.DataFrame:
+    """(arrival, label): every real token-version label of each group's records."""
+    rows = prepared._rows
+    arrival = prepared.groups.select("group_id", "arrival")
+    return (
+        real_token_labels(rows.select("group_id", "version_spans"), by="group_id")
+        .join(arrival, on="group_id", how="inner")
+        .select("arrival", "label")
+    )
+
+
+def logged_steps(prepared: PreparedLog) -> np.ndarray | None:
+    """Each group's trainer step as its records carry it (the largest: the step it was
+    complete at), arrival order; None when a group carries none."""
+    key = "peer_logged_steps"
+    if key not in prepared._cache:
+        steps = (
+            prepared._rows.select("group_id", "trainer_step")
+            .group_by("group_id")
+            .agg(pl.col("trainer_step").max())
+            .join(prepared.groups.select("group_id", "arrival"), on="group_id", how="inner")
+            .sort("arrival")
+        )
+        complete = steps.height == prepared.n_groups and steps["trainer_step"].null_count() == 0
+        prepared._cache[key] = steps["trainer_step"].to_numpy() if complete else None
+    logged: np.ndarray | None = prepared._cache[key]
+    return logged
+
+
+def step_offset(formats: tuple[str, ...]) -> int:
+    """Which version a logged trainer step trains (step - offset): 1 for prime-rl's
+    ``step_N`` (batch N trains version N - 1), else 0."""
+    offsets = {BY_NAME[name].step_offset if name in BY_NAME else 0 for name in formats}
+    return offsets.pop() if len(offsets) == 1 else 0
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The clock a peer replay ran on (docs/semantics.md §13.2), and what it means."""
+
+    name: str
+    """``steps``, ``logged`` or ``versions`` (``own`` resolved on the log)."""
+    asked: str
+    """The ``clock`` knob as given."""
+    unit: str
+    """What a lag counts: ``version numbers`` or ``positions of observed versions``."""
+    offset: int = 0
+    """For ``logged``: the version a step trains is step - offset."""
+
+    def note(self, system: str) -> str:
+        """One line for the summary's notes: which clock ran and what it counts."""
+        own = " (the default, clock=own)" if self.asked == "own" else ""
+        said = {
+            "steps": f"the replay's own trainer steps (the log's first version plus the "
+            f"batches emitted), as {system} counts its step",
+            "logged": "the trainer step each group's records carry (the step it arrived at"
+            + (f"; step N trains version N - {self.offset}" if self.offset else "")
+            + f"), {system}'s own step as its log records it",
+            "versions": "the newest version observed in the log",
+        }[self.name]
+        return (
+            f"clock: {self.name}{own}: staleness counted against {said}; lag in {self.unit} "
+            "(docs/semantics.md §13.2)"
+        )
+
+
+def resolve_clock(
+    policy: PeerPolicy, prepared: PreparedLog, formats: tuple[str, ...] = ()
+) -> Clock:
+    """The clock ``policy`` runs on over this log: ``own`` is ``logged`` where the log is
+    the system's own and records every group's step, else ``steps``."""
+    axis = version_axis(prepared)
+    asked = policy.clock_asked
+    logged_here = axis.numbered and logged_steps(prepared) is not None
+    name = asked
+    if asked == "own":
+        own_log = bool(formats) and set(formats) <= set(policy.logged_by)
+        name = "logged" if own_log and logged_here else "steps"
+    elif asked == "logged" and not logged_here:
+        why = (
+            "not every group carries a trainer step"
+            if logged_steps(prepared) is None
+            else "its version labels are not all whole numbers, so steps cannot be set against them"
+        )
+        raise ConfigError(
+            setting("policy", policy.spec()) + f": clock=logged reads each group's trainer "
+            f"step from the log, and {why}; use clock=steps or clock=versions"
+        )
+    offset = step_offset(formats) if name == "logged" else 0
+    return Clock(name=name, asked=asked, unit=axis.unit, offset=offset)
 
 
 def start_index(prepared: PreparedLog) -> np.ndarray:
-    """Each group's start version index (docs/semantics.md §13.1), arrival order.
-
-    The stalest of the group's trajectory versions and of the real token-version labels
-    of its records that are observed versions, as an index in observation order (every
-    group observed, no span check); NO_VERSION for a group with neither.
-    """
-    key = "start_index"
-    if key in prepared._cache:
-        cached: np.ndarray = prepared._cache[key]
-        return cached
-    observation = prepared.observation(None)
-    start = observation.min_index.copy()
-    index = {label: position for position, label in enumerate(observation.versions)}
-    if index:
-        rows = prepared._rows
-        arrival = prepared.groups.select("group_id", "arrival")
-        from analysis.engine.prepare import real_token_labels
-
-        labels = (
-            real_token_labels(rows.select("group_id", "version_spans"), by="group_id")
-            .with_columns(
-                position=pl.col("label").replace_strict(index, default=None, return_dtype=pl.Int64)
-            )
-            .drop_nulls("position")
-            .group_by("group_id")
-            .agg(pl.col("position").min())
-            .join(arrival, on="group_id", how="inner")
-        )
-        if labels.height:
-            where = labels["arrival"].to_numpy()
-            start[where] = np.minimum(start[where], labels["position"].to_numpy())
-    prepared._cache[key] = start
-    return start
+    """Each group's start version index (docs/semantics.md §13.1), arrival order:
+    NO_VERSION for a group whose start is not an observed version."""
+    return version_axis(prepared).start_index
 
 
 class _Loop:
     """The state of one replay of a peer rule: the waiting groups and the outcome arrays."""
 
     def __init__(
-        self, policy: PeerPolicy, observation: Observation, start: np.ndarray, batch_groups: int
+        self,
+        policy: PeerPolicy,
+        observation: Observation,
+        axis: VersionAxis,
+        clock: Clock,
+        steps: np.ndarray | None,
+        batch_groups: int,
     ) -> None:
-        n = len(start)
-        self.policy, self.start, self.batch_groups = policy, start, batch_groups
+        n = len(axis.start)
+        self.policy, self.start, self.batch_groups = policy, axis.start, batch_groups
+        self.base = axis.base
+        # What the clock reads as each group arrives (None: the steps clock, moved by batches).
+        self.reads: list[int] | None = None
+        if clock.name == "versions":
+            self.reads = axis.newest.tolist()
+        elif clock.name == "logged":
+            assert steps is not None, "a logged clock reads every group's step"
+            self.reads = (steps - clock.offset).tolist()
         self.now = observation.count_after - 1  # observed index once each group is observed
         self.decision = np.full(n, -1, dtype=np.int64)
         self.batch = np.full(n, -1, dtype=np.int64)
@@ -74,7 +255,7 @@ class _Loop:
         self.waiting: list[int] = []
         self.rows: list[tuple[int, int, bool, int, int, int]] = []
         self.arrival_drops = self.pending_drops = 0
-        self.clock = -1 if policy.clock_name == "versions" else 0
+        self.clock = axis.base if clock.name == "steps" else NO_CLOCK
 
     def stale(self, group: int) -> bool:
         start = int(self.start[group])
@@ -111,15 +292,15 @@ class _Loop:
         self.arrival_drops = self.pending_drops = 0
         taken = set(chosen)
         self.waiting = [g for g in self.waiting if g not in taken]
-        if self.policy.clock_name == "steps":
-            self.clock = len(self.rows)
+        if self.reads is None:  # the steps clock: one step per batch emitted
+            self.clock = self.base + len(self.rows)
             if self.policy.sweeps_on_advance:
                 self.drop_waiting(now)
 
     def arrive(self, group: int, failed: bool) -> None:
         now = int(self.now[group])
-        if self.policy.clock_name == "versions" and now > self.clock:
-            self.clock = now
+        if self.reads is not None and self.reads[group] > self.clock:
+            self.clock = self.reads[group]
             if self.policy.sweeps_on_advance:
                 self.drop_waiting(now)
         if failed:
@@ -144,11 +325,12 @@ def _select(waiting: list[int], start: np.ndarray, order: str) -> list[int]:
 
 
 def collect_peer(
-    prepared: PreparedLog, policy: PeerPolicy, batch_groups: int
+    prepared: PreparedLog, policy: PeerPolicy, batch_groups: int, clock: Clock
 ) -> tuple[Observation, Collection]:
-    """Replay ``policy`` over the prepared log (docs/semantics.md §13.3)."""
+    """Replay ``policy`` over the prepared log on ``clock`` (docs/semantics.md §13.3)."""
     observation = prepared.observation(None)
-    loop = _Loop(policy, observation, start_index(prepared), batch_groups)
+    steps = logged_steps(prepared) if clock.name == "logged" else None
+    loop = _Loop(policy, observation, version_axis(prepared), clock, steps, batch_groups)
     failed = observation.failed.tolist()
     for group in range(prepared.n_groups):
         loop.arrive(group, failed[group])

@@ -12,8 +12,10 @@ from analysis.engine.grid import parse_whole
 from analysis.errors import ConfigError, SettingSyntaxError, setting
 from analysis.rules.grammar import ADMISSION_RULES, KnobText, split_spec
 
-CLOCKS = ("versions", "steps")
-"""The clock a peer rule counts staleness on (docs/semantics.md §13.2)."""
+CLOCKS = ("own", "steps", "logged", "versions")
+"""The clock a peer rule counts staleness on (docs/semantics.md §13.2): ``own`` (the
+default) is the system's own step counter, ``logged`` where its log records it, else
+``steps``."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,14 @@ class PeerPolicy(Policy):
         raise NotImplementedError
 
     @property
-    def clock_name(self) -> str:
-        clock: str = getattr(self, "clock", "versions")
+    def clock_asked(self) -> str:
+        """The ``clock`` knob as given (``own`` is resolved on a log: docs/semantics.md §13.2)."""
+        clock: str = getattr(self, "clock", "own")
         return clock
+
+    logged_by: ClassVar[tuple[str, ...]] = ()
+    """The log formats that record this system's own step counter per group (the trainer
+    step each group arrived at), so that ``clock=own`` reads it there."""
 
     @property
     def selection(self) -> str:
@@ -148,8 +155,9 @@ class PrimeRLPolicy(PeerPolicy):
     )
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"clock": CLOCKS}
     always_said: ClassVar[tuple[str, ...]] = ("max_off_policy_steps",)
+    logged_by: ClassVar[tuple[str, ...]] = ("prime-rl",)
     max_off_policy_steps: int = 8
-    clock: str = "versions"
+    clock: str = "own"
 
     def __post_init__(self) -> None:
         _check_whole(self, "max_off_policy_steps", 0)
@@ -176,7 +184,7 @@ class VerlDropPolicy(PeerPolicy):
     evicts_at_sample: ClassVar[bool] = True
     always_said: ClassVar[tuple[str, ...]] = ("max_off_policy_threshold",)
     max_off_policy_threshold: int = 8
-    clock: str = "versions"
+    clock: str = "own"
 
     def __post_init__(self) -> None:
         _check_whole(self, "max_off_policy_threshold", 1)
@@ -203,17 +211,12 @@ class NemoWindowedPolicy(PeerPolicy):
     )
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"order": ("fifo", "freshest"), "clock": CLOCKS}
     always_said: ClassVar[tuple[str, ...]] = ("max_staleness_versions",)
-    max_staleness_versions: int = -1
+    max_staleness_versions: int = 1
+    """NeMo-RL's default (``WindowedSamplerConfig``)."""
     order: str = "fifo"
-    clock: str = "versions"
+    clock: str = "own"
 
     def __post_init__(self) -> None:
-        if self.max_staleness_versions == -1:
-            raise ConfigError(
-                setting("policy", "nemo-windowed") + ": give max_staleness_versions (NeMo-RL has "
-                "no default for it), for example "
-                + setting("policy", "nemo-windowed:max_staleness_versions=1")
-            )
         _check_whole(self, "max_staleness_versions", 0)
         _check_choice(self, "order")
         _check_choice(self, "clock")
@@ -248,8 +251,8 @@ def parse_policy(text: str) -> Policy:
     --------
     >>> parse_policy("dressage:k=2,m=1")
     DressagePolicy(keep_versions=2, max_preempts=1)
-    >>> parse_policy("nemo-windowed:max_staleness_versions=1,order=freshest").spec()
-    'nemo-windowed:max_staleness_versions=1,order=freshest,clock=versions'
+    >>> parse_policy("nemo-windowed:order=freshest").spec()
+    'nemo-windowed:max_staleness_versions=1,order=freshest,clock=own'
     """
     spec = split_spec(text)
     cls = POLICIES.get(spec.name)

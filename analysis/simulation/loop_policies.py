@@ -15,7 +15,7 @@ from analysis.engine.grid import pareto_front
 from analysis.engine.run_loop.sweep import RUN_SWEEP_SCHEMA
 from analysis.formats.dressage.run import RunLog
 from analysis.rules.policies import PolicySweep
-from analysis.rules.spec import DressagePolicy, PeerPolicy, Policy
+from analysis.rules.spec import DressagePolicy, NemoWindowedPolicy, PeerPolicy, Policy
 from analysis.simulation.predict import (
     MODEL_DRAWS,
     MODEL_SCHEMA,
@@ -27,8 +27,22 @@ from analysis.simulation.predict import (
 from analysis.simulation.run_loop_sim import SimRun, simulate_run
 from analysis.simulation.run_model import fit_run_model
 
-LOOP_POLICY_SCHEMA: dict[str, Any] = {"policy": pl.String, **RUN_SWEEP_SCHEMA, **MODEL_SCHEMA}
-"""A row of :func:`loop_policy_sweep`: the policy's label, then a run folder's sweep row."""
+LOOP_POLICY_SCHEMA: dict[str, Any] = {
+    "policy": pl.String,
+    "clock": pl.String,
+    **RUN_SWEEP_SCHEMA,
+    **MODEL_SCHEMA,
+}
+"""A row of :func:`loop_policy_sweep`: the policy's label, the clock a peer rule ran on
+(null for Dressage's), then a run folder's sweep row."""
+
+
+def loop_clock(policy: PeerPolicy) -> str:
+    """The clock a peer rule runs on in the simulated loop: ``versions`` when asked, else
+    its system's own counter, which the loop knows exactly (§12.9): prime-rl's and verl's
+    steps, NeMo-RL's trainer version (``versions``)."""
+    own = "versions" if isinstance(policy, NemoWindowedPolicy) else "steps"
+    return "versions" if policy.clock_asked == "versions" else own
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,7 @@ def loop_policy_sweep(
                 "max_preempts_applied": True,
                 "max_preempts_replayed": None,
                 "unneeded_attempts": None,
+                "clock": loop_clock(policy),
             }
             results.append(LoopPolicy(policy, sims))
         record["policy"] = policy.label()
@@ -100,4 +115,4 @@ def loop_policy_sweep(
     return PolicySweep(rows=frame, results=tuple(results))
 
 
-__all__ = ["LOOP_POLICY_SCHEMA", "LoopPolicy", "loop_policy_sweep"]
+__all__ = ["LOOP_POLICY_SCHEMA", "LoopPolicy", "loop_clock", "loop_policy_sweep"]

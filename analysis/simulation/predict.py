@@ -61,6 +61,10 @@ def draw_figures(run: SimRun, loop: str) -> dict[str, Any]:
         return _pct(sum(a.outcome == outcome and (not stages or a.stage in stages)
                         for a in attempts), n)  # fmt: skip
 
+    kept_per_call = [0] * run.calls
+    for attempt in attempts:
+        if attempt.outcome == "kept" and attempt.call is not None:
+            kept_per_call[attempt.call] += 1
     everything: list[SimTrajectory] = [t for a in attempts for t in a.trajectories]
     kept: list[SimTrajectory] = [t for a in attempts if a.outcome == "kept" for t in a.trajectories]
     gaps = [t.gap for t in kept if t.gap is not None]
@@ -80,7 +84,7 @@ def draw_figures(run: SimRun, loop: str) -> dict[str, Any]:
         "dropped_pending_pct": share("dropped_stale", "pending"),
         "rejected_span_pct": share("rejected_span"),
         "failed_pct": share("failed"),
-        "batches_emitted": run.calls,
+        "batches_emitted": sum(k >= run.batch_groups for k in kept_per_call),
         "version_gap_mean": _mean(gaps) if run.measures_gap else None,
         "version_gap_max": max(gaps) if gaps and run.measures_gap else None,
         "version_span_mean": _mean(spans),
@@ -97,8 +101,8 @@ def draw_figures(run: SimRun, loop: str) -> dict[str, Any]:
         "leftover_pct": share("leftover"),
         "discarded_surplus_pct": share("discarded_surplus"),
         "unknown_pct": 0.0,
-        "unfilled_batches": 0,
-        "groups_short": 0,
+        "unfilled_batches": sum(k < run.batch_groups for k in kept_per_call),
+        "groups_short": sum(max(0, run.batch_groups - k) for k in kept_per_call),
     }
 
 

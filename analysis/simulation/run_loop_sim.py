@@ -46,6 +46,11 @@ from analysis.simulation.sim_state import (
     SimTrajectory,
 )
 
+MOST_ATTEMPTS_PER_GROUP = 25
+"""A simulated run stops submitting after this many attempts per group its steps train on
+(a rule that no attempt can pass, such as prime-rl's bound 0 on its step clock in a loop
+one step off-policy, would otherwise run forever): its remaining calls come up short."""
+
 
 class _Sim:
     def __init__(self, model: RunModel, keep_versions: int, max_preempts: int | None,
@@ -57,6 +62,8 @@ class _Sim:
         self.returned = 0  # rollout calls returned so far
         self.generating: dict[int, SimAttempt] = {}  # by order: submitted, not yet done
         self.call_updates: list[int] = []
+        self.most_attempts = MOST_ATTEMPTS_PER_GROUP * model.calls * model.batch_groups + 100
+        self.starved = False
         self.rng = random.Random(seed)
         self.clock = SimClock()
         self.events: list[tuple[float, int, SimAttempt, SimTrajectory, int]] = []
@@ -126,6 +133,8 @@ class _Sim:
         return works, modelled
 
     def _fill(self, now: float) -> None:
+        if len(self.attempts) >= self.most_attempts:  # starved: a rule no attempt passes
+            self.stopped = self.starved = True
         while not self.stopped and self.active < self.model.max_active_groups:
             if self.retries:
                 draw, retry = self.retries.popleft()
@@ -251,7 +260,7 @@ class _Sim:
         verl's g - g0 (steps since the prompt was submitted), NeMo-RL's trainer version
         minus the start version (a version clock either way)."""
         rule = self.rule
-        if rule is None or rule.clock_name == "versions" or isinstance(rule, NemoWindowedPolicy):
+        if rule is None or rule.clock_asked == "versions" or isinstance(rule, NemoWindowedPolicy):
             return self.updates(now) - attempt.start_updates
         if isinstance(rule, PrimeRLPolicy):
             return c - attempt.start_updates
@@ -431,7 +440,7 @@ def simulate_run(model: RunModel, *, keep_versions: int, max_preempts: int | Non
         if attempt.outcome is None:
             attempt.outcome = "leftover"
     return SimRun(sim.attempts, model.calls, sim.kept_gaps, returns, sim.call_index,
-                  sim.k, rule, sim.call_updates)  # fmt: skip
+                  sim.k, rule, sim.call_updates, model.batch_groups, sim.starved)  # fmt: skip
 
 
-__all__ = ["SimAttempt", "SimRun", "SimTrajectory", "simulate_run"]
+__all__ = ["MOST_ATTEMPTS_PER_GROUP", "SimAttempt", "SimRun", "SimTrajectory", "simulate_run"]

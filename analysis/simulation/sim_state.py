@@ -83,6 +83,11 @@ class SimRun:
     """Another system's rule run as the loop's filter in place of K (None: Dressage's)."""
     call_updates: list[int] = field(default_factory=list)
     """Weight updates applied while each call ran (none is applied during a call)."""
+    batch_groups: int = 0
+    """B: the groups each call returns with."""
+    starved: bool = False
+    """It stopped submitting at the cap of attempts (``MOST_ATTEMPTS_PER_GROUP``): its
+    later calls are short of B."""
 
     @property
     def measures_gap(self) -> bool:

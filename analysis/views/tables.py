@@ -14,12 +14,22 @@ ENGINE_WORDS = {"simple-loop": "the simple loop", "dressage-loop": "Dressage's l
 
 def sweep_caption(rows: pl.DataFrame) -> str:
     """The sweep's caption, naming the replay that gave its rows: ``on the simple loop``
-    (docs/semantics.md §3), or ``on Dressage's partial loop`` for a run folder (§12)."""
+    (docs/semantics.md §3), or ``on Dressage's partial loop`` for a run folder (§12); for
+    policies, the clock their peer rules ran on when it is one (§13.2; else a column says)."""
     engines = rows["engine"].unique().to_list() if "engine" in rows.columns else []
     if "loop" in rows.columns and rows.height and rows["loop"][0] is not None:
         return f"{SWEEP_CAPTION} on Dressage's {rows['loop'][0]} loop"
     words = " and ".join(ENGINE_WORDS.get(e, e) for e in sorted(engines)) or "the simple loop"
-    return f"{SWEEP_CAPTION} on {words}"
+    clocks = _peer_clocks(rows)
+    on_clock = f"; other systems' rules on clock={clocks[0]}" if len(clocks) == 1 else ""
+    return f"{SWEEP_CAPTION} on {words}{on_clock}"
+
+
+def _peer_clocks(rows: pl.DataFrame) -> list[str]:
+    """The clocks the peer rules of a policy sweep ran on, each once (none for Dressage's)."""
+    if "clock" not in rows.columns:
+        return []
+    return rows["clock"].drop_nulls().unique(maintain_order=True).to_list()
 
 
 RUN_SWEEP_NOTE = (
@@ -150,17 +160,30 @@ def _kept_range(row: dict[str, Any]) -> str:
 
 def policy_sweep_table(rows: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     """A sweep over policies (docs/semantics.md §13): the sweep's columns with the policy's
-    spec in place of K and M, and the token-weighted gap and span means (§10.6) after them."""
-    headers, body = sweep_table(rows.drop("policy"))
-    headers = ["", "policy", *headers[3:], "tok. gap mean", "tok. span mean"]
+    spec in place of K and M (and the clock each ran on when the peer rules ran on more
+    than one, §13.2; ``-`` for Dressage's), and the token-weighted gap and span means
+    (§10.6) after them."""
+    headers, body = sweep_table(rows.drop("policy", "clock"))
+    # One clock is said in the caption (sweep_caption); several, in a column.
+    shown = len(_peer_clocks(rows)) > 1
+    headers = [
+        "", "policy", *(["clock"] if shown else []), *headers[3:], "tok. gap mean",
+        "tok. span mean",
+    ]  # fmt: skip
     weighted = zip(
         rows["policy"].to_list(),
+        rows["clock"].to_list(),
         rows["version_gap_mean_tokens"].to_list(),
         rows["version_span_mean_tokens"].to_list(),
         strict=True,
     )
     body = [
-        [line[0], spec, *line[3:], number(gap, 2), number(span, 2)]
-        for line, (spec, gap, span) in zip(body, weighted, strict=True)
+        [line[0], spec, *([clock or "-"] if shown else []), *line[3:], *_token_means(gap, span)]
+        for line, (spec, clock, gap, span) in zip(body, weighted, strict=True)
     ]
     return headers, body
+
+
+def _token_means(gap: float | None, span: float | None) -> list[str]:
+    """The token-weighted gap and span means of a policy row, to two decimals."""
+    return [number(gap, 2), number(span, 2)]

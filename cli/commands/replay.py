@@ -182,11 +182,12 @@ def print_replayed(replayed: analysis.Replayed, console: Console) -> None:
     if isinstance(result, analysis.LoopReplay):
         print_run_summary(result, console)
         return
-    title = None
+    title = clock = None
     if isinstance(result, analysis.PolicyResult) and not isinstance(
         result.policy, analysis.DressagePolicy
     ):
         title = result.policy.label()
-    print_summary(result.summary, console, policy=title)
+        clock = None if result.clock is None else result.clock.name
+    print_summary(result.summary, console, policy=title, clock=clock)
     if replayed.bias is not None:
         print_bias(replayed.bias, console)

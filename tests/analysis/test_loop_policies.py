@@ -13,16 +13,22 @@ import analysis
 from analysis.formats.dressage.run import read_run
 from analysis.rules.spec import PeerPolicy, PrimeRLPolicy, VerlDropPolicy, parse_policy
 from analysis.simulation.loop_policies import LoopPolicy, loop_policy_sweep
-from analysis.simulation.run_loop_sim import SimAttempt, SimRun, simulate_run
+from analysis.simulation.predict import draw_figures
+from analysis.simulation.run_loop_sim import (
+    MOST_ATTEMPTS_PER_GROUP,
+    SimAttempt,
+    SimRun,
+    simulate_run,
+)
 from analysis.simulation.run_model import RunModel, fit_run_model
 from tests.real_runs import FULLY_FIXTURES, extract_runs
 
 RULES = [
-    "prime-rl:max_off_policy_steps=0",
+    "prime-rl:max_off_policy_steps=0,clock=versions",
     "prime-rl:max_off_policy_steps=1",
-    "prime-rl:max_off_policy_steps=1,clock=steps",
-    "verl-drop:max_off_policy_threshold=1",
-    "verl-drop:max_off_policy_threshold=2,clock=steps",
+    "prime-rl:max_off_policy_steps=1,clock=versions",
+    "verl-drop:max_off_policy_threshold=1,clock=versions",
+    "verl-drop:max_off_policy_threshold=2",
     "nemo-windowed:max_staleness_versions=0",
     "nemo-windowed:max_staleness_versions=1,order=freshest",
 ]
@@ -44,10 +50,10 @@ def models(folders: dict[str, Path]) -> dict[str, RunModel]:
 def _lag(rule: PeerPolicy, run: SimRun, attempt: SimAttempt, call: int) -> int:
     """The rule's lag, written from its source as docs/semantics.md §12.9 states it (not
     from the simulation's code): weight updates since the start on the version clock;
-    prime-rl's (step - 1) - version at creation and verl's g - g0 on the step clock."""
-    if rule.clock_name == "steps" and isinstance(rule, PrimeRLPolicy):
+    prime-rl's (step - 1) - version at creation and verl's g - g0 on their own."""
+    if rule.clock_asked != "versions" and isinstance(rule, PrimeRLPolicy):
         return call - attempt.start_updates
-    if rule.clock_name == "steps" and isinstance(rule, VerlDropPolicy):
+    if rule.clock_asked != "versions" and isinstance(rule, VerlDropPolicy):
         return call - attempt.start_steps
     return run.call_updates[call] - attempt.start_updates
 
@@ -98,10 +104,28 @@ def test_a_rule_that_never_binds_drops_nothing_and_a_tight_one_drops(
     assert outcomes == [(a.draw, a.retry, a.outcome) for a in plain.attempts]  # = K off
     tight = simulate_run(
         model, keep_versions=0, max_preempts=None, seed=0,
-        rule=parse_policy("prime-rl:max_off_policy_steps=0"),  # type: ignore[arg-type]
+        rule=parse_policy("prime-rl:max_off_policy_steps=0,clock=versions"),  # type: ignore[arg-type]
     )  # fmt: skip
     assert any(a.stage == "in_flight" for a in tight.attempts)  # cancelled at an update
     assert len(tight.attempts) > len(loose.attempts)  # replacements for what it dropped
+    assert not tight.starved and draw_figures(tight, "partial")["unfilled_batches"] == 0
+
+
+def test_a_rule_no_attempt_passes_stops_at_the_cap_and_says_its_steps_are_short(
+    models: dict[str, RunModel],
+) -> None:
+    """prime-rl's bound 0 on its own step clock: in Dressage's loop a step's batch trains
+    weights one version older than the step, so no group is ever fresh enough."""
+    model = models["k2-m1"]
+    rule = parse_policy("prime-rl:max_off_policy_steps=0")
+    assert isinstance(rule, PeerPolicy)
+    starved = simulate_run(model, keep_versions=0, max_preempts=None, seed=0, rule=rule)
+    assert starved.starved
+    cap = MOST_ATTEMPTS_PER_GROUP * model.calls * model.batch_groups + 100
+    assert len(starved.attempts) <= cap + model.max_active_groups
+    figures = draw_figures(starved, "partial")
+    assert figures["unfilled_batches"] >= model.calls - 1
+    assert figures["batches_emitted"] == model.calls - figures["unfilled_batches"]
 
 
 def test_verl_takes_the_oldest_submitted_first(models: dict[str, RunModel]) -> None:

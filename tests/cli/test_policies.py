@@ -42,6 +42,10 @@ def test_replay_policy_on_every_sample_format(sample: str, spec: str) -> None:
     terminal = runner.invoke(app, ["replay", sample, "--policy", spec])
     assert terminal.exit_code == 0, terminal.stderr
     assert "by response tokens  gap mean, kept" in terminal.stdout
+    if not spec.startswith("dressage"):  # the clock that ran: in the title, --json, a note
+        assert summary["policy"]["clock"] == "steps"
+        assert "batch_groups=4  clock=steps" in terminal.stdout
+        assert "clock: steps (the default, clock=own)" in " ".join(terminal.stdout.split())
 
 
 def test_jsonl_and_dumps_give_the_same_peer_decisions() -> None:
@@ -85,7 +89,7 @@ def test_replay_policy_writes_decisions_with_the_start_version(tmp_path: Path) -
         "version_index",
         "version_gap",
     ]
-    assert "start_version_index" in frame.columns
+    assert {"start_version", "start_version_index"} <= set(frame.columns)
     library = replay_policy(analysis.load_logs([Path(SAMPLES[0])]), parse_policy(SPECS[1]))
     assert frame["decision"].to_list() == library.decisions["decision"].to_list()
 
@@ -101,7 +105,9 @@ def test_sweep_policies_is_one_table_with_the_same_columns() -> None:
     plain = json.loads(
         runner.invoke(app, ["sweep", SAMPLES[0], "-k", "2", "-m", "1", "--json"]).stdout
     )
-    assert set(plain[0]) | {"policy", "knobs"} == set(rows[0])
+    assert set(plain[0]) | {"policy", "knobs", "clock"} == set(rows[0])
+    # Each peer rule on its own clock (none of these logs is its system's: steps).
+    assert [row["clock"] for row in rows] == [None, "steps", "steps", "steps", "steps"]
     for row, spec in zip(rows, SPECS, strict=True):
         single = json.loads(
             runner.invoke(app, ["replay", SAMPLES[0], "--policy", spec, "--json"]).stdout
@@ -155,7 +161,7 @@ def test_replay_takes_one_policy_and_says_a_default_bound() -> None:
 def test_sweep_gives_a_policy_given_twice_one_row() -> None:
     result = runner.invoke(app, [
         "sweep", SAMPLES[0], "--json", "--policy", "prime-rl:max_off_policy_steps=1",
-        "--policy", "dressage:k=2", "--policy", "prime-rl:max_off_policy_steps=1,clock=versions",
+        "--policy", "dressage:k=2", "--policy", "prime-rl:max_off_policy_steps=1,clock=own",
     ])  # fmt: skip
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
@@ -163,7 +169,7 @@ def test_sweep_gives_a_policy_given_twice_one_row() -> None:
         "prime-rl:max_off_policy_steps=1",
         "dressage:k=2,m=none",
     ]
-    assert "prime-rl:max_off_policy_steps=1,clock=versions: given twice; one row" in result.stderr
+    assert "prime-rl:max_off_policy_steps=1,clock=own: given twice; one row" in result.stderr
 
 
 def test_plot_sweep_of_policies_draws_every_policy(tmp_path: Path) -> None:
@@ -207,7 +213,7 @@ def test_plot_of_policies_tells_coinciding_points_and_keeps_its_legend_out_of_th
 
     prepared = analysis.prepare(analysis.load_logs([Path(SAMPLES[0])]))
     specs = [*SPECS, "prime-rl:max_off_policy_steps=2", "dressage:k=1", "dressage:k=3",
-             "verl-drop:max_off_policy_threshold=3", "prime-rl:max_off_policy_steps=1,clock=steps"]  # fmt: skip
+             "verl-drop:max_off_policy_threshold=3", "prime-rl:max_off_policy_steps=1,clock=versions"]  # fmt: skip
     result = sweep_policies(prepared, [parse_policy(s) for s in specs])
     alike = coinciding(result.rows, "tokens_kept_pct")
     assert [1, 2, 3, 4] in alike  # prime-rl M=1, verl T=2 and both NeMo-RL orders (§13.4)
@@ -347,9 +353,42 @@ def test_a_policy_sweep_with_long_specs_reads_at_80_columns() -> None:
     print_policy_sweep(rows, Console(file=narrow, width=80))
     text = narrow.getvalue()
     assert text.count("Sweep (shares in %)") <= 2 and "…" not in text
+    assert "other systems' rules on clock=steps" in text  # one clock: said once
     assert all(len(line.rstrip()) <= 80 for line in text.splitlines())
     for n, spec in enumerate(specs, start=1):
         assert f"P{n}  {parse_policy(spec).label()}" in text
     wide = io.StringIO()
     print_policy_sweep(rows, Console(file=wide, width=120))
     assert "P1" not in wide.getvalue() and specs[2] in wide.getvalue()
+
+
+def test_prime_rl_on_its_own_log_runs_on_the_step_the_log_records(tmp_path: Path) -> None:
+    """docs/semantics.md §13.2 (issue 31): on prime-rl's own ``rollouts/step_N/``, the
+    default clock is the step each group arrived at (N - 1 the version batch N trains),
+    and the outputs say so. (start, end) = (0, 0) at step 1, (3, 3) and (0, 3) at step 5
+    with M = 1: the last group is 4 versions behind; the old default (positions of
+    observed versions) kept it at lag 1."""
+    from tests.fixtures.peer_logs import _lines, prime_episode
+
+    base = tmp_path / "rollouts"
+    _lines(base / "step_1/train/all/traces.jsonl", [prime_episode("e1", "g1", 0, 0, step=1)])
+    _lines(
+        base / "step_5/train/all/traces.jsonl",
+        [prime_episode("e2", "g2", 3, 3, step=5), prime_episode("e3", "g3", 0, 3, step=5)],
+    )
+    args = ["replay", str(base), "--policy", "prime-rl:max_off_policy_steps=1", "-b", "1"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["policy"]["clock"] == "logged"
+    assert summary["policy"]["lag_unit"] == "version numbers"
+    assert summary["groups"]["kept"] == 2 and summary["groups"]["dropped_stale"] == 1
+    terminal = runner.invoke(app, args)
+    assert "clock=logged" in terminal.stdout
+    assert "step N trains version N - 1" in " ".join(terminal.stdout.split())
+    # clock=versions overrides it: the newest version is 3, still lag 3 in numbers.
+    spec = "prime-rl:max_off_policy_steps=2,clock=versions"
+    versions = runner.invoke(app, [*args[:2], "--policy", spec, "-b", "1", "--json"])
+    assert json.loads(versions.stdout)["groups"]["dropped_stale"] == 1
+    swept = runner.invoke(app, ["sweep", str(base), "--policy", "prime-rl", "-b", "1", "--json"])
+    assert json.loads(swept.stdout)[0]["clock"] == "logged"

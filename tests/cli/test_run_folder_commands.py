@@ -161,7 +161,8 @@ def test_policies_run_on_the_runs_loop_and_replay_policy_on_the_simple_loop(
     assert own["engine"] == prime["engine"] == "dressage-loop"
     assert own["figures_from"] == "replay" and prime["figures_from"] == "model"
     assert own["groups_kept_pct"] == pytest.approx(_kept_pct(replayed))
-    assert prime["knobs"] == {"max_off_policy_steps": 8, "clock": "versions"}
+    assert prime["knobs"] == {"max_off_policy_steps": 8, "clock": "own"}
+    assert prime["clock"] == "steps"  # prime-rl's own counter, exact in the loop
     table = _run(args)
     assert "On the run's own loop" in " ".join(table.stdout.split())
     assert "read as one log on the simple loop here" not in table.stderr
