@@ -45,6 +45,22 @@ def whole_number(value: str) -> int:
     return whole
 
 
+def draws_number(value: str) -> int:
+    """``--draws``: how many simulations, 1 to 1,000."""
+    draws = whole_number(value)
+    if not 1 <= draws <= 1000:
+        raise typer.BadParameter(f"expected a whole number from 1 to 1,000 (found {value})")
+    return draws
+
+
+def seed_number(value: str) -> int:
+    """``--seed``: a non-negative whole number (the first draw's seed)."""
+    seed = whole_number(value)
+    if seed < 0:
+        raise typer.BadParameter(f"expected a whole number, 0 or more (found {value})")
+    return seed
+
+
 def one_keep_versions(value: str) -> int:
     """``-k`` of replay, compare and verify: one K (a whole number, or off)."""
     try:
@@ -378,7 +394,7 @@ DrawsOption = Annotated[
         "--draws",
         help="A run folder's model: simulations per setting (figures are their mean, with "
         "their range).",
-        parser=whole_number,
+        parser=draws_number,
         metavar=INT,
     ),
 ]
@@ -387,7 +403,7 @@ SeedOption = Annotated[
     typer.Option(
         "--seed",
         help="A run folder's model: the first draw's seed (the same seed gives the same rows).",
-        parser=whole_number,
+        parser=seed_number,
         metavar=INT,
     ),
 ]

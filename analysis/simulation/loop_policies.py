@@ -111,7 +111,13 @@ def loop_policy_sweep(
         if progress is not None:
             progress(done, len(policies))
     frame = pl.DataFrame(rows, schema=LOOP_POLICY_SCHEMA)
-    frame = frame.with_columns(pareto=pl.Series(pareto_front(frame), dtype=pl.Boolean))
+    # A rule that starved the loop (steps short of B) trains on less than the run did: not
+    # comparable, never on the front.
+    fed = frame["unfilled_batches"].fill_null(0) == 0
+    front = iter(pareto_front(frame.filter(fed)) if frame.height else [])
+    frame = frame.with_columns(
+        pareto=pl.Series([bool(next(front)) if f else False for f in fed], dtype=pl.Boolean)
+    )
     return PolicySweep(rows=frame, results=tuple(results))
 
 

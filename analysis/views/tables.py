@@ -58,12 +58,27 @@ RUN_POLICY_NOTE = (
     "control; a group it cancels in flight counts as stale on arrival); the mean of the "
     "draws, 'kept range' over them. docs/semantics.md §12.9."
 )
+STARVED_NOTE = (
+    "{policies}: no attempt passed the rule in time for most steps (the loop starved: "
+    "{short} of {steps} steps short of B in the first draw); not comparable, never starred."
+)
 """What a run folder's policy table says under it (its rows on the run's own loop)."""
 
 
 def run_policy_note(rows: pl.DataFrame) -> str | None:
-    """:data:`RUN_POLICY_NOTE` when the policies ran on a run folder's own loop."""
-    return RUN_POLICY_NOTE if "figures_from" in rows.columns else None
+    """:data:`RUN_POLICY_NOTE` when the policies ran on a run folder's own loop, and which
+    of them starved it (steps short of B: :data:`STARVED_NOTE`)."""
+    if "figures_from" not in rows.columns:
+        return None
+    starved = rows.filter(pl.col("unfilled_batches").fill_null(0) > 0)
+    if not starved.height:
+        return RUN_POLICY_NOTE
+    first = starved.row(0, named=True)
+    steps = first["batches_emitted"] + first["unfilled_batches"]
+    said = STARVED_NOTE.format(
+        policies=", ".join(starved["policy"]), short=first["unfilled_batches"], steps=steps
+    )
+    return RUN_POLICY_NOTE + " " + said
 
 
 def run_sweep_note(rows: pl.DataFrame) -> str:

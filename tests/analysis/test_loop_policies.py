@@ -194,3 +194,18 @@ def test_a_run_folders_policies_run_on_its_loop(folders: dict[str, Path]) -> Non
     simple = analysis.sweep_log(folder, policies=specs, what_if="replay")
     assert isinstance(simple.result, analysis.PolicySweep)
     assert {r["engine"] for r in simple.result.rows.to_dicts()} == {"simple-loop"}
+
+
+def test_a_policy_that_starves_the_loop_is_said_and_never_starred(
+    folders: dict[str, Path],
+) -> None:
+    swept = loop_policy_sweep(
+        read_run(folders["k2-m1"]),
+        [parse_policy("prime-rl:max_off_policy_steps=0"), parse_policy("dressage:k=2,m=1")],
+        draws=1,
+    )
+    starved, own = swept.rows.to_dicts()
+    assert starved["unfilled_batches"] > 0 and starved["groups_kept_pct"] < 5.0
+    assert not starved["pareto"] and own["pareto"]  # alone it would be efficient (gap 0)
+    said = analysis.run_policy_note(swept.rows)
+    assert said is not None and "prime-rl:max_off_policy_steps=0: no attempt passed" in said

@@ -175,3 +175,18 @@ def test_policies_run_on_the_runs_loop_and_replay_policy_on_the_simple_loop(
     # replay --policy: one decision per group of the folder read as one log (no what-if)
     replayed_policy = _run(["replay", folder, "--policy", "dressage:k=2,m=1", "--json"])
     assert json.loads(replayed_policy.stdout)["engine"] == "simple-loop"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--draws", "0", "from 1 to 1,000"),
+        ("--draws", "1001", "from 1 to 1,000"),
+        ("--seed", "-1", "0 or more"),
+    ],
+)
+def test_draws_and_seed_out_of_range_are_usage_errors(
+    folder: str, flag: str, value: str, said: str
+) -> None:
+    result = runner.invoke(app, ["sweep", folder, flag, value])
+    assert result.exit_code == 2 and said in result.stderr, result.stderr
