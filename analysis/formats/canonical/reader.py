@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -121,6 +121,7 @@ def read_canonical(
         )
         if "source" in wanted:
             frame = frame.with_columns(pl.lit(str(source.path)).alias("source"))
+        frame = _struct_fields_by_name(frame, wanted)
         # Strict: a value that does not fit (an unsigned 2^63, say) is an error, not a null.
         frame = frame.select(*wanted, *extra).cast(wanted)  # type: ignore[arg-type]
     except LogFormatError:  # a count out of range, said as such
@@ -128,6 +129,24 @@ def read_canonical(
     except (Exception, pl.exceptions.PanicException) as exc:  # values, not the file
         raise LogFormatError(f"{unreadable} ({exc})") from exc
     _check_spans(frame, source, limits)
+    return frame
+
+
+def _struct_fields_by_name(frame: pl.DataFrame, wanted: dict[str, Any]) -> pl.DataFrame:
+    """A list-of-struct column whose fields are the wanted ones in another order (a writer
+    free to order them) put in the wanted order: a strict cast matches struct fields by
+    position (polars 2), and a missing or extra field stays an error of the cast."""
+    for name, dtype in wanted.items():
+        have = frame.schema.get(name)
+        if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+            continue
+        if not (isinstance(have, pl.List) and isinstance(have.inner, pl.Struct)):
+            continue
+        order = [field.name for field in dtype.inner.fields]
+        found = [field.name for field in have.inner.fields]
+        if found != order and sorted(found) == sorted(order):
+            fields = (pl.element().struct.field(field) for field in order)
+            frame = frame.with_columns(pl.col(name).list.eval(pl.struct(*fields)))
     return frame
 
 
