@@ -175,6 +175,9 @@ if TYPE_CHECKING:  # imported when first used (a command line's start stays fast
     from analysis.simulation.parameters import (
         SimulationConfig as SimulationConfig,
     )
+    from analysis.simulation.predict import (
+        MOST_DRAWS as MOST_DRAWS,
+    )
     from analysis.simulation.run_like import (
         LikeRun as LikeRun,
         like_run as like_run,
@@ -380,6 +383,7 @@ _HOME: dict[str, str] = {
     "Stage": "analysis.engine.decisions",
     "sweep": "analysis.sweeps",
     "SWEEP_CAPTION": "analysis.views.tables",
+    "MOST_DRAWS": "analysis.simulation.predict",
     "RUN_REPLAY_NOTE": "analysis.views.tables",
     "RUN_SWEEP_NOTE": "analysis.views.tables",
     "ENGINE_WORDS": "analysis.views.tables",

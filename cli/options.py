@@ -48,8 +48,10 @@ def whole_number(value: str) -> int:
 def draws_number(value: str) -> int:
     """``--draws``: how many simulations, 1 to 1,000."""
     draws = whole_number(value)
-    if not 1 <= draws <= 1000:
-        raise typer.BadParameter(f"expected a whole number from 1 to 1,000 (found {value})")
+    if not 1 <= draws <= analysis.MOST_DRAWS:
+        raise typer.BadParameter(
+            f"expected a whole number from 1 to {analysis.MOST_DRAWS:,} (found {value})"
+        )
     return draws
 
 

@@ -26,7 +26,7 @@ from analysis.engine.batching import (
 from analysis.engine.decisions import Outcome
 from analysis.engine.prepare import PreparedLog, real_token_labels
 from analysis.errors import ConfigError, setting
-from analysis.formats.registry import BY_NAME
+from analysis.rules.admission import default_step_offset
 from analysis.rules.spec import PeerPolicy
 
 _NUMBER = re.compile(r"0|[1-9][0-9]{0,17}")
@@ -157,13 +157,6 @@ def logged_steps(prepared: PreparedLog) -> np.ndarray | None:
     return logged
 
 
-def step_offset(formats: tuple[str, ...]) -> int:
-    """Which version a logged trainer step trains (step - offset): 1 for prime-rl's
-    ``step_N`` (batch N trains version N - 1), else 0."""
-    offsets = {BY_NAME[name].step_offset if name in BY_NAME else 0 for name in formats}
-    return offsets.pop() if len(offsets) == 1 else 0
-
-
 @dataclass(frozen=True)
 class Clock:
     """The clock a peer replay ran on (docs/semantics.md §13.2), and what it means."""
@@ -216,7 +209,7 @@ def resolve_clock(
             setting("policy", policy.spec()) + f": clock=logged reads each group's trainer "
             f"step from the log, and {why}; use clock=steps or clock=versions"
         )
-    offset = step_offset(formats) if name == "logged" else 0
+    offset = default_step_offset(formats) if name == "logged" else 0
     return Clock(name=name, asked=asked, unit=axis.unit, offset=offset)
 
 

@@ -37,6 +37,19 @@ _SUMMED = ("batches_emitted", "unfilled_batches", "groups_short")
 _LARGEST = ("version_gap_max", "version_span_max")
 
 
+MOST_DRAWS = 1000
+"""The most simulations per setting a caller may ask for."""
+
+
+def check_draws(draws: int) -> None:
+    """``draws`` is a whole number from 1 to :data:`MOST_DRAWS`, else a :class:`ConfigError`."""
+    if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= MOST_DRAWS:
+        raise ConfigError(
+            f"require draws to be a whole number from 1 to {MOST_DRAWS:,} (found {draws!r}); "
+            "pass " + setting("draws") + " (5 by default)"
+        )
+
+
 def _pct(part: int | float, whole: int | float) -> float | None:
     return 100.0 * part / whole if whole else None
 
@@ -162,11 +175,15 @@ class ModelSetting(LoopSetting):
         run = self.draws[0]
         k = run.keep_versions
 
+        by_call: dict[int | None, list[SimAttempt]] = {}
+        for attempt in run.attempts:  # one pass: a call's attempts are looked up, not searched
+            by_call.setdefault(attempt.call, []).append(attempt)
+
         def of(call: int, outcome: str, stage: str | None = None) -> list[SimAttempt]:
             return [
                 a
-                for a in run.attempts
-                if a.call == call and a.outcome == outcome and (stage is None or a.stage == stage)
+                for a in by_call.get(call, [])
+                if a.outcome == outcome and (stage is None or a.stage == stage)
             ]
 
         rows = []
@@ -313,8 +330,7 @@ def run_sweep(
 ) -> SweepResult:
     """A run folder's sweep on Dressage's loop (:func:`sweep_run`), its what-ifs from the
     model fitted to the run (:func:`with_model`) unless ``what_if`` is ``"replay"``."""
-    if draws < 1:
-        raise ConfigError("require " + setting("draws", draws) + " >= 1")
+    check_draws(draws)
     swept = sweep_run(
         run, keep_versions=keep_versions, max_preempts=max_preempts, loop=loop,
         max_retries=max_retries, progress=progress,
@@ -325,8 +341,10 @@ def run_sweep(
 __all__ = [
     "MODEL_DRAWS",
     "MODEL_SCHEMA",
+    "MOST_DRAWS",
     "ModelSetting",
     "WhatIf",
+    "check_draws",
     "draw_figures",
     "merged_figures",
     "model_columns",

@@ -29,6 +29,7 @@ from analysis.engine.run_loop.sweep import own_max_preempts
 from analysis.errors import ConfigError, setting
 from analysis.formats.dressage.run import RunLog, read_run
 from analysis.simulation.parameters import SimulationConfig
+from analysis.simulation.predict import check_draws
 from analysis.simulation.run_loop_sim import SimAttempt, SimRun, SimTrajectory, simulate_run
 from analysis.simulation.run_model import RunModel, fit_run_model
 from analysis.simulation.simulated_records import instance_id, session_id
@@ -240,12 +241,7 @@ def like_run(
     none); the run's figures are its replay at its own setting. ``run``: the folder
     already read; ``given``: values that replace the fitted model's
     (:data:`GIVEN_FIELDS`; ``train_step_time`` every trainer step's time)."""
-    if isinstance(draws, bool) or not isinstance(draws, int) or not 1 <= draws <= 1000:
-        raise ConfigError(
-            f"require draws to be a whole number from 1 to 1,000 (found {draws!r}); pass "
-            + setting("draws")
-            + " (5 by default)"
-        )
+    check_draws(draws)
     run = run if run is not None else read_run(path, limits=limits or Limits())
     own_k, own_m, notes = _own_setting(run, keep_versions, max_preempts)
     k = own_k if keep_versions is None else keep_versions

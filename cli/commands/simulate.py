@@ -22,12 +22,12 @@ from cli.options import (
     Quiet,
     Traceback,
     choice_metavar,
+    draws_number,
     number_option,
     one_keep_versions,
     one_max_preempts,
     one_of,
     run_limits,
-    whole_number,
     whole_option,
 )
 from cli.output import (
@@ -252,7 +252,7 @@ def simulate(
             "--draws",
             help="With --like RUN_FOLDER: simulated runs compared with the run (seeds from "
             "--seed on; default 5); the output holds the first.",
-            parser=whole_number,
+            parser=draws_number,
             metavar=INT,
             show_default=False,
         ),
